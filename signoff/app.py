@@ -1,0 +1,151 @@
+"""``Signoff``: one home folder opened for use; the Python API the CLI is built on."""
+
+import threading
+
+from . import approval, deadletters, ingest, intake, monitors, reaper, submit, views
+from .clock import Clock
+from .config import load_config, load_plugin, resolve_home, write_default
+from .errors import ConfigError
+from .models import create_schema, open_database
+from .tasks import Wakers, make_queue
+
+
+class Signoff:
+    """A signoff home: configuration, state database, queue, host and drafter.
+
+    Hosts are made one per thread (a host need not be thread-safe); the drafter
+    is shared.
+    """
+
+    def __init__(self, home=None, clock=None):
+        self.home = resolve_home(home)
+        self.config = load_config(self.home)
+        self.clock = clock or Clock()
+        self.database = open_database(self.config)
+        self.queue = make_queue(self.config)
+        self.wakers = Wakers(self.queue, self)
+        self._local = threading.local()
+        self._drafter = None
+        self._host_factory = None
+
+    @classmethod
+    def init(cls, home=None, clock=None):
+        """Create the home, its config and databases if missing; never reset data."""
+        path = resolve_home(home)
+        write_default(path)
+        rt = cls(path, clock=clock)
+        create_schema()
+        rt.host()  # a host that keeps files (the reference host) creates them now
+        return rt
+
+    # -- plug-ins ----------------------------------------------------------
+
+    def host(self):
+        """This thread's host object, made on first use."""
+        host = getattr(self._local, "host", None)
+        if host is None:
+            if self._host_factory is None:
+                self._host_factory = load_plugin(self.config.host_factory, "host")
+            try:
+                host = self._host_factory(home=self.home, **self.config.host_options)
+            except TypeError as exc:
+                raise ConfigError("bad_config", f"host factory rejected its options: {exc}") from None
+            self._local.host = host
+        return host
+
+    def drafter(self):
+        """The configured ``draft(record, material)`` callable."""
+        if self._drafter is None:
+            factory = load_plugin(self.config.drafter_factory, "drafter")
+            try:
+                self._drafter = factory(home=self.home, **self.config.drafter_options)
+            except TypeError as exc:
+                raise ConfigError("bad_config", f"drafter factory rejected its options: {exc}") from None
+        return self._drafter
+
+    # -- monitors and intake -------------------------------------------------
+
+    def bind(self, document, monitor_id="default", **options):
+        """Bind a monitor from the host's current grant (see ``monitors.bind``)."""
+        return monitors.bind(self, document, monitor_id, **options)
+
+    def cancel(self, monitor_id):
+        """Cancel a monitor and end its open tasks."""
+        return monitors.cancel(self, monitor_id)
+
+    def monitors(self):
+        """Every monitor."""
+        return monitors.listing()
+
+    def enqueue(self, stream, monitor_id="default", progress=None):
+        """Accept JSON Lines from a binary stream; yields one result per line."""
+        return intake.enqueue(self, stream, monitor_id, progress)
+
+    def enqueue_events(self, events, monitor_id="default"):
+        """Accept a list of event dicts (or raw values); returns the line results."""
+        import io
+        import json
+        lines = b"\n".join(json.dumps(e, ensure_ascii=False).encode("utf-8", "surrogatepass")
+                           for e in events) + b"\n"
+        return list(intake.enqueue(self, io.BytesIO(lines), monitor_id))
+
+    # -- the worker's steps (Huey tasks call these) ---------------------------
+
+    def ingest_batch(self, owner):
+        """Claim and process one batch of deliveries."""
+        return ingest.ingest_batch(self, owner)
+
+    def submit_batch(self, owner):
+        """Claim and process one batch of approved or uncertain tasks."""
+        return submit.submit_batch(self, owner)
+
+    def reap(self):
+        """One reaper pass."""
+        return reaper.reap(self)
+
+    def run_until_idle(self, owner="inline", max_batches=10_000):
+        """Process everything due now in this thread; for tests and scripts."""
+        for _ in range(max_batches):
+            self.reap()
+            claimed = self.ingest_batch(owner)[0] + self.submit_batch(owner)[0]
+            if not claimed:
+                return
+        raise RuntimeError("run_until_idle did not settle")
+
+    # -- the human channel ---------------------------------------------------
+
+    def approve(self, key, digest, by="operator"):
+        """Approve a ready task whose result has ``digest``."""
+        return approval.approve(self, key, digest, by)
+
+    def reject(self, key, reason=None):
+        """Reject a ready task."""
+        return approval.reject(self, key, reason)
+
+    def retry(self, key):
+        """Queue a parked, approved or uncertain task again."""
+        return approval.retry(self, key)
+
+    def replay(self, letter_id):
+        """Replay a dead letter with a fresh budget."""
+        return deadletters.replay(self, letter_id)
+
+    # -- views ---------------------------------------------------------------
+
+    def events(self, **kw):
+        return views.events(**kw)
+
+    def tasks(self, status=None):
+        return views.tasks(status)
+
+    def task(self, key):
+        return views.task_detail(key)
+
+    def dead_letters(self):
+        return deadletters.listing()
+
+    def audit(self, **kw):
+        return views.audit(**kw)
+
+    def stats(self):
+        return views.stats(self.clock.now())

@@ -1,0 +1,143 @@
+"""The trusted human channel: approve, reject, retry (SPEC section 5).
+
+Nothing here is reachable from event content; the CLI and the Python API are
+its only callers.
+"""
+
+from .canonical import digest
+from .errors import Blocked, Refused
+from .gate import INGEST_ACTIONS, gate
+from .lifecycle import Fenced, audit, move_task, update_task
+from .models import Monitor, Task, db
+from .retry import TRANSIENT, backoff
+
+
+def get_task(key):
+    """The task row for ``key``, or an ``unknown_task`` refusal."""
+    task = Task.get_or_none(Task.key == key)
+    if task is None:
+        raise Refused("unknown_task", f"no task with key {key!r}")
+    return task
+
+
+def answer(task):
+    """What approve and reject print."""
+    return {"key": task.key, "status": task.status, "approved_digest": task.approved_digest}
+
+
+def approve(rt, key, reviewed_digest, by):
+    """Approve task ``key`` if ``reviewed_digest`` is the digest of its result."""
+    now = rt.clock.now()
+    task = get_task(key)
+    if task.status in ("approved", "done") and task.approved_digest == reviewed_digest:
+        return answer(task)
+    if task.status == "ready" and task.approval_deadline is not None and now >= task.approval_deadline:
+        _end(task, "expired", now)
+        raise Refused("expired", "the approval deadline of this task has passed")
+    if task.status != "ready":
+        raise Refused("not_ready", f"task is {task.status}, not ready")
+    if reviewed_digest != task.digest:
+        raise Refused("digest_mismatch", "the digest does not match the task's result")
+    host = rt.host()
+    monitor = Monitor.get_or_none(Monitor.id == task.monitor)
+    context = _with_retries(rt, host.context)
+    refusal = gate(monitor, context, rt.clock.now(), INGEST_ACTIONS)
+    if refusal:
+        raise Refused(refusal, f"the monitor's gate refused: {refusal}")
+    try:
+        current = _with_retries(rt, lambda: host.get(task.record_id))
+    except Blocked as exc:
+        raise Refused(exc.code, f"re-reading the source failed: {exc.code}") from None
+    if current != task.record:
+        _block(task, "source_changed", now)
+        raise Refused("source_changed", "the source changed since the draft; a new event makes a new task")
+    problem = acceptance(task.result, task.record)
+    if problem:
+        _block(task, "acceptance_failed", now)
+        raise Refused("acceptance_failed", problem)
+    try:
+        with db.atomic():
+            move_task(key, ["ready"], "approved", now, approved_digest=reviewed_digest,
+                      approved_by=by, approved_at=now, next_at=now, code=None)
+            audit(now, "approved", task.monitor, task_key=key)
+    except Fenced:
+        raise Refused("not_ready", f"task is {get_task(key).status}, not ready") from None
+    rt.wakers.submit()
+    return answer(get_task(key))
+
+
+def acceptance(result, record):
+    """Why ``result`` fails acceptance against the snapshot, or ``None``."""
+    if not isinstance(result, dict):
+        return "the result is not an object"
+    if result.get("record_id") != record.get("id") or result.get("version") != record.get("version"):
+        return "the result does not name the snapshot's record id and version"
+    draft = result.get("draft")
+    if not isinstance(draft, str) or not draft.strip():
+        return "the draft is blank"
+    sources = result.get("sources")
+    if not isinstance(sources, list) or not sources:
+        return "the result has no source"
+    return None
+
+
+def reject(rt, key, reason=None):
+    """Reject a ready task; the reason is the human's and is not stored."""
+    now = rt.clock.now()
+    task = get_task(key)
+    try:
+        with db.atomic():
+            move_task(key, ["ready"], "rejected", now, code="rejected")
+            audit(now, "rejected", task.monitor, task_key=key)
+    except Fenced:
+        raise Refused("not_ready", f"task is {get_task(key).status}, not ready") from None
+    return answer(get_task(key))
+
+
+def retry(rt, key):
+    """Queue a parked, approved or uncertain task for submission again."""
+    now = rt.clock.now()
+    task = get_task(key)
+    if task.status == "ready":
+        raise Refused("needs_approval", "the task waits for approval: nothing is submitted before it")
+    if task.status not in ("approved", "uncertain"):
+        raise Refused("not_retryable", f"task is {task.status}")
+    try:
+        with db.atomic():
+            update_task(key, now, ["approved", "uncertain"], parked=False, next_at=now)
+            audit(now, "retry", task.monitor, task_key=key)
+    except Fenced:
+        raise Refused("not_retryable", f"task is {get_task(key).status}") from None
+    rt.wakers.submit()
+    return answer(get_task(key))
+
+
+def _end(task, status, now):
+    try:
+        with db.atomic():
+            move_task(task.key, ["ready"], status, now, code=status)
+            audit(now, status, task.monitor, task_key=task.key)
+    except Fenced:
+        pass  # someone else ended it first; the refusal stands either way
+
+
+def _block(task, code, now):
+    try:
+        with db.atomic():
+            move_task(task.key, ["ready"], "blocked", now, code=code)
+            audit(now, code, task.monitor, task_key=task.key)
+    except Fenced:
+        pass
+
+
+def _with_retries(rt, call):
+    policy = rt.config.retry
+    for attempt in range(1, policy.read_attempts + 1):
+        try:
+            return call()
+        except TRANSIENT:
+            if attempt == policy.read_attempts:
+                raise Refused("host_unavailable", "the host did not answer within the read budget") from None
+            rt.clock.sleep(backoff(attempt, policy))
+
+

@@ -1,0 +1,19 @@
+"""Canonical JSON and the digests built on it (SPEC section 2)."""
+
+import hashlib
+import json
+
+
+def canonical(value):
+    """Serialise ``value`` the one way every digest in signoff uses."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def digest(value):
+    """sha256 hex of the canonical JSON of ``value``."""
+    return hashlib.sha256(canonical(value).encode("utf-8")).hexdigest()
+
+
+def task_key(monitor_id, grant_digest, record_id, version):
+    """The key of the task for one monitor, grant, record and record version."""
+    return digest([monitor_id, grant_digest, record_id, version])

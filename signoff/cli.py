@@ -1,0 +1,338 @@
+"""The ``signoff`` command line (SPEC section 8): parse, call one function, print."""
+
+import functools
+import json
+import sys
+
+import click
+
+from .errors import SignoffError
+from .output import emit, fail, table
+
+
+class Ctx:
+    def __init__(self, home):
+        self.home = home
+
+    def open(self):
+        from .app import Signoff
+        return Signoff(self.home)
+
+    def reference_host(self):
+        from .config import load_config, resolve_home
+        from .hosts.reference import ReferenceHost
+        home = resolve_home(self.home)
+        load_config(home)  # refuses with no_home before creating any file
+        return ReferenceHost(home)
+
+
+def command(group, name=None, **kwargs):
+    """A subcommand with ``--json`` whose SignoffErrors become exit 1."""
+    def wrap(f):
+        @group.command(name, **kwargs)
+        @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+        @click.pass_obj
+        @functools.wraps(f)
+        def run(obj, as_json, **params):
+            try:
+                return f(obj, as_json, **params)
+            except SignoffError as exc:
+                fail(exc.code, exc.message, as_json)
+        return run
+    return wrap
+
+
+@click.group()
+@click.option("--home", type=click.Path(file_okay=False), default=None,
+              help="signoff home folder (default: $SIGNOFF_HOME, else ./.signoff).")
+@click.version_option(package_name="signoff")
+@click.pass_context
+def main(ctx, home):
+    """signoff: durable, human-approved, exactly-once actions on change events."""
+    ctx.obj = Ctx(home)
+
+
+@command(main)
+def init(obj, as_json):
+    """Create the home, its config and databases (idempotent; never resets data)."""
+    from .app import Signoff
+    rt = Signoff.init(obj.home)
+    emit({"home": str(rt.home), "config": str(rt.home / "signoff.toml")}, as_json,
+         lambda d: f"signoff home ready at {d['home']}")
+
+
+# -- host --------------------------------------------------------------------
+
+@main.group()
+def host():
+    """Drive the reference host (records, materials, grant, faults, results)."""
+
+
+@command(host, "record")
+@click.option("--id", "record_id", required=True)
+@click.option("--document")
+@click.option("--version", type=int)
+@click.option("--status")
+@click.option("--kind")
+@click.option("--tenant")
+@click.option("--text")
+def host_record(obj, as_json, record_id, **changes):
+    """Insert or update a record; options not given keep their value."""
+    emit(obj.reference_host().put_record(record_id, **changes), as_json)
+
+
+@command(host, "material")
+@click.option("--document", required=True)
+@click.option("--demo-date", required=True)
+def host_material(obj, as_json, document, demo_date):
+    """Set the material for a document."""
+    emit(obj.reference_host().put_material(document, demo_date), as_json)
+
+
+@command(host, "grant")
+@click.option("--tenant")
+@click.option("--user")
+@click.option("--doc", "docs", multiple=True)
+@click.option("--action", "actions", multiple=True)
+@click.option("--revision", type=int)
+def host_grant(obj, as_json, tenant, user, docs, actions, revision):
+    """Change the current grant context; options not given keep their value."""
+    grant = obj.reference_host().put_grant(tenant=tenant, user=user, docs=list(docs) or None,
+                                           actions=list(actions) or None, revision=revision)
+    emit(grant, as_json)
+
+
+@command(host, "fault")
+@click.argument("name")
+@click.option("--times", type=click.IntRange(min=1), default=1, show_default=True)
+def host_fault(obj, as_json, name, times):
+    """Arm a fault (read-timeout, lose-ack, bad-receipt), or `clear` them all."""
+    ref = obj.reference_host()
+    faults = ref.clear_faults() if name == "clear" else ref.set_fault(name, times)
+    emit({"faults": faults}, as_json)
+
+
+@command(host, "results")
+def host_results(obj, as_json):
+    """Results written to the reference host."""
+    emit(obj.reference_host().results(), as_json,
+         lambda rows: table([{"key": r["key"], "result": r["result"]} for r in rows],
+                            ["key", "result"]))
+
+
+# -- monitors --------------------------------------------------------------
+
+@main.group()
+def monitor():
+    """Bind, cancel and list monitors."""
+
+
+MONITOR_COLUMNS = ["id", "document", "event_names", "active", "expires_at", "window_s",
+                   "grant_digest"]
+
+
+@command(monitor, "bind")
+@click.option("--id", "monitor_id", default="default", show_default=True)
+@click.option("--document", required=True)
+@click.option("--event", "events", multiple=True, help="Event name (repeatable).")
+@click.option("--ttl", type=float, default=24 * 3600, show_default=True, help="Seconds.")
+@click.option("--window", type=float, default=60, show_default=True, help="Seconds.")
+@click.option("--approval-ttl", type=float, default=None, help="Seconds.")
+def monitor_bind(obj, as_json, monitor_id, document, events, ttl, window, approval_ttl):
+    """Bind a monitor from the host's current grant."""
+    from .monitors import DEFAULT_EVENTS
+    m = obj.open().bind(document, monitor_id, event_names=list(events or DEFAULT_EVENTS),
+                        ttl_s=ttl, window_s=window, approval_ttl_s=approval_ttl)
+    emit(m, as_json, lambda m: table([m], MONITOR_COLUMNS, short=("grant_digest",)))
+
+
+@command(monitor, "cancel")
+@click.argument("monitor_id")
+def monitor_cancel(obj, as_json, monitor_id):
+    """Cancel a monitor: stop intake and end its open tasks."""
+    m = obj.open().cancel(monitor_id)
+    emit(m, as_json, lambda m: f"monitor {m['id']} cancelled; {m['tasks_cancelled']} open task(s) cancelled")
+
+
+@command(monitor, "list")
+def monitor_list(obj, as_json):
+    """List monitors."""
+    emit(obj.open().monitors(), as_json,
+         lambda rows: table(rows, MONITOR_COLUMNS, short=("grant_digest",)))
+
+
+# -- intake and worker ------------------------------------------------------
+
+@command(main)
+@click.option("--monitor", "monitor_id", default="default", show_default=True)
+@click.argument("source", type=click.File("rb"), default="-")
+def enqueue(obj, as_json, monitor_id, source):
+    """Accept events: JSON Lines from FILE or standard input (-)."""
+    sys.exit(_enqueue(obj.open(), source, monitor_id, as_json))
+
+
+def _enqueue(rt, source, monitor_id, as_json):
+    # Streams both ways: lines are read in chunks and answers printed as they
+    # come, so a file of any length runs in constant memory.
+    show_progress = sys.stderr.isatty()
+
+    def progress(lines):
+        if show_progress:
+            click.echo(f"\r{lines} lines read", err=True, nl=False)
+
+    results = rt.enqueue(source, monitor_id, progress=progress)
+    accepted = rejected = 0
+    first = True
+    if as_json:
+        click.echo("[", nl=False)
+    for r in results:
+        if r.accepted:
+            accepted += 1
+        else:
+            rejected += 1
+        if as_json:
+            click.echo(("\n" if first else ",\n") + json.dumps(r.as_dict(), ensure_ascii=False), nl=False)
+            first = False
+        elif not r.accepted:
+            click.echo(f"line {r.line}: rejected: {r.code}: {r.reason}")
+    if show_progress:
+        click.echo("", err=True)
+    if as_json:
+        click.echo("\n]")
+    else:
+        click.echo(f"accepted {accepted}, rejected {rejected}")
+    return 1 if rejected else 0
+
+
+@command(main)
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--drain", is_flag=True, help="Exit 0 once nothing can still progress.")
+@click.option("--lease-ttl", type=click.FloatRange(min=0.1), default=None,
+              help="Lease seconds (default from signoff.toml, 30).")
+def worker(obj, as_json, workers, drain, lease_ttl):
+    """Run the worker until SIGTERM/SIGINT (or, with --drain, until idle)."""
+    import logging
+    from .worker import run
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    summary = run(obj.home, workers=workers, drain=drain, lease_ttl=lease_ttl)
+    emit(summary, as_json, lambda s: f"worker stopped: {s['stopped']} after {s['seconds']}s")
+
+
+@command(main)
+@click.option("--status", default=None)
+@click.option("--limit", type=click.IntRange(min=1), default=None)
+def events(obj, as_json, status, limit):
+    """Deliveries and what became of them."""
+    rows = obj.open().events(status=status, limit=limit)
+    emit(rows, as_json, lambda rows: table(rows, [
+        "delivery", "event_id", "monitor", "status", "outcome", "task_key", "attempts",
+        "last_code"], short=("task_key",)))
+
+
+# -- tasks and the human channel -------------------------------------------------
+
+@main.group()
+def tasks():
+    """List, show and retry tasks."""
+
+
+TASK_COLUMNS = ["key", "monitor", "record_id", "version", "status", "code",
+                "outcome_unknown", "attempts", "updated_at"]
+
+
+@command(tasks, "list")
+@click.option("--status", default=None)
+def tasks_list(obj, as_json, status):
+    """List tasks, optionally of one status."""
+    emit(obj.open().tasks(status), as_json, lambda rows: table(rows, TASK_COLUMNS))
+
+
+@command(tasks, "show")
+@click.argument("key")
+def tasks_show(obj, as_json, key):
+    """One task with its record, result, digests and history."""
+    from .timeline import render_task
+    emit(obj.open().task(key), as_json, render_task)
+
+
+@command(tasks, "retry")
+@click.argument("key")
+def tasks_retry(obj, as_json, key):
+    """Queue a parked, approved or uncertain task again."""
+    emit(obj.open().retry(key), as_json, lambda a: f"{a['key']}: {a['status']}, queued")
+
+
+@command(main)
+@click.argument("key")
+@click.option("--digest", required=True, help="Digest of the result you reviewed.")
+@click.option("--by", default="operator", show_default=True)
+def approve(obj, as_json, key, digest, by):
+    """Approve a ready task whose result has DIGEST."""
+    emit(obj.open().approve(key, digest, by), as_json, lambda a: f"{a['key']}: {a['status']}")
+
+
+@command(main)
+@click.argument("key")
+@click.option("--reason", default=None)
+def reject(obj, as_json, key, reason):
+    """Reject a ready task."""
+    emit(obj.open().reject(key, reason), as_json, lambda a: f"{a['key']}: {a['status']}")
+
+
+@main.group()
+def dlq():
+    """Dead letters: list and replay."""
+
+
+@command(dlq, "list")
+def dlq_list(obj, as_json):
+    """Deliveries and tasks whose retry budget was spent."""
+    emit(obj.open().dead_letters(), as_json, lambda rows: table(rows, [
+        "id", "kind", "ref", "step", "code", "attempts", "first_at", "last_at", "replayed"],
+        short=("ref",)))
+
+
+@command(dlq, "replay")
+@click.argument("letter_id", type=int)
+def dlq_replay(obj, as_json, letter_id):
+    """Queue a dead letter again with a fresh budget and the same keys."""
+    emit(obj.open().replay(letter_id), as_json,
+         lambda r: f"dead letter {r['id']} ({r['kind']} {r['ref']}) queued again")
+
+
+# -- operator views ---------------------------------------------------------
+
+@command(main)
+@click.option("--limit", type=click.IntRange(min=1), default=None)
+def audit(obj, as_json, limit):
+    """The audit log: identifiers and codes, never content."""
+    emit(obj.open().audit(limit=limit), as_json, lambda rows: table(rows, [
+        "seq", "at", "monitor", "event_id", "task_key", "code"], short=("task_key",)))
+
+
+@command(main)
+def stats(obj, as_json):
+    """Counts of states, leases, retries, uncertainty, dead letters and gaps."""
+    from .timeline import render_stats
+    emit(obj.open().stats(), as_json, render_stats)
+
+
+@command(main)
+@click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True)
+def watch(obj, as_json, interval):
+    """A live view that refreshes until Ctrl-C (--json: one snapshot per line)."""
+    from .watch import watch as run_watch
+    run_watch(obj.open(), interval, as_json)
+
+
+@command(main)
+@click.option("--keep", type=click.Path(file_okay=False), default=None,
+              help="Run in this folder (kept) instead of a temporary one.")
+def demo(obj, as_json, keep):
+    """The whole story in a fresh home, with a real worker killed and restarted."""
+    from .demo import run_demo
+    report = run_demo(keep, as_json)
+    if as_json:
+        click.echo(json.dumps(report, ensure_ascii=False, indent=2))
+    sys.exit(0 if report["passed"] else 1)

@@ -1,0 +1,51 @@
+"""Dead letters: listing them and replaying one with a fresh budget."""
+
+from .errors import Refused
+from .lifecycle import Fenced, audit, move_delivery, move_task
+from .models import DeadLetter, Delivery, Task, db
+
+
+def row(letter):
+    """A dead letter as the CLI shows it."""
+    return {"id": letter.id, "kind": letter.kind, "ref": letter.ref, "step": letter.step,
+            "code": letter.code, "attempts": letter.attempts, "first_at": letter.first_at,
+            "last_at": letter.last_at, "replayed": letter.replayed}
+
+
+def listing():
+    """Every dead letter, newest last."""
+    return [row(d) for d in DeadLetter.select().order_by(DeadLetter.id)]
+
+
+def replay(rt, letter_id):
+    """Queue the dead delivery or task again with a fresh budget and the same keys.
+
+    A task that may have been written keeps ``outcome_unknown`` and goes back as
+    ``uncertain``, so its next try starts by reading the receipt.
+    """
+    now = rt.clock.now()
+    letter = DeadLetter.get_or_none(DeadLetter.id == letter_id)
+    if letter is None:
+        raise Refused("unknown_dead_letter", f"no dead letter {letter_id}")
+    try:
+        with db.atomic():
+            if letter.kind == "delivery":
+                delivery = Delivery.get_by_id(int(letter.ref))
+                move_delivery(delivery.id, ["dead"], "queued", now, failures={},
+                              next_at=now, last_code="replayed")
+                audit(now, "replayed", delivery.monitor, delivery.event_id)
+            else:
+                task = Task.get_by_id(letter.ref)
+                target = "uncertain" if task.write_possible else "approved"
+                move_task(task.key, ["dead"], target, now, failures={}, next_at=now,
+                          parked=False, code="replayed")
+                audit(now, "replayed", task.monitor, task_key=task.key)
+            DeadLetter.update(replayed=DeadLetter.replayed + 1).where(
+                DeadLetter.id == letter_id).execute()
+    except Fenced:
+        raise Refused("not_dead", "this dead letter was replayed already and is in progress") from None
+    if letter.kind == "delivery":
+        rt.wakers.ingest()
+    else:
+        rt.wakers.submit()
+    return row(DeadLetter.get_by_id(letter_id))

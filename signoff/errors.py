@@ -1,0 +1,51 @@
+"""The exceptions signoff raises and understands.
+
+Every refusal carries a stable snake_case ``code``; the CLI prints it and scripts
+match on it. The class docstring is the default message.
+"""
+
+
+class SignoffError(Exception):
+    """signoff refused the request."""
+
+    code = "error"
+
+    def __init__(self, code=None, message=None):
+        if code is not None:
+            self.code = code
+        self.message = message or (self.__doc__ or "").strip()
+        super().__init__(f"{self.code}: {self.message}")
+
+
+class Blocked(SignoffError):
+    """The host refused permanently."""
+
+    code = "blocked"
+
+
+class Refused(SignoffError):
+    """The request was refused."""
+
+    code = "refused"
+
+
+class InvalidEvent(SignoffError):
+    """The event is not valid."""
+
+    code = "invalid_event"
+
+    def __init__(self, reason):
+        super().__init__("invalid_event", reason)
+        self.reason = reason
+
+
+class ConfigError(SignoffError):
+    """The configuration is not usable."""
+
+    code = "bad_config"
+
+
+class NoHome(SignoffError):
+    """No signoff home here."""
+
+    code = "no_home"

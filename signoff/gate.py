@@ -1,0 +1,23 @@
+"""The gate: does the standing permission still hold? (SPEC section 4, step 2)."""
+
+from .canonical import digest
+
+INGEST_ACTIONS = ("read", "draft")
+SUBMIT_ACTIONS = ("read", "draft", "submit_review")
+
+
+def gate(monitor, context, now, needs=INGEST_ACTIONS):
+    """Return the refusal code, or ``None`` when the monitor may act now.
+
+    ``context`` is the host's *current* grant context; ``monitor`` may be ``None``.
+    """
+    if monitor is None or not monitor.active:
+        return "cancelled"
+    if now >= monitor.expires_at:
+        return "expired"
+    if digest(context) != monitor.grant_digest:
+        return "scope_changed"
+    actions = context.get("actions") if isinstance(context, dict) else None
+    if not isinstance(actions, list) or not set(needs) <= set(actions):
+        return "action"
+    return None

@@ -1,0 +1,1 @@
+"""Hosts: the systems signoff acts on. ``reference`` ships with signoff."""

@@ -1,0 +1,193 @@
+"""The reference host: records, materials, results and a grant in one SQLite file.
+
+It is the demo and the test double, so it is honest: a real database, real
+idempotency checks, and fault switches that persist across processes.
+"""
+
+import json
+import sqlite3
+from pathlib import Path
+
+from ..canonical import canonical
+from ..errors import Blocked, Refused
+
+FILENAME = "host.db"
+FAULTS = ("read-timeout", "lose-ack", "bad-receipt")
+ALWAYS = -1  # a fault that stays on until cleared
+
+DEFAULT_GRANT = {"tenant": "demo-tenant", "user": "demo-owner", "docs": ["doc-demo"],
+                 "actions": ["read", "draft", "submit_review"], "revision": 1}
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS records (id TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS materials (document TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, result TEXT NOT NULL, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS grants (id INTEGER PRIMARY KEY CHECK (id = 1), body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS faults (name TEXT PRIMARY KEY, remaining INTEGER NOT NULL);
+"""
+
+
+class ReferenceHost:
+    """A host backed by ``host.db`` in the signoff home (SPEC section 6)."""
+
+    def __init__(self, home, timeout=5.0, path=None):
+        self.path = Path(path) if path else Path(home) / FILENAME
+        self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
+                                    check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        with self._write():
+            for statement in filter(str.strip, SCHEMA.split(";")):
+                self.conn.execute(statement)
+            self.conn.execute("INSERT OR IGNORE INTO grants VALUES (1, ?)",
+                              (canonical(DEFAULT_GRANT),))
+
+    def _write(self):
+        return _Immediate(self.conn)
+
+    def _one(self, sql, *args):
+        row = self.conn.execute(sql, args).fetchone()
+        return json.loads(row[0]) if row else None
+
+    # -- the host protocol -------------------------------------------------
+
+    def context(self):
+        """The grant context of the current principal."""
+        return self._one("SELECT body FROM grants WHERE id = 1")
+
+    def get(self, record_id):
+        """The authoritative record, as the grant allows it to be read."""
+        if self._fire("read-timeout"):
+            raise TimeoutError("reference host: simulated read timeout")
+        record = self._one("SELECT body FROM records WHERE id = ?", record_id)
+        if record is None:
+            raise Blocked("missing", f"no record {record_id!r}")
+        grant = self.context()
+        if (record["tenant"] != grant["tenant"] or record["document"] not in grant["docs"]
+                or "read" not in grant["actions"]):
+            raise Blocked("access", "the grant does not cover this record")
+        return record
+
+    def read_material(self, document):
+        """The material for ``document``."""
+        if document not in self.context()["docs"]:
+            raise Blocked("access", "the grant does not cover this document")
+        material = self._one("SELECT body FROM materials WHERE document = ?", document)
+        if material is None:
+            raise Blocked("missing", f"no material for {document!r}")
+        return material
+
+    def submit(self, key, expected, result):
+        """Write ``result`` under ``key`` once; idempotent for the same result."""
+        if "submit_review" not in self.context()["actions"]:
+            raise Blocked("action", "the grant does not allow submit_review")
+        with self._write():
+            old = self._one("SELECT result FROM results WHERE key = ?", key)
+            if old is not None:
+                if old != result:
+                    raise Blocked("idempotency_conflict", "this key holds another result")
+                return
+            current = self._one("SELECT body FROM records WHERE id = ?", expected.get("id"))
+            if current != expected or current.get("status") != "open":
+                raise Blocked("source_changed", "the record changed since it was read")
+            self.conn.execute("INSERT INTO results VALUES (?, ?, strftime('%s','now'))",
+                              (key, canonical(result)))
+        if self._fire("lose-ack"):
+            raise TimeoutError("reference host: simulated lost acknowledgement")
+
+    def receipt(self, key):
+        """The result stored under ``key``, or ``None``."""
+        result = self._one("SELECT result FROM results WHERE key = ?", key)
+        if result is not None and self._fire("bad-receipt"):
+            result = dict(result, draft=str(result.get("draft")) + " [altered]")
+        return result
+
+    # -- administration (the `signoff host` commands) ------------------------
+
+    def put_record(self, record_id, document=None, version=None, status=None, kind=None,
+                   tenant=None, text=None):
+        """Insert or update a record; options left ``None`` keep their value."""
+        with self._write():
+            old = self._one("SELECT body FROM records WHERE id = ?", record_id)
+            if old is None and document is None:
+                raise Refused("missing_option", "a new record needs --document")
+            record = old or {"id": record_id, "version": 1, "status": "open", "kind": "review",
+                             "tenant": self.context()["tenant"], "text": ""}
+            changes = {"document": document, "version": version, "status": status,
+                       "kind": kind, "tenant": tenant, "text": text}
+            record.update({k: v for k, v in changes.items() if v is not None})
+            record.setdefault("source", f"reference://{record['document']}/{record_id}")
+            self.conn.execute("INSERT OR REPLACE INTO records VALUES (?, ?)",
+                              (record_id, canonical(record)))
+        return record
+
+    def put_material(self, document, demo_date):
+        """Set the material for ``document``."""
+        material = {"document": document, "demo_date": demo_date,
+                    "source": f"reference://materials/{document}"}
+        with self._write():
+            self.conn.execute("INSERT OR REPLACE INTO materials VALUES (?, ?)",
+                              (document, canonical(material)))
+        return material
+
+    def put_grant(self, **changes):
+        """Change the grant context; ``None`` values keep their value."""
+        with self._write():
+            grant = self.context()
+            grant.update({k: v for k, v in changes.items() if v is not None})
+            self.conn.execute("UPDATE grants SET body = ? WHERE id = 1", (canonical(grant),))
+        return grant
+
+    def set_fault(self, name, times=1):
+        """Arm fault ``name`` for ``times`` calls (``bad-receipt``: until cleared)."""
+        if name not in FAULTS:
+            raise Refused("unknown_fault", f"unknown fault {name!r}; known: {', '.join(FAULTS)}")
+        remaining = ALWAYS if name == "bad-receipt" else times
+        with self._write():
+            self.conn.execute("INSERT OR REPLACE INTO faults VALUES (?, ?)", (name, remaining))
+        return self.faults()
+
+    def clear_faults(self):
+        """Turn every fault off."""
+        with self._write():
+            self.conn.execute("DELETE FROM faults")
+        return self.faults()
+
+    def faults(self):
+        """Armed faults and how many calls each has left (-1: until cleared)."""
+        return dict(self.conn.execute("SELECT name, remaining FROM faults WHERE remaining != 0"))
+
+    def results(self):
+        """Every result written, in key order."""
+        return [{"key": k, "result": json.loads(r)} for k, r in
+                self.conn.execute("SELECT key, result FROM results ORDER BY key")]
+
+    def _fire(self, name):
+        row = self.conn.execute("SELECT remaining FROM faults WHERE name = ?", (name,)).fetchone()
+        if not row or row[0] == 0:
+            return False
+        if row[0] == ALWAYS:
+            return True
+        # A conditional decrement, so concurrent workers share one count exactly.
+        with self._write():
+            cursor = self.conn.execute(
+                "UPDATE faults SET remaining = remaining - 1 WHERE name = ? AND remaining > 0",
+                (name,))
+            return cursor.rowcount == 1
+
+    def close(self):
+        self.conn.close()
+
+
+class _Immediate:
+    """BEGIN IMMEDIATE ... COMMIT (or ROLLBACK on error) on a raw connection."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def __enter__(self):
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type, exc, tb):
+        self.conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        return False

@@ -1,0 +1,193 @@
+"""The ingest step: from a delivery to a `ready` task (SPEC section 4).
+
+Work is done in batches: one statement claims many waiting deliveries, the host
+is asked about each (no transaction is open meanwhile), and every outcome of the
+batch is written in one transaction, each write fenced by the lease token.
+"""
+
+from dataclasses import dataclass, field
+
+from .canonical import digest, task_key
+from .errors import Blocked, InvalidEvent
+from .events import validate
+from .gate import gate
+from .leases import claim_deliveries, renew
+from .lifecycle import RELEASED, Fenced, bury, move_delivery, record_attempts
+from .models import Audit, Delivery, Inbox, Monitor, Task, db
+from .retry import decide
+
+FUTURE_TOLERANCE_S = 5
+RECORD_KEYS = ("id", "document", "version", "status", "kind")
+
+
+@dataclass
+class Outcome:
+    """What became of one delivery in this attempt."""
+
+    kind: str  # "final", "retry" or "dead"
+    code: str
+    step: str
+    consume: bool = False  # write the inbox row (a redelivery is then a duplicate)
+    task_key: str | None = None
+    task: dict | None = None  # the task to create when the event is consumed first
+    next_at: float | None = None
+    failures: dict = field(default_factory=dict)
+
+
+def ingest_batch(rt, owner):
+    """Claim and process one batch of waiting deliveries.
+
+    Returns ``(claimed, full)``; ``full`` means more may be waiting.
+    """
+    cfg = rt.config
+    now = rt.clock.now()
+    token, rows = claim_deliveries(now, owner, cfg.lease_ttl_s, cfg.batch_size)
+    if not rows:
+        return 0, False
+    monitors = {m.id: m for m in Monitor.select().where(
+        Monitor.id.in_(list({r.monitor for r in rows})))}
+    consumed = {(i.monitor, i.event_id): i.task_key for i in Inbox.select().where(
+        Inbox.event_id.in_(list({r.event_id for r in rows})))}
+    host = rt.host()
+    try:
+        context, context_error = host.context(), None
+    except Exception as exc:  # a failing host is a failed attempt, never a dead worker
+        context, context_error = None, exc
+    outcomes, renew_at = [], now + cfg.lease_ttl_s / 2
+    for row in rows:
+        t = rt.clock.now()
+        if t >= renew_at:
+            renew(Delivery, token, t, cfg.lease_ttl_s)
+            renew_at = t + cfg.lease_ttl_s / 2
+        if context_error is not None:
+            outcome = failed(rt, row, "read", context_error, t)
+        else:
+            outcome = examine(rt, host, row, monitors.get(row.monitor), context, consumed, t)
+        if outcome.consume:
+            consumed[(row.monitor, row.event_id)] = outcome.task_key
+        outcomes.append(outcome)
+    write_outcomes(rt, token, owner, rows, outcomes)
+    return len(rows), len(rows) == cfg.batch_size
+
+
+def examine(rt, host, row, monitor, context, consumed, now):
+    """Run the checks of SPEC section 4 for one delivery, in order."""
+    try:
+        validate({"event_id": row.event_id, "name": row.name, "document": row.document,
+                  "record_id": row.record_id, "occurred": row.occurred})
+    except InvalidEvent:
+        return Outcome("final", "invalid_event", "validate")
+    refusal = gate(monitor, context, now)
+    if refusal:
+        return Outcome("final", refusal, "gate")
+    seen = (row.monitor, row.event_id)
+    if seen in consumed:
+        return Outcome("final", "duplicate", "dedupe", task_key=consumed[seen])
+    if row.name not in monitor.event_names or row.document != monitor.document:
+        return Outcome("final", "nonmatch", "match", consume=True)
+    if now - row.occurred > monitor.window_s or row.occurred - now > FUTURE_TOLERANCE_S:
+        return Outcome("final", "stale_event", "fresh", consume=True)
+    try:
+        record = host.get(row.record_id)
+        _check_record(record)
+    except Blocked as exc:
+        return Outcome("final", exc.code, "read")
+    except Exception as exc:
+        return failed(rt, row, "read", exc, now, monitor)
+    if (record["id"] != row.record_id or record["document"] != monitor.document
+            or record["kind"] != "review" or record["status"] != "open"):
+        return Outcome("final", "source_nonmatch", "source", consume=True)
+    try:
+        material = host.read_material(record["document"])
+        drafted = rt.drafter()(record, material)
+        _check_draft(drafted)
+    except Blocked as exc:
+        return Outcome("final", exc.code, "draft")
+    except Exception as exc:
+        return failed(rt, row, "draft", exc, now, monitor)
+    result = {"record_id": record["id"], "version": record["version"],
+              "draft": drafted["draft"], "sources": list(drafted["sources"])}
+    key = task_key(monitor.id, monitor.grant_digest, record["id"], record["version"])
+    deadline = now + monitor.approval_ttl_s if monitor.approval_ttl_s else None
+    task = {"key": key, "monitor": monitor.id, "record_id": record["id"],
+            "version": record["version"], "status": "ready", "record": record,
+            "result": result, "digest": digest(result), "approval_deadline": deadline,
+            "created_at": now, "updated_at": now}
+    return Outcome("final", "ready", "draft", consume=True, task_key=key, task=task)
+
+
+def failed(rt, row, step, exc, now, monitor=None):
+    """A failed attempt: retry later, end as stale, or go to the dead letters."""
+    code = exc.code if isinstance(exc, Blocked) else type(exc).__name__
+    failures = dict(row.failures or {})
+    failures[step] = failures.get(step, 0) + 1
+    delay = decide(failures[step], step, rt.config.retry)
+    if delay is None:
+        return Outcome("dead", code, step, failures=failures)
+    next_at = now + delay
+    if step == "read" and monitor is not None and next_at - row.occurred > monitor.window_s:
+        return Outcome("final", "stale_event", step, consume=True, failures=failures)
+    return Outcome("retry", code, step, next_at=next_at, failures=failures)
+
+
+def _check_record(record):
+    if not isinstance(record, dict) or any(k not in record for k in RECORD_KEYS):
+        raise TypeError("host.get returned something that is not a record")
+    if type(record["version"]) is not int:
+        raise TypeError("record version must be an integer")
+
+
+def _check_draft(drafted):
+    if (not isinstance(drafted, dict) or not isinstance(drafted.get("draft"), str)
+            or not isinstance(drafted.get("sources"), list)
+            or not all(isinstance(s, str) for s in drafted["sources"])):
+        raise TypeError("the drafter must return {'draft': str, 'sources': [str, ...]}")
+
+
+def write_outcomes(rt, token, owner, rows, outcomes):
+    """Persist a batch's outcomes in one transaction; fenced rows are skipped."""
+    now = rt.clock.now()
+    audits, attempts = [], []
+    with db.atomic():
+        for row, out in zip(rows, outcomes):
+            try:
+                _apply(row, out, token, now)
+            except Fenced:
+                continue  # another worker owns this delivery now
+            attempts.append({"kind": "delivery", "ref": str(row.id), "at": now,
+                             "step": out.step, "code": out.code, "worker": owner})
+            if out.kind != "retry":
+                audits.append({"at": now, "monitor": row.monitor, "event_id": row.event_id,
+                               "task_key": out.task_key,
+                               "code": "dead_letter" if out.kind == "dead" else out.code})
+        record_attempts(attempts)
+        if audits:
+            Audit.insert_many(audits).execute()
+
+
+def _apply(row, out, token, now):
+    failures = out.failures or row.failures
+    if out.kind == "retry":
+        move_delivery(row.id, ["processing"], "retrying", now, token, next_at=out.next_at,
+                      last_code=out.code, failures=failures, **RELEASED)
+        return
+    if out.kind == "dead":
+        move_delivery(row.id, ["processing"], "dead", now, token, last_code=out.code,
+                      failures=failures, **RELEASED)
+        bury("delivery", row.id, out.step, out.code, row.attempts, now)
+        return
+    move_delivery(row.id, ["processing"], "done", now, token, outcome=out.code,
+                  task_key=out.task_key, last_code=out.code, failures=failures, **RELEASED)
+    if not out.consume:
+        return
+    inserted = Inbox.insert(monitor=row.monitor, event_id=row.event_id, outcome=out.code,
+                            task_key=out.task_key, at=now).on_conflict_ignore().as_rowcount().execute()
+    if not inserted:
+        # Another worker consumed this event id after our batch looked.
+        first = Inbox.get(Inbox.monitor == row.monitor, Inbox.event_id == row.event_id)
+        out.code, out.task_key, out.consume, out.task = "duplicate", first.task_key, False, None
+        Delivery.update(outcome="duplicate", task_key=first.task_key,
+                        last_code="duplicate").where(Delivery.id == row.id).execute()
+        return
+    if out.task is not None:
+        Task.insert(**out.task).on_conflict_ignore().execute()

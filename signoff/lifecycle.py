@@ -1,0 +1,96 @@
+"""The life cycles of deliveries and tasks: the one place a status is written.
+
+Every move is a guarded UPDATE: the row must be in an allowed ``from`` status
+and, when a worker holds it, carry that worker's lease token. Anything but one
+row changed means the move did not happen (another worker, a cancel or a
+human got there first) and the caller must not act on it.
+"""
+
+from .models import Attempt, Audit, DeadLetter, Delivery, Task
+
+DELIVERY_EDGES = {
+    ("queued", "processing"), ("retrying", "processing"),
+    ("processing", "done"), ("processing", "retrying"), ("processing", "dead"),
+    ("dead", "queued"),
+}
+
+TASK_EDGES = {
+    ("ready", "approved"), ("ready", "rejected"), ("ready", "expired"),
+    ("ready", "blocked"), ("ready", "cancelled"),
+    ("approved", "approved"), ("approved", "uncertain"), ("approved", "done"),
+    ("approved", "blocked"), ("approved", "cancelled"), ("approved", "dead"),
+    ("approved", "expired"),
+    ("uncertain", "uncertain"), ("uncertain", "done"), ("uncertain", "blocked"),
+    ("uncertain", "cancelled"), ("uncertain", "dead"),
+    ("dead", "approved"), ("dead", "uncertain"),
+}
+
+# Statuses from which a task can still move without a human.
+TASK_ACTIVE = ("approved", "uncertain")
+TASK_OPEN = ("ready", "approved", "uncertain")
+DELIVERY_PENDING = ("queued", "processing", "retrying")
+
+
+class Fenced(Exception):
+    """The row moved on without us: our lease or our expected status is gone."""
+
+
+def _check(edges, sources, target):
+    for source in sources:
+        if (source, target) not in edges:
+            raise ValueError(f"no transition {source} -> {target}")
+
+
+def move_task(key, sources, target, now, token=None, **fields):
+    """Move task ``key`` from one of ``sources`` to ``target``; ``Fenced`` if not."""
+    _check(TASK_EDGES, sources, target)
+    query = Task.update(status=target, updated_at=now, **fields).where(
+        Task.key == key, Task.status.in_(list(sources)))
+    if token is not None:
+        query = query.where(Task.lease_token == token)
+    if query.execute() != 1:
+        raise Fenced(key)
+
+
+def update_task(key, now, statuses, token=None, **fields):
+    """Change non-status fields of a task still in ``statuses`` (and still ours)."""
+    query = Task.update(updated_at=now, **fields).where(
+        Task.key == key, Task.status.in_(list(statuses)))
+    if token is not None:
+        query = query.where(Task.lease_token == token)
+    if query.execute() != 1:
+        raise Fenced(key)
+
+
+def move_delivery(delivery_id, sources, target, now, token=None, **fields):
+    """Move a delivery between statuses under the same rules as ``move_task``."""
+    _check(DELIVERY_EDGES, sources, target)
+    query = Delivery.update(status=target, updated_at=now, **fields).where(
+        Delivery.id == delivery_id, Delivery.status.in_(list(sources)))
+    if token is not None:
+        query = query.where(Delivery.lease_token == token)
+    if query.execute() != 1:
+        raise Fenced(delivery_id)
+
+
+RELEASED = {"lease_owner": None, "lease_until": None, "lease_token": None}
+
+
+def audit(now, code, monitor=None, event_id=None, task_key=None):
+    """Append one audit row: identifiers and a code, never content."""
+    Audit.insert(at=now, code=code, monitor=monitor, event_id=event_id,
+                 task_key=task_key).execute()
+
+
+def record_attempts(rows):
+    """Insert attempt history rows: dicts of kind, ref, at, step, code, worker."""
+    if rows:
+        Attempt.insert_many(rows).execute()
+
+
+def bury(kind, ref, step, code, attempts, now):
+    """Write the dead-letter row for a delivery or task whose budget is spent."""
+    first = (Attempt.select(Attempt.at).where(Attempt.kind == kind, Attempt.ref == str(ref))
+             .order_by(Attempt.id).limit(1).scalar())
+    DeadLetter.insert(kind=kind, ref=str(ref), step=step, code=code, attempts=attempts,
+                      first_at=first if first is not None else now, last_at=now).execute()

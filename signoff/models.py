@@ -1,0 +1,184 @@
+"""Peewee models: every durable fact signoff keeps, and the database seam.
+
+The rows are the truth; a queue message is only a wake-up. Times are UTC epoch
+seconds stored as floats, so SQLite and PostgreSQL read back the same values.
+"""
+
+from peewee import (
+    AutoField, BigIntegerField, BooleanField, CharField, DatabaseProxy, DoubleField,
+    IntegerField, JSONField, Model, PostgresqlDatabase, SqliteDatabase, TextField,
+    CompositeKey,
+)
+
+from .errors import ConfigError
+
+db = DatabaseProxy()
+
+
+class BaseModel(Model):
+    class Meta:
+        database = db
+        legacy_table_names = False
+
+
+class Monitor(BaseModel):
+    """A standing subscription bound from the host's grant context at bind time."""
+
+    id = CharField(primary_key=True)
+    document = CharField()
+    event_names = JSONField()
+    expires_at = DoubleField()
+    window_s = DoubleField()
+    approval_ttl_s = DoubleField(null=True)
+    grant_digest = CharField(max_length=64)
+    active = BooleanField(default=True)
+    created_at = DoubleField()
+    cancelled_at = DoubleField(null=True)
+
+
+class Delivery(BaseModel):
+    """One received copy of an event: only its five identifying fields."""
+
+    id = AutoField()
+    monitor = CharField()
+    event_id = CharField()
+    name = CharField()
+    document = CharField()
+    record_id = CharField()
+    occurred = BigIntegerField()
+    status = CharField(default="queued")  # queued, processing, retrying, done, dead
+    outcome = CharField(null=True)
+    task_key = CharField(max_length=64, null=True)
+    attempts = IntegerField(default=0)
+    failures = JSONField(default=dict)  # failed attempts per step, reset on replay
+    last_code = CharField(null=True)
+    next_at = DoubleField()
+    lease_owner = CharField(null=True)
+    lease_until = DoubleField(null=True)
+    lease_token = CharField(null=True)
+    accepted_at = DoubleField()
+    updated_at = DoubleField()
+
+    class Meta:
+        indexes = ((("status", "next_at"), False),)
+
+
+class Inbox(BaseModel):
+    """The first outcome per (monitor, event id): the event-id dedupe layer."""
+
+    monitor = CharField()
+    event_id = CharField()
+    outcome = CharField()
+    task_key = CharField(max_length=64, null=True)
+    at = DoubleField()
+
+    class Meta:
+        primary_key = CompositeKey("monitor", "event_id")
+
+
+class Task(BaseModel):
+    """The unit of work for one (monitor, record id, record version)."""
+
+    key = CharField(max_length=64, primary_key=True)
+    monitor = CharField()
+    record_id = CharField()
+    version = BigIntegerField()
+    status = CharField(default="ready")
+    code = CharField(null=True)
+    parked = BooleanField(default=False)
+    outcome_unknown = BooleanField(default=False)
+    write_possible = BooleanField(default=False)
+    record = JSONField()
+    result = JSONField()
+    digest = CharField(max_length=64)
+    approved_digest = CharField(max_length=64, null=True)
+    approved_by = CharField(null=True)
+    approved_at = DoubleField(null=True)
+    approval_deadline = DoubleField(null=True)
+    attempts = IntegerField(default=0)
+    failures = JSONField(default=dict)
+    next_at = DoubleField(default=0.0)
+    lease_owner = CharField(null=True)
+    lease_until = DoubleField(null=True)
+    lease_token = CharField(null=True)
+    created_at = DoubleField()
+    updated_at = DoubleField()
+
+    class Meta:
+        indexes = ((("status", "next_at"), False), (("monitor",), False))
+
+
+class Attempt(BaseModel):
+    """One try at one step of a delivery or a task: the history operators read."""
+
+    id = AutoField()
+    kind = CharField()  # delivery or task
+    ref = CharField()
+    at = DoubleField()
+    step = CharField()
+    code = CharField()
+    worker = CharField(null=True)
+
+    class Meta:
+        indexes = ((("kind", "ref"), False),)
+
+
+class Audit(BaseModel):
+    """What happened, by identifiers and code only: never bodies, text or secrets."""
+
+    seq = AutoField()
+    at = DoubleField()
+    monitor = CharField(null=True)
+    event_id = CharField(null=True)
+    task_key = CharField(max_length=64, null=True)
+    code = CharField()
+
+
+class DeadLetter(BaseModel):
+    """A delivery or task whose retry budget was spent."""
+
+    id = AutoField()
+    kind = CharField()
+    ref = CharField()
+    step = CharField()
+    code = CharField()
+    attempts = IntegerField()
+    first_at = DoubleField()
+    last_at = DoubleField()
+    replayed = IntegerField(default=0)
+    note = TextField(null=True)
+
+
+MODELS = [Monitor, Delivery, Inbox, Task, Attempt, Audit, DeadLetter]
+
+
+def open_database(config):
+    """Point the models at the database ``config`` names (SQLite file by default)."""
+    url = config.database_url
+    if url is None:
+        database = SqliteDatabase(
+            str(config.state_path),
+            pragmas={"journal_mode": "wal", "synchronous": "full",
+                     "foreign_keys": 1, "busy_timeout": 30_000},
+            timeout=30,
+            # Every transaction takes the write lock at BEGIN: a deferred
+            # read-then-write transaction fails at once under contention.
+            lock_type="IMMEDIATE",
+            returning_clause=True,
+        )
+    elif url.startswith(("postgres://", "postgresql://")):
+        database = PostgresqlDatabase(url, prefer_psycopg3=True, autorollback=True)
+    else:
+        raise ConfigError("bad_config", f"unsupported database url {url!r}")
+    db.initialize(database)
+    return database
+
+
+def create_schema():
+    """Create every table and index that is missing; never drops or resets data."""
+    db.create_tables(MODELS, safe=True)
+
+
+def is_sqlite():
+    """True when the state database is SQLite (the claim statement differs)."""
+    return isinstance(db.obj, SqliteDatabase)

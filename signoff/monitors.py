@@ -1,0 +1,78 @@
+"""Monitors: bind one from the host's current grant, cancel it, list them."""
+
+from .canonical import digest
+from .errors import Refused
+from .events import check_label
+from .errors import InvalidEvent
+from .lifecycle import TASK_OPEN, audit, move_task
+from .models import Monitor, Task, db
+
+DAY_S = 24 * 60 * 60
+DEFAULT_EVENTS = ("comment.created",)
+
+
+def bind(rt, document, monitor_id="default", event_names=DEFAULT_EVENTS, ttl_s=DAY_S,
+         window_s=60, approval_ttl_s=None):
+    """Bind a monitor from the host's current grant context.
+
+    An id that exists already (active or cancelled) is refused: a cancelled
+    monitor is never reactivated, and a changed grant needs a new monitor.
+    """
+    try:
+        for label, value in [("id", monitor_id), ("document", document)] + [
+                ("event", name) for name in event_names]:
+            check_label(label, value)
+    except InvalidEvent as exc:
+        raise Refused("invalid_monitor", exc.reason) from None
+    for name, value in (("ttl", ttl_s), ("window", window_s), ("approval-ttl", approval_ttl_s)):
+        if value is not None and not value > 0:
+            raise Refused("invalid_monitor", f"{name}: must be a positive number of seconds")
+    context = rt.host().context()
+    actions = context.get("actions", []) if isinstance(context, dict) else []
+    if not {"read", "draft"} <= set(actions):
+        raise Refused("action", "the current grant does not allow read and draft")
+    now = rt.clock.now()
+    with db.atomic():
+        existing = Monitor.get_or_none(Monitor.id == monitor_id)
+        if existing is not None:
+            code = "monitor_exists" if existing.active else "cancelled"
+            raise Refused(code, f"monitor {monitor_id!r} exists already"
+                          + ("" if existing.active else " and is cancelled; bind a new id"))
+        Monitor.create(id=monitor_id, document=document, event_names=list(event_names),
+                       expires_at=now + ttl_s, window_s=window_s, approval_ttl_s=approval_ttl_s,
+                       grant_digest=digest(context), active=True, created_at=now)
+        audit(now, "bound", monitor_id)
+    return row(Monitor.get_by_id(monitor_id))
+
+
+def cancel(rt, monitor_id):
+    """Stop intake and end the monitor's open tasks (SPEC section 5, Cancel)."""
+    now = rt.clock.now()
+    with db.atomic():
+        monitor = Monitor.get_or_none(Monitor.id == monitor_id)
+        if monitor is None:
+            raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
+        Monitor.update(active=False, cancelled_at=now).where(
+            Monitor.id == monitor_id, Monitor.active == True).execute()  # noqa: E712
+        ended = 0
+        for task in Task.select(Task.key, Task.status, Task.write_possible).where(
+                Task.monitor == monitor_id, Task.status.in_(list(TASK_OPEN))):
+            unknown = task.status == "uncertain" or task.write_possible
+            move_task(task.key, [task.status], "cancelled", now, code="cancelled",
+                      outcome_unknown=unknown, parked=False)
+            ended += 1
+        audit(now, "cancelled", monitor_id)
+    return dict(row(Monitor.get_by_id(monitor_id)), tasks_cancelled=ended)
+
+
+def row(monitor):
+    """A monitor as the CLI shows it."""
+    return {"id": monitor.id, "document": monitor.document,
+            "event_names": monitor.event_names, "active": monitor.active,
+            "expires_at": monitor.expires_at, "window_s": monitor.window_s,
+            "approval_ttl_s": monitor.approval_ttl_s, "grant_digest": monitor.grant_digest}
+
+
+def listing():
+    """Every monitor, oldest first."""
+    return [row(m) for m in Monitor.select().order_by(Monitor.created_at)]

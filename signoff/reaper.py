@@ -1,0 +1,125 @@
+"""The reaper: finds what a crash orphaned and makes it claimable again.
+
+It runs at worker start and then every second from the worker's own loop (Huey's
+periodic tasks run at most once a minute). Each pass is safe to run in several
+processes at once: every change is a guarded UPDATE.
+"""
+
+from .leases import claimable_counts, expired_deliveries, expired_tasks
+from .lifecycle import RELEASED, Fenced, audit, bury, move_delivery, move_task, record_attempts, update_task
+from .models import Monitor, Task, db
+from .retry import decide
+
+WAKE_CAP = 4
+
+
+def reap(rt):
+    """One pass; returns counts of what it changed and woke."""
+    now = rt.clock.now()
+    summary = {"deliveries_released": 0, "tasks_released": 0, "expired": 0,
+               "parked": 0, "woken": 0}
+    for row in expired_deliveries(now):
+        summary["deliveries_released"] += _release_delivery(rt, row, now)
+    for task in expired_tasks(now):
+        summary["tasks_released"] += _release_task(rt, task, now)
+    summary["expired"], summary["parked"] = _expire(now)
+    summary["woken"] = _wake(rt, now)
+    return summary
+
+
+def _release_delivery(rt, row, now):
+    # The worker that held this lease died or hung: that was an attempt.
+    failures = dict(row.failures or {})
+    failures["read"] = failures.get("read", 0) + 1
+    delay = decide(failures["read"], "read", rt.config.retry)
+    try:
+        with db.atomic():
+            if delay is None:
+                move_delivery(row.id, ["processing"], "dead", now, row.lease_token,
+                              last_code="lease_expired", failures=failures, **RELEASED)
+                bury("delivery", row.id, "read", "lease_expired", row.attempts, now)
+                audit(now, "dead_letter", row.monitor, row.event_id)
+            else:
+                move_delivery(row.id, ["processing"], "retrying", now, row.lease_token,
+                              next_at=now + delay, last_code="lease_expired",
+                              failures=failures, **RELEASED)
+            record_attempts([{"kind": "delivery", "ref": str(row.id), "at": now, "step": "read",
+                              "code": "lease_expired", "worker": row.lease_owner}])
+    except Fenced:
+        return 0
+    return 1
+
+
+def _release_task(rt, task, now):
+    failures = dict(task.failures or {})
+    failures["submit"] = failures.get("submit", 0) + 1
+    delay = decide(failures["submit"], "submit", rt.config.retry)
+    active = ["approved", "uncertain"]
+    try:
+        with db.atomic():
+            if task.status not in active:
+                # Cancelled or ended while leased: only the lease is left to drop.
+                update_task(task.key, now, [task.status], task.lease_token, **RELEASED)
+            elif delay is None:
+                move_task(task.key, [task.status], "dead", now, task.lease_token,
+                          code="lease_expired", outcome_unknown=task.write_possible,
+                          failures=failures, **RELEASED)
+                bury("task", task.key, "submit", "lease_expired", task.attempts, now)
+                audit(now, "dead_letter", task.monitor, task_key=task.key)
+            else:
+                target = "uncertain" if task.write_possible else task.status
+                move_task(task.key, [task.status], target, now, task.lease_token,
+                          next_at=now + delay, code="lease_expired", failures=failures,
+                          **RELEASED)
+            record_attempts([{"kind": "task", "ref": task.key, "at": now, "step": "submit",
+                              "code": "lease_expired", "worker": task.lease_owner}])
+    except Fenced:
+        return 0
+    return 1
+
+
+def _expire(now):
+    expired = parked = 0
+    with db.atomic():
+        for task in Task.select(Task.key, Task.monitor).where(
+                Task.status == "ready", Task.approval_deadline <= now):
+            if _try(lambda: move_task(task.key, ["ready"], "expired", now, code="expired")):
+                expired += 1
+                audit(now, "expired", task.monitor, task_key=task.key)
+        gone = [m.id for m in Monitor.select(Monitor.id).where(Monitor.expires_at <= now,
+                                                               Monitor.active == True)]  # noqa: E712
+        if gone:
+            for task in Task.select().where(Task.monitor.in_(gone),
+                                            Task.status.in_(["ready", "approved", "uncertain"]),
+                                            Task.lease_token.is_null()):
+                if task.status == "uncertain" or task.write_possible:
+                    # It may have been written: say so and leave it to a human.
+                    if not task.parked:
+                        parked += _try(lambda: update_task(task.key, now, [task.status],
+                                                           parked=True, code="expired"))
+                else:
+                    if _try(lambda: move_task(task.key, [task.status], "expired", now,
+                                              code="expired")):
+                        expired += 1
+                        audit(now, "expired", task.monitor, task_key=task.key)
+    return expired, parked
+
+
+def _try(move):
+    try:
+        move()
+        return 1
+    except Fenced:
+        return 0
+
+
+def _wake(rt, now):
+    deliveries, tasks = claimable_counts(now)
+    if not (deliveries or tasks) or rt.wakers.pending():
+        return 0
+    batch = rt.config.batch_size
+    ingest = min(-(-deliveries // batch), WAKE_CAP)
+    submit = min(-(-tasks // batch), WAKE_CAP)
+    rt.wakers.ingest(ingest)
+    rt.wakers.submit(submit)
+    return ingest + submit

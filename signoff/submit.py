@@ -1,0 +1,187 @@
+"""The submit step: write an approved result exactly once and confirm it.
+
+For each claimed task: gate (with ``submit_review``) → the approved digest →
+the receipt under the task's key. Only when no receipt exists is the task
+marked "a write may now happen" (committed before the host is called), then
+submitted and the receipt read again. From that mark on, a crash or a timeout
+leaves the task ``uncertain``; its next try starts by reading the receipt under
+the same key. A new key is never minted.
+"""
+
+from dataclasses import dataclass
+
+from .canonical import digest
+from .errors import Blocked
+from .gate import SUBMIT_ACTIONS, gate
+from .leases import claim_tasks, renew
+from .lifecycle import RELEASED, TASK_ACTIVE, Fenced, bury, move_task, record_attempts, update_task
+from .models import Audit, Monitor, Task, db
+from .retry import decide
+
+
+# What the audit log says for outcomes whose code is an exception's name.
+AUDIT_CODES = {"dead": "dead_letter", "uncertain": "uncertain"}
+
+
+@dataclass
+class Outcome:
+    """What became of one task in this attempt."""
+
+    kind: str  # done, blocked, park, retry, uncertain, dead, write
+    code: str
+    step: str = "submit"
+    next_at: float | None = None
+    failures: dict | None = None
+
+
+def submit_batch(rt, owner):
+    """Claim and process one batch of due approved/uncertain tasks.
+
+    Returns ``(claimed, full)``; ``full`` means more may be waiting.
+    """
+    cfg = rt.config
+    now = rt.clock.now()
+    token, tasks = claim_tasks(now, owner, cfg.lease_ttl_s, cfg.batch_size)
+    if not tasks:
+        return 0, False
+    monitors = {m.id: m for m in Monitor.select().where(
+        Monitor.id.in_(list({t.monitor for t in tasks})))}
+    host = rt.host()
+    try:
+        context, context_error = host.context(), None
+    except Exception as exc:
+        context, context_error = None, exc
+    outcomes = {}
+    for task in tasks:
+        if context_error is not None:
+            outcomes[task.key] = failed(rt, task, context_error, now)
+        else:
+            outcomes[task.key] = precheck(rt, host, task, monitors.get(task.monitor), context)
+    to_write = [t for t in tasks if outcomes[t.key].kind == "write"]
+    if to_write:
+        marked = _mark_write_possible(rt, token, to_write)
+        renew_at = rt.clock.now() + cfg.lease_ttl_s / 2
+        for task in to_write:
+            if task.key not in marked:
+                outcomes[task.key] = Outcome("fenced", "fenced")
+                continue
+            t = rt.clock.now()
+            if t >= renew_at:
+                renew(Task, token, t, cfg.lease_ttl_s)
+                renew_at = t + cfg.lease_ttl_s / 2
+            task.write_possible = True
+            outcomes[task.key] = write(rt, host, task)
+    write_outcomes(rt, token, owner, tasks, outcomes)
+    return len(tasks), len(tasks) == cfg.batch_size
+
+
+def precheck(rt, host, task, monitor, context):
+    """Everything before a write may happen; ``kind == "write"`` means go ahead."""
+    refusal = gate(monitor, context, rt.clock.now(), SUBMIT_ACTIONS)
+    if refusal:
+        return Outcome("park", refusal, "gate")
+    if digest(task.result) != task.approved_digest:
+        return Outcome("blocked", "approval_mismatch", "verify")
+    try:
+        receipt = host.receipt(task.key)
+    except Blocked as exc:
+        return Outcome("blocked", exc.code, "confirm")
+    except Exception as exc:
+        return failed(rt, task, exc, rt.clock.now())
+    if receipt is None:
+        return Outcome("write", "write")
+    return confirm(receipt, task)
+
+
+def write(rt, host, task):
+    """Submit under the task's key and read the receipt back."""
+    try:
+        host.submit(task.key, task.record, task.result)
+        receipt = host.receipt(task.key)
+    except Blocked as exc:
+        return Outcome("blocked", exc.code)
+    except Exception as exc:
+        return failed(rt, task, exc, rt.clock.now())
+    if receipt is None:
+        return failed(rt, task, None, rt.clock.now(), code="no_receipt")
+    return confirm(receipt, task)
+
+
+def confirm(receipt, task):
+    """Compare a receipt with the approved result."""
+    if receipt == task.result:
+        return Outcome("done", "done", "confirm")
+    return Outcome("blocked", "receipt_mismatch", "confirm")
+
+
+def failed(rt, task, exc, now, code=None):
+    """A failed attempt: uncertain if a write may have happened, else a plain retry."""
+    code = code or type(exc).__name__
+    failures = dict(task.failures or {})
+    failures["submit"] = failures.get("submit", 0) + 1
+    delay = decide(failures["submit"], "submit", rt.config.retry)
+    if delay is None:
+        return Outcome("dead", code, failures=failures)
+    kind = "uncertain" if task.write_possible else "retry"
+    return Outcome(kind, code, next_at=now + delay, failures=failures)
+
+
+def _mark_write_possible(rt, token, tasks):
+    keys = [t.key for t in tasks]
+    now = rt.clock.now()
+    with db.atomic():
+        changed = Task.update(write_possible=True, updated_at=now).where(
+            Task.key.in_(keys), Task.lease_token == token,
+            Task.status.in_(list(TASK_ACTIVE))).execute()
+    if changed == len(keys):
+        return set(keys)
+    return {t.key for t in Task.select(Task.key).where(
+        Task.key.in_(keys), Task.lease_token == token, Task.write_possible == True)}  # noqa: E712
+
+
+def write_outcomes(rt, token, owner, tasks, outcomes):
+    """Persist every task outcome of a batch in one transaction, fenced."""
+    now = rt.clock.now()
+    audits, attempts = [], []
+    with db.atomic():
+        for task in tasks:
+            out = outcomes[task.key]
+            if out.kind == "fenced":
+                continue
+            try:
+                _apply(task, out, token, now)
+            except Fenced:
+                continue
+            attempts.append({"kind": "task", "ref": task.key, "at": now, "step": out.step,
+                             "code": out.code, "worker": owner})
+            if out.kind != "retry":
+                audits.append({"at": now, "monitor": task.monitor, "event_id": None,
+                               "task_key": task.key,
+                               "code": AUDIT_CODES.get(out.kind, out.code)})
+        record_attempts(attempts)
+        if audits:
+            Audit.insert_many(audits).execute()
+
+
+def _apply(task, out, token, now):
+    sources = list(TASK_ACTIVE)
+    failures = out.failures if out.failures is not None else task.failures
+    if out.kind == "done":
+        move_task(task.key, sources, "done", now, token, code=None, failures=failures, **RELEASED)
+    elif out.kind == "blocked":
+        move_task(task.key, sources, "blocked", now, token, code=out.code,
+                  failures=failures, **RELEASED)
+    elif out.kind == "park":
+        update_task(task.key, now, sources, token, parked=True, code=out.code, **RELEASED)
+    elif out.kind == "retry":
+        update_task(task.key, now, sources, token, next_at=out.next_at, code=out.code,
+                    failures=failures, **RELEASED)
+    elif out.kind == "uncertain":
+        move_task(task.key, sources, "uncertain", now, token, next_at=out.next_at,
+                  code=out.code, failures=failures, **RELEASED)
+    elif out.kind == "dead":
+        move_task(task.key, sources, "dead", now, token, code=out.code,
+                  outcome_unknown=task.write_possible, failures=failures, **RELEASED)
+        bury("task", task.key, out.step, out.code, task.attempts, now)
+    else:
+        raise ValueError(f"unknown outcome {out.kind}")

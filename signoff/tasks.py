@@ -1,0 +1,79 @@
+"""Huey tasks: the wake-ups that make workers ingest deliveries and submit tasks.
+
+A message carries nothing but "there is work": the rows say what. Huey deletes
+a message before running it, so a task that dies mid-way loses nothing but the
+wake-up, and the reaper sends another.
+"""
+
+import os
+import socket
+import threading
+import time
+
+from huey import RedisHuey, SqliteHuey
+
+from .errors import ConfigError
+
+# How long one wake-up keeps claiming batches before yielding its thread.
+SLICE_S = 1.0
+
+
+def make_queue(config):
+    """The Huey instance for ``config``: SQLite beside the state by default."""
+    url = config.queue_url
+    if url is None:
+        # The rows are the truth and lost wake-ups are re-sent by the reaper,
+        # so the queue file does not need its own fsync.
+        return SqliteHuey(name="signoff", filename=str(config.queue_path), fsync=False,
+                          results=False, timeout=30)
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        return RedisHuey(name="signoff", url=url, results=False)
+    raise ConfigError("bad_config", f"unsupported queue url {url!r}")
+
+
+def worker_name():
+    """This thread's name as it appears in leases and attempt history."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
+
+
+class Wakers:
+    """The two Huey tasks bound to one runtime, and how to send wake-ups."""
+
+    def __init__(self, queue, runtime):
+        self.queue = queue
+
+        @queue.task(name="signoff.ingest")
+        def ingest():
+            _drain_for_a_while(runtime.ingest_batch, self.ingest)
+
+        @queue.task(name="signoff.submit")
+        def submit():
+            _drain_for_a_while(runtime.submit_batch, self.submit)
+
+        self._ingest, self._submit = ingest, submit
+
+    def ingest(self, count=1):
+        """Send ``count`` wake-ups for waiting deliveries."""
+        for _ in range(count):
+            self._ingest()
+
+    def submit(self, count=1):
+        """Send ``count`` wake-ups for approved or uncertain tasks."""
+        for _ in range(count):
+            self._submit()
+
+    def pending(self):
+        """Wake-ups waiting in the queue."""
+        return self.queue.pending_count()
+
+
+def _drain_for_a_while(batch, wake_again):
+    deadline = time.monotonic() + SLICE_S
+    while True:
+        claimed, full = batch(worker_name())
+        if not full:
+            return
+        if time.monotonic() >= deadline:
+            # More is waiting: hand the rest to the next free thread.
+            wake_again()
+            return

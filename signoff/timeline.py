@@ -1,0 +1,57 @@
+"""Human renderings of a task's history and of the stats."""
+
+import time
+
+from .output import fmt
+
+
+def _clock(at):
+    return time.strftime("%H:%M:%S", time.gmtime(at)) + f".{int(at * 1000) % 1000:03d}"
+
+
+def render_task(t):
+    """``tasks show`` for people: the state in words, then the timeline."""
+    lines = [
+        f"task      {t['key']}",
+        f"state     {t['state']}",
+        f"record    {t['record_id']} v{t['version']} (monitor {t['monitor']})",
+        f"result    {fmt(t['result'])}",
+        f"digest    {t['digest']}",
+        f"approved  {fmt(t['approved_digest'])} by {fmt(t['approved_by'])}",
+        f"attempts  {t['attempts']}   outcome_unknown {fmt(t['outcome_unknown'])}",
+        "",
+        "timeline:",
+    ]
+    entries = [(a["at"], f"audit    {a['code']}") for a in t["audit"]]
+    entries += [(h["at"], f"attempt  {h['step']:<8} {h['code']:<16} {h['worker'] or ''}")
+                for h in t["history"]]
+    for at, text in sorted(entries, key=lambda e: e[0]):
+        lines.append(f"  {_clock(at)}  {text}")
+    if not entries:
+        lines.append("  (nothing yet)")
+    return "\n".join(lines)
+
+
+def render_stats(s):
+    """``stats`` for people."""
+    u = s["uncertain"]
+    rw = s["retries_waiting"]
+    due = "-" if rw["next_due_in_s"] is None else f"{rw['next_due_in_s']:.1f}s"
+    return "\n".join([
+        "deliveries  " + _pairs(s["deliveries"]),
+        "outcomes    " + _pairs(s["outcomes"]),
+        "tasks       " + _pairs(s["tasks"]),
+        f"in flight   deliveries {s['in_flight']['deliveries']}, tasks {s['in_flight']['tasks']}",
+        f"retrying    deliveries {rw['deliveries']}, tasks {rw['tasks']}, next due in {due}",
+        f"uncertain   now {u['now']}, parked (may have been written) {u['parked_may_be_written']}, "
+        f"recovered {u['recovered']}, outcome unknown {u['outcome_unknown']}",
+        f"parked      {s['parked']}",
+        f"dead        {s['dead_letters']['total']} ({s['dead_letters']['not_replayed']} not replayed)",
+        f"gaps        {s['stale_event_gaps']} stale event(s), {s['lease_expiries']} lease expiry(ies)",
+    ])
+
+
+def _pairs(counts):
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
+
+
