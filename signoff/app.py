@@ -118,6 +118,10 @@ class Signoff:
         """Approve a ready task whose result has ``digest``."""
         return approval.approve(self, key, digest, by)
 
+    def approve_many(self, items, by="operator"):
+        """Approve many ``(key, digest)`` pairs at once; a result or Refused for each."""
+        return approval.approve_many(self, items, by)
+
     def reject(self, key, reason=None):
         """Reject a ready task."""
         return approval.reject(self, key, reason)

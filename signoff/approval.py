@@ -27,20 +27,78 @@ def answer(task):
 
 def approve(rt, key, reviewed_digest, by):
     """Approve task ``key`` if ``reviewed_digest`` is the digest of its result."""
+    outcome = approve_many(rt, [(key, reviewed_digest)], by)[0]
+    if isinstance(outcome, Refused):
+        raise outcome
+    return outcome
+
+
+def approve_many(rt, items, by):
+    """Approve many ``(key, digest)`` pairs: one grant read, one transaction.
+
+    Returns, in order, the answer dict or the ``Refused`` for each pair; the
+    checks are exactly those of a single approval.
+    """
     now = rt.clock.now()
-    task = get_task(key)
-    if task.status in ("approved", "done") and task.approved_digest == reviewed_digest:
+    tasks = {t.key: t for t in Task.select().where(Task.key.in_([k for k, _ in items]))}
+    out, ready = [], []
+    for key, reviewed in items:
+        try:
+            out.append(_precheck(tasks.get(key), key, reviewed, now))
+        except Refused as exc:
+            out.append(exc)
+        if out[-1] is None:
+            ready.append(len(out) - 1)
+    if not ready:
+        return out
+    host = rt.host()
+    context = _with_retries(rt, host.context)
+    monitors = {m.id: m for m in Monitor.select().where(
+        Monitor.id.in_(list({tasks[items[i][0]].monitor for i in ready})))}
+    moves = []
+    for i in ready:
+        task = tasks[items[i][0]]
+        try:
+            _check_source(rt, host, task, monitors.get(task.monitor), context, now)
+            moves.append(i)
+        except Refused as exc:
+            out[i] = exc
+    with db.atomic():
+        for i in moves:
+            key, reviewed = items[i]
+            try:
+                move_task(key, ["ready"], "approved", now, approved_digest=reviewed,
+                          approved_by=by, approved_at=now, next_at=now, code=None)
+                audit(now, "approved", tasks[key].monitor, task_key=key)
+            except Fenced:
+                out[i] = Refused("not_ready", "the task moved on while it was being approved")
+    done = [i for i in moves if not isinstance(out[i], Refused)]
+    if done:
+        rt.wakers.submit(max(1, min(4, len(done) // rt.config.batch_size)))
+        fresh = {t.key: t for t in Task.select().where(Task.key.in_([items[i][0] for i in done]))}
+        for i in done:
+            out[i] = answer(fresh[items[i][0]])
+    return out
+
+
+def _precheck(task, key, reviewed, now):
+    """Checks that need no host: ``None`` means go on, a dict is the answer."""
+    if task is None:
+        raise Refused("unknown_task", f"no task with key {key!r}")
+    if task.status in ("approved", "done") and task.approved_digest == reviewed:
         return answer(task)
     if task.status == "ready" and task.approval_deadline is not None and now >= task.approval_deadline:
         _end(task, "expired", now)
         raise Refused("expired", "the approval deadline of this task has passed")
     if task.status != "ready":
         raise Refused("not_ready", f"task is {task.status}, not ready")
-    if reviewed_digest != task.digest:
+    if reviewed != task.digest:
         raise Refused("digest_mismatch", "the digest does not match the task's result")
-    host = rt.host()
-    monitor = Monitor.get_or_none(Monitor.id == task.monitor)
-    context = _with_retries(rt, host.context)
+    return None
+
+
+def _check_source(rt, host, task, monitor, context, now):
+    """Gate, re-read the source and run acceptance; refuse (and block) on failure."""
     refusal = gate(monitor, context, rt.clock.now(), INGEST_ACTIONS)
     if refusal:
         raise Refused(refusal, f"the monitor's gate refused: {refusal}")
@@ -55,15 +113,6 @@ def approve(rt, key, reviewed_digest, by):
     if problem:
         _block(task, "acceptance_failed", now)
         raise Refused("acceptance_failed", problem)
-    try:
-        with db.atomic():
-            move_task(key, ["ready"], "approved", now, approved_digest=reviewed_digest,
-                      approved_by=by, approved_at=now, next_at=now, code=None)
-            audit(now, "approved", task.monitor, task_key=key)
-    except Fenced:
-        raise Refused("not_ready", f"task is {get_task(key).status}, not ready") from None
-    rt.wakers.submit()
-    return answer(get_task(key))
 
 
 def acceptance(result, record):
