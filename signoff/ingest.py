@@ -46,7 +46,9 @@ def ingest_batch(rt, owner):
         return 0, False
     monitors = {m.id: m for m in Monitor.select().where(
         Monitor.id.in_(list({r.monitor for r in rows})))}
+    # Both key columns, so the lookup stays on the primary key as the inbox grows.
     consumed = {(i.monitor, i.event_id): i.task_key for i in Inbox.select().where(
+        Inbox.monitor.in_(list(monitors) or [""]),
         Inbox.event_id.in_(list({r.event_id for r in rows})))}
     host = rt.host()
     try:

@@ -105,7 +105,8 @@ class Task(BaseModel):
     updated_at = DoubleField()
 
     class Meta:
-        indexes = ((("status", "next_at"), False), (("monitor",), False))
+        indexes = ((("status", "next_at"), False), (("monitor",), False),
+                   (("lease_until",), False))
 
 
 class Attempt(BaseModel):
