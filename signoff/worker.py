@@ -41,6 +41,10 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
     rt = Signoff(home, clock=clock)
     if lease_ttl is not None:
         rt.config = replace(rt.config, lease_ttl_s=float(lease_ttl))
+    # A plug-in that does not load is the operator's to fix: say so now, once,
+    # instead of failing every attempt into the dead letters.
+    rt.host()
+    rt.drafter()
     logging.getLogger("huey").setLevel(logging.WARNING)
     consumer = rt.queue.create_consumer(workers=workers, worker_type="thread", periodic=False,
                                         max_delay=IDLE_POLL_S, initial_delay=0.05,
