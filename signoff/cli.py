@@ -1,13 +1,37 @@
 """The ``signoff`` command line (SPEC section 8): parse, call one function, print."""
 
 import functools
+import itertools
 import json
+import math
 import sys
 
 import click
 
 from .errors import SignoffError
 from .output import emit, fail, table
+
+
+INT64_MAX = 2**63 - 1
+INT64 = click.IntRange(-INT64_MAX - 1, INT64_MAX)  # what every database column can hold
+
+
+class Seconds(click.ParamType):
+    """A number of seconds: finite (``inf`` and ``nan`` are not durations)."""
+
+    name = "seconds"
+
+    def __init__(self, min=None):
+        self.number = click.FLOAT if min is None else click.FloatRange(min=min)
+
+    def convert(self, value, param, ctx):
+        rv = self.number.convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return rv
+
+
+SECONDS = Seconds()
 
 
 class Ctx:
@@ -27,7 +51,7 @@ class Ctx:
 
 
 def command(group, name=None, **kwargs):
-    """A subcommand with ``--json`` whose SignoffErrors become exit 1."""
+    """A subcommand with ``--json``; refusals and failures exit 1 with one line, no traceback."""
     def wrap(f):
         @group.command(name, **kwargs)
         @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
@@ -38,6 +62,17 @@ def command(group, name=None, **kwargs):
                 return f(obj, as_json, **params)
             except SignoffError as exc:
                 fail(exc.code, exc.message, as_json)
+            except (click.exceptions.ClickException, click.exceptions.Abort,
+                    click.exceptions.Exit, BrokenPipeError):
+                raise  # usage errors (exit 2), Ctrl-C and closed pipes are click's to report
+            except OSError as exc:
+                # e.g. a home or config path that is a folder, or not readable
+                fail("os_error", f"{type(exc).__name__}: {exc}", as_json)
+            except Exception as exc:
+                # One line, never a traceback: the command failed (exit 1).
+                from peewee import DatabaseError
+                code = "database_error" if isinstance(exc, DatabaseError) else "internal_error"
+                fail(code, f"{type(exc).__name__}: {exc}", as_json)
         return run
     return wrap
 
@@ -71,7 +106,7 @@ def host():
 @command(host, "record")
 @click.option("--id", "record_id", required=True)
 @click.option("--document")
-@click.option("--version", type=int)
+@click.option("--version", type=INT64)
 @click.option("--status")
 @click.option("--kind")
 @click.option("--tenant")
@@ -94,7 +129,7 @@ def host_material(obj, as_json, document, demo_date):
 @click.option("--user")
 @click.option("--doc", "docs", multiple=True)
 @click.option("--action", "actions", multiple=True)
-@click.option("--revision", type=int)
+@click.option("--revision", type=INT64)
 def host_grant(obj, as_json, tenant, user, docs, actions, revision):
     """Change the current grant context; options not given keep their value."""
     grant = obj.reference_host().put_grant(tenant=tenant, user=user, docs=list(docs) or None,
@@ -104,7 +139,7 @@ def host_grant(obj, as_json, tenant, user, docs, actions, revision):
 
 @command(host, "fault")
 @click.argument("name")
-@click.option("--times", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--times", type=click.IntRange(min=1, max=INT64_MAX), default=1, show_default=True)
 def host_fault(obj, as_json, name, times):
     """Arm a fault (read-timeout, lose-ack, bad-receipt), or `clear` them all."""
     ref = obj.reference_host()
@@ -135,9 +170,9 @@ MONITOR_COLUMNS = ["id", "document", "event_names", "active", "expires_at", "win
 @click.option("--id", "monitor_id", default="default", show_default=True)
 @click.option("--document", required=True)
 @click.option("--event", "events", multiple=True, help="Event name (repeatable).")
-@click.option("--ttl", type=float, default=24 * 3600, show_default=True, help="Seconds.")
-@click.option("--window", type=float, default=60, show_default=True, help="Seconds.")
-@click.option("--approval-ttl", type=float, default=None, help="Seconds.")
+@click.option("--ttl", type=SECONDS, default=24 * 3600, show_default=True, help="Seconds.")
+@click.option("--window", type=SECONDS, default=60, show_default=True, help="Seconds.")
+@click.option("--approval-ttl", type=SECONDS, default=None, help="Seconds.")
 def monitor_bind(obj, as_json, monitor_id, document, events, ttl, window, approval_ttl):
     """Bind a monitor from the host's current grant."""
     from .monitors import DEFAULT_EVENTS
@@ -181,6 +216,11 @@ def _enqueue(rt, source, monitor_id, as_json):
             click.echo(f"\r{lines} lines read", err=True, nl=False)
 
     results = rt.enqueue(source, monitor_id, progress=progress)
+    # The first step runs the whole-call checks (an unknown monitor refuses
+    # everything), so it happens before anything is printed: a refusal is then
+    # the only JSON document on stdout.
+    head = next(results, None)
+    results = itertools.chain([] if head is None else [head], results)
     accepted = rejected = 0
     first = True
     if as_json:
@@ -207,7 +247,7 @@ def _enqueue(rt, source, monitor_id, as_json):
 @command(main)
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--drain", is_flag=True, help="Exit 0 once nothing can still progress.")
-@click.option("--lease-ttl", type=click.FloatRange(min=0.1), default=None,
+@click.option("--lease-ttl", type=Seconds(min=0.1), default=None,
               help="Lease seconds (default from signoff.toml, 30).")
 def worker(obj, as_json, workers, drain, lease_ttl):
     """Run the worker until SIGTERM/SIGINT (or, with --drain, until idle)."""
@@ -221,7 +261,7 @@ def worker(obj, as_json, workers, drain, lease_ttl):
 
 @command(main)
 @click.option("--status", default=None)
-@click.option("--limit", type=click.IntRange(min=1), default=None)
+@click.option("--limit", type=click.IntRange(min=1, max=INT64_MAX), default=None)
 def events(obj, as_json, status, limit):
     """Deliveries and what became of them."""
     rows = obj.open().events(status=status, limit=limit)
@@ -294,7 +334,7 @@ def dlq_list(obj, as_json):
 
 
 @command(dlq, "replay")
-@click.argument("letter_id", type=int)
+@click.argument("letter_id", type=click.IntRange(min=0, max=INT64_MAX))
 def dlq_replay(obj, as_json, letter_id):
     """Queue a dead letter again with a fresh budget and the same keys."""
     emit(obj.open().replay(letter_id), as_json,
@@ -304,7 +344,7 @@ def dlq_replay(obj, as_json, letter_id):
 # -- operator views ---------------------------------------------------------
 
 @command(main)
-@click.option("--limit", type=click.IntRange(min=1), default=None)
+@click.option("--limit", type=click.IntRange(min=1, max=INT64_MAX), default=None)
 def audit(obj, as_json, limit):
     """The audit log: identifiers and codes, never content."""
     emit(obj.open().audit(limit=limit), as_json, lambda rows: table(rows, [
@@ -319,7 +359,7 @@ def stats(obj, as_json):
 
 
 @command(main)
-@click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True)
+@click.option("--interval", type=Seconds(min=0.1), default=1.0, show_default=True)
 def watch(obj, as_json, interval):
     """A live view that refreshes until Ctrl-C (--json: one snapshot per line)."""
     from .watch import watch as run_watch

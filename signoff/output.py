@@ -1,6 +1,7 @@
 """How the CLI prints: tables for people, one JSON document for scripts."""
 
 import json
+import math
 import sys
 import time
 
@@ -14,7 +15,10 @@ def fmt(value):
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float) and value > 1e9:
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(value))
+        try:
+            return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(value))
+        except (OverflowError, OSError, ValueError):  # past what the platform can show
+            return str(value)
     if isinstance(value, (list, dict)):
         return json.dumps(value, ensure_ascii=False)
     return str(value)
@@ -33,14 +37,30 @@ def table(rows, columns, short=()):
     return "\n".join(lines)
 
 
+def dumps(data):
+    """``data`` as a JSON document (``inf``/``nan``, which JSON lacks, become null)."""
+    try:
+        return json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(data), ensure_ascii=False, indent=2, allow_nan=False)
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def emit(data, as_json, human=None):
     """Print ``data`` as JSON, or as ``human(data)`` text."""
-    if as_json:
-        click.echo(json.dumps(data, ensure_ascii=False, indent=2))
-    elif human is not None:
-        click.echo(human(data))
+    if as_json or human is None:
+        click.echo(dumps(data))
     else:
-        click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+        click.echo(human(data))
 
 
 def fail(code, message, as_json):
