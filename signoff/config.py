@@ -104,7 +104,7 @@ def load_config(home):
         raise NoHome("no_home", f"no signoff home at {home}: run `signoff init` first")
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
         raise ConfigError("bad_config", f"{path}: {exc}") from None
     return _build(home, raw, path)
 
@@ -120,7 +120,8 @@ def _typed(table, key, kind, default, path, section):
     value = table.get(key, default)
     ok = isinstance(value, kind) and not isinstance(value, bool)
     if not ok and value is not None:
-        raise ConfigError("bad_config", f"{path}: {section}.{key} must be {kind.__name__ if isinstance(kind, type) else 'a number'}")
+        wanted = {str: "a string", int: "an integer"}.get(kind, "a number")
+        raise ConfigError("bad_config", f"{path}: {section}.{key} must be {wanted}")
     return value
 
 
