@@ -141,10 +141,10 @@ def test_config_that_cannot_be_read_is_one_line_error(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     (home / "signoff.toml").mkdir()  # a folder where the file should be
-    refused(home, "tasks", "list", code="os_error")
+    refused(home, "tasks", "list", code="bad_config")
     human = invoke(home, "tasks", "list")
     assert human.exit_code == 1
-    assert human.stderr.startswith("error: os_error: ")
+    assert human.stderr.startswith("error: bad_config: ")
     assert len(human.stderr.strip().splitlines()) == 1
 
 
