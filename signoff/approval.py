@@ -7,8 +7,8 @@ its only callers.
 from .canonical import digest
 from .errors import Blocked, Refused
 from .gate import INGEST_ACTIONS, gate
-from .lifecycle import Fenced, audit, move_task, update_task
-from .models import Monitor, Task, db
+from .lifecycle import Fenced, audit, move_task, move_tasks, update_task
+from .models import Audit, Monitor, Task, db, insert_rows
 from .retry import TRANSIENT, backoff
 
 
@@ -63,19 +63,24 @@ def approve_many(rt, items, by):
             moves.append(i)
         except Refused as exc:
             out[i] = exc
+    first = {}  # a key given twice is approved once; the repeat is refused as moved on
+    for i in moves:
+        first.setdefault(items[i][0], i)
     with db.atomic():
-        for i in moves:
-            key, reviewed = items[i]
-            try:
-                move_task(key, ["ready"], "approved", now, approved_digest=reviewed,
-                          approved_by=by, approved_at=now, next_at=now, code=None)
-                audit(now, "approved", tasks[key].monitor, task_key=key)
-            except Fenced:
-                out[i] = Refused("not_ready", "the task moved on while it was being approved")
+        # One guarded UPDATE (still ready) for all, then their audit rows.
+        moved = move_tasks(first, ["ready"], "approved", now,
+                           per_row={"approved_digest": {k: items[i][1] for k, i in first.items()}},
+                           approved_by=by, approved_at=now, next_at=now, code=None)
+        insert_rows(Audit, [{"at": now, "code": "approved", "monitor": tasks[k].monitor,
+                             "event_id": None, "task_key": k} for k in first if k in moved])
+    for i in moves:
+        if first[items[i][0]] != i or items[i][0] not in moved:
+            out[i] = Refused("not_ready", "the task moved on while it was being approved")
     done = [i for i in moves if not isinstance(out[i], Refused)]
     if done:
         rt.wakers.submit(max(1, min(4, len(done) // rt.config.batch_size)))
-        fresh = {t.key: t for t in Task.select().where(Task.key.in_([items[i][0] for i in done]))}
+        fresh = {t.key: t for t in Task.select(Task.key, Task.status, Task.approved_digest).where(
+            Task.key.in_([items[i][0] for i in done]))}
         for i in done:
             out[i] = answer(fresh[items[i][0]])
     return out

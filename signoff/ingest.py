@@ -7,13 +7,13 @@ batch is written in one transaction, each write fenced by the lease token.
 
 from dataclasses import dataclass, field
 
-from .canonical import digest, task_key
+from .canonical import canonical, digest, task_key
 from .errors import Blocked, InvalidEvent
 from .events import validate
 from .gate import gate
-from .leases import claim_deliveries, renew
-from .lifecycle import RELEASED, Fenced, bury, move_delivery, record_attempts
-from .models import Audit, Delivery, Inbox, Monitor, Task, db
+from .leases import claim_deliveries, claimed_alone, renew
+from .lifecycle import RELEASED, Fenced, bury, move_deliveries, move_delivery, record_attempts
+from .models import Audit, Delivery, Inbox, Monitor, Task, db, insert_rows
 from .retry import decide
 
 FUTURE_TOLERANCE_S = 5
@@ -69,7 +69,7 @@ def ingest_batch(rt, owner):
             consumed[(row.monitor, row.event_id)] = outcome.task_key
         outcomes.append(outcome)
     write_outcomes(rt, token, owner, rows, outcomes)
-    return len(rows), len(rows) == cfg.batch_size
+    return len(rows), len(rows) == cfg.batch_size or claimed_alone(rows)
 
 
 def examine(rt, host, row, monitor, context, consumed, now):
@@ -147,15 +147,24 @@ def _check_draft(drafted):
 
 
 def write_outcomes(rt, token, owner, rows, outcomes):
-    """Persist a batch's outcomes in one transaction; fenced rows are skipped."""
+    """Persist a batch's outcomes in one transaction; fenced rows are skipped.
+
+    Final outcomes take a few statements per batch (see ``_finish``); retries
+    and dead letters are written row by row.
+    """
     now = rt.clock.now()
     audits, attempts = [], []
     with db.atomic():
+        kept = _finish(rows, outcomes, token, now)
         for row, out in zip(rows, outcomes):
-            try:
-                _apply(row, out, token, now)
-            except Fenced:
-                continue  # another worker owns this delivery now
+            if out.kind == "final":
+                if row.id not in kept:
+                    continue  # another worker owns this delivery now
+            else:
+                try:
+                    _apply(row, out, token, now)
+                except Fenced:
+                    continue
             attempts.append({"kind": "delivery", "ref": str(row.id), "at": now,
                              "step": out.step, "code": out.code, "worker": owner})
             if out.kind != "retry":
@@ -163,8 +172,53 @@ def write_outcomes(rt, token, owner, rows, outcomes):
                                "task_key": out.task_key,
                                "code": "dead_letter" if out.kind == "dead" else out.code})
         record_attempts(attempts)
-        if audits:
-            Audit.insert_many(audits).execute()
+        insert_rows(Audit, audits)
+
+
+def _finish(rows, outcomes, token, now):
+    """Write a batch's final outcomes; returns the ids that were still ours.
+
+    One guarded UPDATE per group of equal values moves the deliveries to
+    ``done`` (each row fenced by the token, as ``move_delivery`` does), then the
+    inbox rows and the new tasks are inserted in bulk. An inbox row another
+    worker wrote first turns that delivery into a duplicate, as in ``_apply``.
+    """
+    groups = {}
+    for row, out in zip(rows, outcomes):
+        if out.kind == "final":
+            failures = out.failures or row.failures
+            group = groups.setdefault((out.code, canonical(failures)), (failures, {}))
+            group[1][row.id] = out.task_key
+    kept = set()
+    for (code, _), (failures, keys) in groups.items():
+        kept |= move_deliveries(keys, ["processing"], "done", now, token,
+                                per_row={"task_key": keys}, outcome=code, last_code=code,
+                                failures=failures, **RELEASED)
+    consumed = [(row, out) for row, out in zip(rows, outcomes)
+                if out.kind == "final" and out.consume and row.id in kept]
+    if not consumed:
+        return kept
+    inserted = set(insert_rows(Inbox, [
+        {"monitor": row.monitor, "event_id": row.event_id, "outcome": out.code,
+         "task_key": out.task_key, "at": now} for row, out in consumed
+    ], ignore_conflicts=True, returning=("monitor", "event_id")))
+    tasks = []
+    for row, out in consumed:
+        if (row.monitor, row.event_id) not in inserted:
+            _lost_race(row, out)
+        elif out.task is not None:
+            tasks.append(out.task)
+    if tasks:
+        insert_rows(Task, tasks, ignore_conflicts=True)
+    return kept
+
+
+def _lost_race(row, out):
+    # Another worker consumed this event id after our batch looked.
+    first = Inbox.get(Inbox.monitor == row.monitor, Inbox.event_id == row.event_id)
+    out.code, out.task_key, out.consume, out.task = "duplicate", first.task_key, False, None
+    Delivery.update(outcome="duplicate", task_key=first.task_key,
+                    last_code="duplicate").where(Delivery.id == row.id).execute()
 
 
 def _apply(row, out, token, now):

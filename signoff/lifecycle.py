@@ -6,7 +6,9 @@ row changed means the move did not happen (another worker, a cancel or a
 human got there first) and the caller must not act on it.
 """
 
-from .models import Attempt, Audit, DeadLetter, Delivery, Task
+from peewee import Case
+
+from .models import Attempt, Audit, DeadLetter, Delivery, Task, insert_rows
 
 DELIVERY_EDGES = {
     ("queued", "processing"), ("retrying", "processing"),
@@ -73,6 +75,37 @@ def move_delivery(delivery_id, sources, target, now, token=None, **fields):
         raise Fenced(delivery_id)
 
 
+def move_deliveries(ids, sources, target, now, token, per_row=None, **fields):
+    """Move many deliveries at once under the rules of ``move_delivery``.
+
+    One guarded UPDATE: each row must still be in one of ``sources`` and carry
+    ``token``. ``per_row`` maps a field to ``{delivery id: value}`` for values
+    that differ by row. Returns the ids that moved; the others are fenced.
+    """
+    _check(DELIVERY_EDGES, sources, target)
+    return _move_many(Delivery, Delivery.id, ids, sources, target, now, token, per_row, fields)
+
+
+def move_tasks(keys, sources, target, now, token=None, per_row=None, **fields):
+    """Move many tasks at once under the rules of ``move_task``; returns the keys moved."""
+    _check(TASK_EDGES, sources, target)
+    return _move_many(Task, Task.key, keys, sources, target, now, token, per_row, fields)
+
+
+def _move_many(model, pk, ids, sources, target, now, token, per_row, fields):
+    ids = list(ids)
+    if not ids:
+        return set()
+    for name, values in (per_row or {}).items():
+        distinct = set(values.values())
+        fields[name] = distinct.pop() if len(distinct) == 1 else Case(pk, list(values.items()))
+    query = model.update(status=target, updated_at=now, **fields).where(
+        pk.in_(ids), model.status.in_(list(sources)))
+    if token is not None:
+        query = query.where(model.lease_token == token)
+    return {moved for (moved,) in query.returning(pk).tuples().execute()}
+
+
 RELEASED = {"lease_owner": None, "lease_until": None, "lease_token": None}
 
 
@@ -84,8 +117,7 @@ def audit(now, code, monitor=None, event_id=None, task_key=None):
 
 def record_attempts(rows):
     """Insert attempt history rows: dicts of kind, ref, at, step, code, worker."""
-    if rows:
-        Attempt.insert_many(rows).execute()
+    insert_rows(Attempt, rows)
 
 
 def bury(kind, ref, step, code, attempts, now):

@@ -150,6 +150,13 @@ class DeadLetter(BaseModel):
     note = TextField(null=True)
 
 
+# A row whose last lease expired without an outcome (a "suspect", see
+# leases.py) is looked for first at every claim: a small partial index finds
+# the few there are without reading the waiting rows.
+Delivery.add_index(Delivery.index(Delivery.next_at, name="delivery_suspect",
+                                  where=(Delivery.last_code == "lease_expired")))
+Task.add_index(Task.index(Task.next_at, name="task_suspect", where=(Task.code == "lease_expired")))
+
 MODELS = [Monitor, Delivery, Inbox, Task, Attempt, Audit, DeadLetter]
 
 
@@ -183,3 +190,49 @@ def create_schema():
 def is_sqlite():
     """True when the state database is SQLite (the claim statement differs)."""
     return isinstance(db.obj, SqliteDatabase)
+
+
+MAX_PARAMS = 30_000  # below SQLite's 32,766 bound parameters per statement
+
+
+def insert_rows(model, rows, ignore_conflicts=False, returning=()):
+    """Insert dicts into ``model`` in as few statements as the parameter limit allows.
+
+    Writes what ``model.insert_many(rows)`` writes (field defaults included),
+    without building a query tree per value, which for a batch of dozens of rows
+    is most of the cost. ``ignore_conflicts`` skips rows that hit a unique key
+    (``ON CONFLICT DO NOTHING``); ``returning`` names fields to return for the
+    rows actually inserted.
+    """
+    if not rows:
+        return []
+    database = db.obj
+    sqlite = isinstance(database, SqliteDatabase)
+    defaults = {f.name: d for f, d in model._meta.defaults.items() if f.name not in rows[0]}
+    fields = [model._meta.fields[name] for name in (*rows[0], *defaults)]
+    holders, convert = [], []
+    for f in fields:
+        if sqlite and isinstance(f, JSONField):
+            # As JSONField stores on SQLite: json(text), JSON-typed; None is NULL.
+            holders.append(f"json({database.param})")
+            convert.append(lambda v, dumps=f._dumps: None if v is None else dumps(v))
+        else:
+            holders.append(database.param)
+            convert.append(f.db_value)
+    sql = (f'INSERT INTO "{model._meta.table_name}" ('
+           + ", ".join(f'"{f.column_name}"' for f in fields) + ") VALUES ")
+    tail = " ON CONFLICT DO NOTHING" if ignore_conflicts else ""
+    if returning:
+        tail += " RETURNING " + ", ".join(f'"{model._meta.fields[n].column_name}"' for n in returning)
+    one = "(" + ", ".join(holders) + ")"
+    fixed = {name: d() if callable(d) else d for name, d in defaults.items()}
+    per = max(1, MAX_PARAMS // len(fields))
+    out = []
+    for lo in range(0, len(rows), per):
+        chunk = rows[lo:lo + per]
+        params = [c(r[f.name] if f.name in r else fixed[f.name])
+                  for r in chunk for f, c in zip(fields, convert)]
+        cursor = database.execute_sql(sql + ", ".join([one] * len(chunk)) + tail, params)
+        if returning:
+            out.extend(tuple(row) for row in cursor.fetchall())
+    return out

@@ -10,12 +10,13 @@ the same key. A new key is never minted.
 
 from dataclasses import dataclass
 
-from .canonical import digest
+from .canonical import canonical, digest
 from .errors import Blocked
 from .gate import SUBMIT_ACTIONS, gate
-from .leases import claim_tasks, renew
-from .lifecycle import RELEASED, TASK_ACTIVE, Fenced, bury, move_task, record_attempts, update_task
-from .models import Audit, Monitor, Task, db
+from .leases import claim_tasks, claimed_alone, renew
+from .lifecycle import (RELEASED, TASK_ACTIVE, Fenced, bury, move_task, move_tasks,
+                        record_attempts, update_task)
+from .models import Audit, Monitor, Task, db, insert_rows
 from .retry import decide
 
 
@@ -52,7 +53,14 @@ def submit_batch(rt, owner):
     except Exception as exc:
         context, context_error = None, exc
     outcomes = {}
+    # Receipt reads take host time too: keep the lease while they run, or a long
+    # batch loses it before a single write and is redone forever.
+    renew_at = now + cfg.lease_ttl_s / 2
     for task in tasks:
+        t = rt.clock.now()
+        if t >= renew_at:
+            renew(Task, token, t, cfg.lease_ttl_s)
+            renew_at = t + cfg.lease_ttl_s / 2
         if context_error is not None:
             outcomes[task.key] = failed(rt, task, context_error, now)
         else:
@@ -60,7 +68,6 @@ def submit_batch(rt, owner):
     to_write = [t for t in tasks if outcomes[t.key].kind == "write"]
     if to_write:
         marked = _mark_write_possible(rt, token, to_write)
-        renew_at = rt.clock.now() + cfg.lease_ttl_s / 2
         for task in to_write:
             if task.key not in marked:
                 outcomes[task.key] = Outcome("fenced", "fenced")
@@ -72,7 +79,7 @@ def submit_batch(rt, owner):
             task.write_possible = True
             outcomes[task.key] = write(rt, host, task)
     write_outcomes(rt, token, owner, tasks, outcomes)
-    return len(tasks), len(tasks) == cfg.batch_size
+    return len(tasks), len(tasks) == cfg.batch_size or claimed_alone(tasks)
 
 
 def precheck(rt, host, task, monitor, context):
@@ -144,14 +151,19 @@ def write_outcomes(rt, token, owner, tasks, outcomes):
     now = rt.clock.now()
     audits, attempts = [], []
     with db.atomic():
+        kept = _finish(tasks, outcomes, token, now)
         for task in tasks:
             out = outcomes[task.key]
             if out.kind == "fenced":
                 continue
-            try:
-                _apply(task, out, token, now)
-            except Fenced:
-                continue
+            if out.kind == "done":
+                if task.key not in kept:
+                    continue  # another worker owns this task now
+            else:
+                try:
+                    _apply(task, out, token, now)
+                except Fenced:
+                    continue
             attempts.append({"kind": "task", "ref": task.key, "at": now, "step": out.step,
                              "code": out.code, "worker": owner})
             if out.kind != "retry":
@@ -159,8 +171,26 @@ def write_outcomes(rt, token, owner, tasks, outcomes):
                                "task_key": task.key,
                                "code": AUDIT_CODES.get(out.kind, out.code)})
         record_attempts(attempts)
-        if audits:
-            Audit.insert_many(audits).execute()
+        insert_rows(Audit, audits)
+
+
+def _finish(tasks, outcomes, token, now):
+    """Move the batch's ``done`` tasks: one guarded UPDATE per group of equal values.
+
+    Each row is fenced by the token as ``move_task`` fences it; returns the keys
+    that were still ours.
+    """
+    groups = {}
+    for task in tasks:
+        out = outcomes[task.key]
+        if out.kind == "done":
+            failures = out.failures if out.failures is not None else task.failures
+            groups.setdefault(canonical(failures), (failures, []))[1].append(task.key)
+    kept = set()
+    for failures, keys in groups.values():
+        kept |= move_tasks(keys, list(TASK_ACTIVE), "done", now, token, code=None,
+                           failures=failures, **RELEASED)
+    return kept
 
 
 def _apply(task, out, token, now):
