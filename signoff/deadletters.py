@@ -27,18 +27,20 @@ def replay(rt, letter_id):
     letter = DeadLetter.get_or_none(DeadLetter.id == letter_id)
     if letter is None:
         raise Refused("unknown_dead_letter", f"no dead letter {letter_id}")
+    # A row that died with its worker stays a suspect (see leases.SUSPECT): it
+    # is claimed alone, so it cannot take a batch down with it again.
     try:
         with db.atomic():
             if letter.kind == "delivery":
                 delivery = Delivery.get_by_id(int(letter.ref))
-                move_delivery(delivery.id, ["dead"], "queued", now, failures={},
-                              next_at=now, last_code="replayed")
+                move_delivery(delivery.id, ["dead"], "queued", now, failures={}, next_at=now,
+                              last_code="lease_expired" if letter.code == "lease_expired" else "replayed")
                 audit(now, "replayed", delivery.monitor, delivery.event_id)
             else:
                 task = Task.get_by_id(letter.ref)
                 target = "uncertain" if task.write_possible else "approved"
-                move_task(task.key, ["dead"], target, now, failures={}, next_at=now,
-                          parked=False, code="replayed")
+                move_task(task.key, ["dead"], target, now, failures={}, next_at=now, parked=False,
+                          code="lease_expired" if letter.code == "lease_expired" else "replayed")
                 audit(now, "replayed", task.monitor, task_key=task.key)
             DeadLetter.update(replayed=DeadLetter.replayed + 1).where(
                 DeadLetter.id == letter_id).execute()

@@ -7,7 +7,7 @@ processes at once: every change is a guarded UPDATE.
 
 from .leases import claimable_counts, expired_deliveries, expired_tasks
 from .lifecycle import RELEASED, Fenced, audit, bury, move_delivery, move_task, record_attempts, update_task
-from .models import Monitor, Task, db
+from .models import Delivery, Monitor, Task, db
 from .retry import decide
 
 WAKE_CAP = 4
@@ -34,6 +34,7 @@ def _release_delivery(rt, row, now):
     delay = decide(failures["read"], "read", rt.config.retry)
     try:
         with db.atomic():
+            _still_expired(Delivery, Delivery.id == row.id, row.lease_token, now)
             if delay is None:
                 move_delivery(row.id, ["processing"], "dead", now, row.lease_token,
                               last_code="lease_expired", failures=failures, **RELEASED)
@@ -57,6 +58,7 @@ def _release_task(rt, task, now):
     active = ["approved", "uncertain"]
     try:
         with db.atomic():
+            _still_expired(Task, Task.key == task.key, task.lease_token, now)
             if task.status not in active:
                 # Cancelled or ended while leased: only the lease is left to drop.
                 update_task(task.key, now, [task.status], task.lease_token, **RELEASED)
@@ -76,6 +78,13 @@ def _release_task(rt, task, now):
     except Fenced:
         return 0
     return 1
+
+
+def _still_expired(model, which, token, now):
+    # The holder may have renewed since the row was read; its lease stands then.
+    if not model.select().where(which, model.lease_token == token,
+                                model.lease_until < now).exists():
+        raise Fenced(token)
 
 
 def _expire(now):
