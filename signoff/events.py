@@ -6,7 +6,7 @@ is dropped here, before anything is stored, queued or logged.
 
 import json
 import unicodedata
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from .errors import InvalidEvent
 
@@ -28,7 +28,8 @@ class Event:
     occurred: int
 
     def as_dict(self):
-        return asdict(self)
+        return {"event_id": self.event_id, "name": self.name, "document": self.document,
+                "record_id": self.record_id, "occurred": self.occurred}
 
 
 def check_label(field, value):
@@ -37,6 +38,8 @@ def check_label(field, value):
         raise InvalidEvent(f"{field}: must be a string")
     if not 1 <= len(value) <= MAX_LABEL:
         raise InvalidEvent(f"{field}: must be 1-{MAX_LABEL} characters")
+    if value.isascii() and value.isprintable():
+        return value  # no control character, no surrogate: the loop below would pass
     for ch in value:
         if "\ud800" <= ch <= "\udfff":
             raise InvalidEvent(f"{field}: contains a lone surrogate")

@@ -181,7 +181,7 @@ def _finish(rows, outcomes, token, now):
     One guarded UPDATE per group of equal values moves the deliveries to
     ``done`` (each row fenced by the token, as ``move_delivery`` does), then the
     inbox rows and the new tasks are inserted in bulk. An inbox row another
-    worker wrote first turns that delivery into a duplicate, as in ``_apply``.
+    worker wrote first turns that delivery into a duplicate of its task.
     """
     groups = {}
     for row, out in zip(rows, outcomes):
@@ -222,28 +222,14 @@ def _lost_race(row, out):
 
 
 def _apply(row, out, token, now):
+    """Write a retry or a dead letter (final outcomes go through ``_finish``)."""
     failures = out.failures or row.failures
     if out.kind == "retry":
         move_delivery(row.id, ["processing"], "retrying", now, token, next_at=out.next_at,
                       last_code=out.code, failures=failures, **RELEASED)
-        return
-    if out.kind == "dead":
+    elif out.kind == "dead":
         move_delivery(row.id, ["processing"], "dead", now, token, last_code=out.code,
                       failures=failures, **RELEASED)
         bury("delivery", row.id, out.step, out.code, row.attempts, now)
-        return
-    move_delivery(row.id, ["processing"], "done", now, token, outcome=out.code,
-                  task_key=out.task_key, last_code=out.code, failures=failures, **RELEASED)
-    if not out.consume:
-        return
-    inserted = Inbox.insert(monitor=row.monitor, event_id=row.event_id, outcome=out.code,
-                            task_key=out.task_key, at=now).on_conflict_ignore().as_rowcount().execute()
-    if not inserted:
-        # Another worker consumed this event id after our batch looked.
-        first = Inbox.get(Inbox.monitor == row.monitor, Inbox.event_id == row.event_id)
-        out.code, out.task_key, out.consume, out.task = "duplicate", first.task_key, False, None
-        Delivery.update(outcome="duplicate", task_key=first.task_key,
-                        last_code="duplicate").where(Delivery.id == row.id).execute()
-        return
-    if out.task is not None:
-        Task.insert(**out.task).on_conflict_ignore().execute()
+    else:
+        raise ValueError(f"unexpected outcome kind {out.kind!r}")

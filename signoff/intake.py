@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .errors import InvalidEvent, Refused
 from .events import read_events
-from .models import Audit, Delivery, Monitor, db
+from .models import Audit, Delivery, Monitor, db, insert_rows
 
 CHUNK = 2000
 
@@ -63,11 +63,11 @@ def _store(rt, monitor_id, chunk):
         if good:
             rows = [dict(ev.as_dict(), monitor=monitor_id, status="queued", next_at=now,
                          accepted_at=now, updated_at=now, failures={}) for _, ev in good]
-            ids = [r[0] for r in Delivery.insert_many(rows).returning(Delivery.id).tuples().execute()]
+            ids = [r[0] for r in insert_rows(Delivery, rows, returning=("id",))]
         if bad:
             # One row per bad line, and nothing from the line itself.
-            Audit.insert_many([{"at": now, "monitor": monitor_id, "event_id": None,
-                                "task_key": None, "code": "invalid_event"}] * len(bad)).execute()
+            insert_rows(Audit, [{"at": now, "monitor": monitor_id, "event_id": None,
+                                 "task_key": None, "code": "invalid_event"}] * len(bad))
     if good:
         rt.wakers.ingest(min(-(-len(good) // rt.config.batch_size), 2))
     by_line = {n: ev for n, ev in bad}

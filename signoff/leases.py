@@ -9,7 +9,7 @@ lease cannot overwrite the one that took over.
 import uuid
 
 
-from .lifecycle import TASK_ACTIVE
+from .lifecycle import TASK_ACTIVE, key_in
 from .models import Delivery, Task, db, is_sqlite
 
 
@@ -63,13 +63,14 @@ def claim_deliveries(now, owner, ttl, limit):
 
 def _claim_deliveries(waiting, limit, owner, token, now, ttl, suspects):
     if is_sqlite():
-        ids = _sqlite_pick(Delivery, suspects, now, limit)
+        chosen = key_in(Delivery.id, _sqlite_pick(Delivery, suspects, now, limit))
     else:
-        ids = _lock(Delivery.select(Delivery.id).where(waiting).order_by(Delivery.id).limit(limit))
+        chosen = Delivery.id.in_(_lock(Delivery.select(Delivery.id).where(waiting)
+                                       .order_by(Delivery.id).limit(limit)))
     return list(Delivery.update(
         status="processing", lease_owner=owner, lease_until=now + ttl,
         lease_token=token, attempts=Delivery.attempts + 1, updated_at=now,
-    ).where(Delivery.id.in_(ids), waiting).returning(Delivery).execute())
+    ).where(chosen, waiting).returning(Delivery).execute())
 
 
 def claim_tasks(now, owner, ttl, limit):
@@ -85,13 +86,14 @@ def claim_tasks(now, owner, ttl, limit):
 
 def _claim_tasks(waiting, limit, owner, token, now, ttl, suspects):
     if is_sqlite():
-        keys = _sqlite_pick(Task, suspects, now, limit)
+        chosen = key_in(Task.key, _sqlite_pick(Task, suspects, now, limit))
     else:
-        keys = _lock(Task.select(Task.key).where(waiting).order_by(Task.next_at).limit(limit))
+        chosen = Task.key.in_(_lock(Task.select(Task.key).where(waiting)
+                                    .order_by(Task.next_at).limit(limit)))
     return list(Task.update(
         lease_owner=owner, lease_until=now + ttl, lease_token=token,
         attempts=Task.attempts + 1, updated_at=now,
-    ).where(Task.key.in_(keys), waiting).returning(Task).execute())
+    ).where(chosen, waiting).returning(Task).execute())
 
 
 # The claimable rows again, as SQLite reads them fast (``_sqlite_pick``). With

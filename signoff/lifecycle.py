@@ -6,9 +6,9 @@ row changed means the move did not happen (another worker, a cancel or a
 human got there first) and the caller must not act on it.
 """
 
-from peewee import Case
+from peewee import SQL
 
-from .models import Attempt, Audit, DeadLetter, Delivery, Task, insert_rows
+from .models import Attempt, Audit, DeadLetter, Delivery, Task, db, insert_rows
 
 DELIVERY_EDGES = {
     ("queued", "processing"), ("retrying", "processing"),
@@ -98,12 +98,26 @@ def _move_many(model, pk, ids, sources, target, now, token, per_row, fields):
         return set()
     for name, values in (per_row or {}).items():
         distinct = set(values.values())
-        fields[name] = distinct.pop() if len(distinct) == 1 else Case(pk, list(values.items()))
+        fields[name] = distinct.pop() if len(distinct) == 1 else _case(pk, values)
     query = model.update(status=target, updated_at=now, **fields).where(
-        pk.in_(ids), model.status.in_(list(sources)))
+        key_in(pk, ids), model.status.in_(list(sources)))
     if token is not None:
         query = query.where(model.lease_token == token)
     return {moved for (moved,) in query.returning(pk).tuples().execute()}
+
+
+def _case(pk, values):
+    # CASE pk WHEN .. THEN .. END as one SQL node: built by peewee value by
+    # value it costs more than the UPDATE itself for a batch of fifty.
+    param = db.param
+    return SQL(f'CASE "{pk.column_name}" ' + f"WHEN {param} THEN {param} " * len(values) + "END",
+               [v for pair in values.items() for v in pair])
+
+
+def key_in(field, values):
+    """``field IN (values)`` as one SQL node (cheaper than ``field.in_`` for a batch)."""
+    return SQL(f'"{field.column_name}" IN (' + ", ".join([db.param] * len(values)) + ")",
+               list(values))
 
 
 RELEASED = {"lease_owner": None, "lease_until": None, "lease_token": None}

@@ -57,12 +57,16 @@ class ReferenceHost:
 
     def get(self, record_id):
         """The authoritative record, as the grant allows it to be read."""
-        if self._fire("read-timeout"):
+        # The fault switch, the record and the grant in one statement (one snapshot).
+        armed, record, grant = self.conn.execute(
+            "SELECT (SELECT remaining FROM faults WHERE name = 'read-timeout'),"
+            " (SELECT body FROM records WHERE id = ?), (SELECT body FROM grants WHERE id = 1)",
+            (record_id,)).fetchone()
+        if armed and self._fire("read-timeout"):
             raise TimeoutError("reference host: simulated read timeout")
-        record = self._one("SELECT body FROM records WHERE id = ?", record_id)
         if record is None:
             raise Blocked("missing", f"no record {record_id!r}")
-        grant = self.context()
+        record, grant = json.loads(record), json.loads(grant)
         if (record["tenant"] != grant["tenant"] or record["document"] not in grant["docs"]
                 or "read" not in grant["actions"]):
             raise Blocked("access", "the grant does not cover this record")
@@ -70,12 +74,14 @@ class ReferenceHost:
 
     def read_material(self, document):
         """The material for ``document``."""
-        if document not in self.context()["docs"]:
+        grant, material = self.conn.execute(
+            "SELECT (SELECT body FROM grants WHERE id = 1),"
+            " (SELECT body FROM materials WHERE document = ?)", (document,)).fetchone()
+        if document not in json.loads(grant)["docs"]:
             raise Blocked("access", "the grant does not cover this document")
-        material = self._one("SELECT body FROM materials WHERE document = ?", document)
         if material is None:
             raise Blocked("missing", f"no material for {document!r}")
-        return material
+        return json.loads(material)
 
     def submit(self, key, expected, result):
         """Write ``result`` under ``key`` once; idempotent for the same result."""

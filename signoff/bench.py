@@ -1,0 +1,876 @@
+"""``signoff bench``: signoff against plain Huey on this machine, in one run.
+
+Everything runs in a fresh temporary folder with the reference host (a local
+SQLite file: no network, no waits) and real worker processes:
+
+- **plain Huey**: a Huey consumer in a child process, on a ``SqliteHuey`` file
+  with signoff's queue settings (``fsync=False``) and signoff's consumer
+  settings (thread workers, same count, same idle polling). It runs N no-op
+  tasks, then (in a second child) N three-task chains read → draft → submit
+  that do the same host work: SELECT the record from a SQLite host file, format
+  the draft with the same drafter, INSERT OR IGNORE the result under the key.
+- **signoff**: ``signoff --home H worker --workers K`` in a child process (the
+  CLI's own ``main``, started through this module so that it can count commits
+  and time each batch call). N events are
+  enqueued through the API in one call (timed), ingested to ``ready``, approved
+  in bulk through ``approve_many`` (timed), submitted and confirmed.
+
+How the figures are taken:
+
+- Work is handed over in one commit while the consumer is already running
+  (Huey messages are bulk-inserted the way ``SqliteHuey.enqueue`` inserts one).
+  Each plain-Huey figure is the median of three batches of N in one consumer
+  (``huey_rounds_per_s`` has all three): two threads on one SqliteHuey
+  connection convoy on its lock, and a single batch lands at either about half
+  or about the whole one-thread rate.
+- A throughput is N divided by the time from the start of the first unit of
+  work to the end of the last one, timed inside the child (Huey task bodies;
+  signoff's batch calls). Idle-polling pick-up delay is therefore not in the
+  rates; it is in the latencies, which come from the rows (acceptance →
+  ``ready``, approval → ``done``).
+- ``pipeline_per_s`` is event → ``done`` with every step paid for once:
+  ``1 / (1/ingest + 1/approve + 1/submit)``, the rate a steady flow would get
+  on the same worker. The plain-Huey chain is measured the same way, from the
+  first read to the last submit.
+- Commits are counted, not estimated, in a second pass of the same signoff
+  run (and one batch of each plain-Huey kind): every process (the enqueuing
+  and approving process, and each worker child) wraps ``sqlite3.connect`` and
+  traces each connection's statements. Tracing costs signoff 10-15 % (batch
+  enqueue a third), so the timed passes run untraced. A commit is a ``COMMIT`` or a write
+  statement run outside a transaction (autocommit), on any SQLite file (state,
+  queue, host). ``commits_per_event`` counts them all, including commits whose
+  transaction changed no row (Huey's revoke-key delete, a claim that found
+  nothing); ``commits_breakdown["with_changes"]`` counts only the ones that
+  wrote. The window runs from before the enqueue to after the last ``done``,
+  once the queue is empty again.
+- Worker peak RSS is the worker child's ``VmHWM`` in the timed pass.
+
+``python -m signoff.bench ...`` is the child side (worker and Huey
+consumers); it is not meant to be run by hand.
+"""
+
+import io
+import json
+import math
+import os
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+DOC = "doc-demo"
+MONITOR = "bench"
+HISTORY = 100_000
+SETTLE_S = 1.0  # let a freshly started consumer reach its idle polling first
+BASELINE_ROUNDS = 3
+COUNTED_HUEY_ITEMS = 1000
+POLL_S = 0.01
+ROOT = Path(__file__).resolve().parent.parent
+
+KEYS = ("events", "workers", "huey_noop_per_s", "huey_chain_per_s", "enqueue_per_s",
+        "ingest_per_s", "ingest_p50_ms", "ingest_p99_ms", "pipeline_per_s",
+        "approve_done_p50_ms", "approve_done_p99_ms", "commits_per_event",
+        "commits_breakdown", "worker_peak_rss_mb", "ingest_ratio", "pipeline_ratio")
+GROWTH_KEYS = ("ingest_growth_per_s", "ingest_growth_ratio")
+
+
+# -- counting commits ---------------------------------------------------------
+
+_WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER")
+
+
+class _Conn:
+    """Commit counts of one SQLite connection (used by one thread at a time)."""
+
+    __slots__ = ("conn", "file", "commits", "with_changes", "rollbacks", "begin", "auto")
+
+    def __init__(self, conn, file):
+        self.conn, self.file = conn, file
+        self.commits = self.with_changes = self.rollbacks = 0
+        self.begin = None  # total_changes when the open transaction began
+        self.auto = None  # total_changes before an autocommit write not yet settled
+
+    def trace(self, sql):
+        conn = self.conn
+        if self.auto is not None:
+            if conn.total_changes != self.auto:
+                self.with_changes += 1
+            self.auto = None
+        head = sql.lstrip()[:16].upper()
+        if head.startswith(("COMMIT", "END")):
+            self.commits += 1
+            if self.begin is None or conn.total_changes != self.begin:
+                self.with_changes += 1
+            self.begin = None
+        elif head.startswith("BEGIN"):
+            self.begin = conn.total_changes
+        elif head.startswith("ROLLBACK") and not head[8:].lstrip().startswith("TO"):
+            self.rollbacks += 1
+            self.begin = None
+        elif head.startswith(_WRITES) and not conn.in_transaction:
+            self.commits += 1
+            self.auto = conn.total_changes
+
+    def settle(self):
+        """Count an autocommit write whose effect is not known yet."""
+        if self.auto is None:
+            return 0
+        try:
+            return int(self.conn.total_changes != self.auto)
+        except Exception:  # another thread's connection: assume it wrote
+            return 1
+
+
+class CommitCounter:
+    """Counts the commits of every SQLite connection opened while installed."""
+
+    def __init__(self):
+        self.conns = []
+        self._original = None
+
+    def install(self):
+        if self._original is not None:
+            return
+        original = self._original = sqlite3.connect
+
+        def connect(database, *args, **kwargs):
+            conn = original(database, *args, **kwargs)
+            stats = _Conn(conn, Path(str(database)).name or str(database))
+            conn.set_trace_callback(stats.trace)
+            self.conns.append(stats)
+            return conn
+
+        sqlite3.connect = sqlite3.dbapi2.connect = connect
+
+    def uninstall(self):
+        if self._original is None:
+            return
+        sqlite3.connect = sqlite3.dbapi2.connect = self._original
+        self._original = None
+        for stats in self.conns:
+            try:
+                stats.conn.set_trace_callback(None)
+            except Exception:
+                pass  # closed, or owned by another thread
+        self.conns = []
+
+    def snapshot(self):
+        """``{file: {"commits", "with_changes", "rollbacks"}}`` so far."""
+        out = {}
+        for stats in list(self.conns):
+            row = out.setdefault(stats.file, {"commits": 0, "with_changes": 0, "rollbacks": 0})
+            row["commits"] += stats.commits
+            row["with_changes"] += stats.with_changes + stats.settle()
+            row["rollbacks"] += stats.rollbacks
+        return out
+
+
+class _NoCounter:
+    """Stands in for ``CommitCounter`` in a timed pass, where nothing is traced."""
+
+    def snapshot(self):
+        return {}
+
+
+def _minus(after, before):
+    out = {}
+    for name, row in after.items():
+        base = before.get(name, {})
+        out[name] = {k: v - base.get(k, 0) for k, v in row.items()}
+    return out
+
+
+def _plus(*snapshots):
+    out = {}
+    for snap in snapshots:
+        for name, row in snap.items():
+            acc = out.setdefault(name, {"commits": 0, "with_changes": 0, "rollbacks": 0})
+            for k, v in row.items():
+                acc[k] += v
+    return out
+
+
+def _total(snap, key="commits"):
+    return sum(row[key] for row in snap.values())
+
+
+# -- the child side ---------------------------------------------------------------
+
+def _memory():
+    """This process's VmHWM and VmRSS in kB (``None`` where /proc is missing)."""
+    out = {"peak_kb": None, "rss_kb": None}
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    out["peak_kb"] = int(line.split()[1])
+                elif line.startswith("VmRSS:"):
+                    out["rss_kb"] = int(line.split()[1])
+    except OSError:
+        import resource
+        out["peak_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return out
+
+
+class _Reporter:
+    """Writes the child's counts and timings to a file (on SIGUSR1 and at exit)."""
+
+    def __init__(self, path, counter):
+        self.path, self.counter = Path(path), counter
+        self.seq = 0
+        self.extra = {}
+        self.lock = threading.RLock()
+
+    def write(self, final=False):
+        with self.lock:
+            data = {"seq": self.seq, "final": final, "pid": os.getpid(), "time": time.time(),
+                    "commits": self.counter.snapshot(), "memory": _memory(),
+                    "extra": {k: list(v) for k, v in self.extra.items()}}
+            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{self.seq}.tmp")
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, self.path)
+            self.seq += 1
+
+
+def _child(argv):
+    """``python -m signoff.bench worker|huey STATS ARGS...``"""
+    import atexit
+    mode, stats_path, args = argv[0], argv[1], argv[2:]
+    counter = CommitCounter()
+    if os.environ.get("SIGNOFF_BENCH_COUNT") == "1":
+        counter.install()
+    reporter = _Reporter(stats_path, counter)
+    signal.signal(signal.SIGUSR1, lambda signum, frame: reporter.write())
+    if mode == "worker":
+        _time_batches(reporter)
+        atexit.register(reporter.write, True)
+        from signoff.cli import main
+        main(args, prog_name="signoff")
+    elif mode == "huey":
+        _huey_child(json.loads(args[0]), reporter)
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+
+
+def _time_batches(reporter):
+    """Record (start, end, claimed) of every batch call that claimed something."""
+    from signoff.app import Signoff
+    for step in ("ingest", "submit"):
+        done = reporter.extra[step] = []
+        original = getattr(Signoff, f"{step}_batch")
+
+        def timed(self, owner, _original=original, _done=done):
+            start = time.time()
+            claimed, full = _original(self, owner)
+            if claimed:
+                _done.append((start, time.time(), claimed))
+            return claimed, full
+
+        setattr(Signoff, f"{step}_batch", timed)
+
+
+def _host_conn(path):
+    """A host connection with the reference host's settings."""
+    conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+def plain_huey(queue_path, host_path=None, times=None):
+    """The plain-Huey baseline: a queue with signoff's settings and its tasks."""
+    from huey import SqliteHuey
+    from .canonical import canonical
+    from .drafting import template
+
+    huey = SqliteHuey(name="bench", filename=str(queue_path), fsync=False, results=False,
+                      timeout=30)
+    times = times if times is not None else {}
+    noop_done = times.setdefault("noop", [])
+    chain_start = times.setdefault("chain_start", [])
+    chain_done = times.setdefault("chain", [])
+    local = threading.local()
+    drafter = template()
+    material = {}
+
+    def host():
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            conn = local.conn = _host_conn(str(host_path))
+            if not material:
+                row = conn.execute("SELECT body FROM materials WHERE document = ?", (DOC,)).fetchone()
+                material.update(json.loads(row[0]))
+        return conn
+
+    @huey.task(name="bench.noop")
+    def noop():
+        noop_done.append(time.time())
+
+    @huey.task(name="bench.read")
+    def read(key, record_id):
+        chain_start.append(time.time())
+        row = host().execute("SELECT body FROM records WHERE id = ?", (record_id,)).fetchone()
+        draft(key, json.loads(row[0]))
+
+    @huey.task(name="bench.draft")
+    def draft(key, record):
+        drafted = drafter(record, material)
+        submit(key, {"record_id": record["id"], "version": record["version"],
+                     "draft": drafted["draft"], "sources": list(drafted["sources"])})
+
+    @huey.task(name="bench.submit")
+    def submit(key, result):
+        host().execute("INSERT OR IGNORE INTO results VALUES (?, ?, strftime('%s','now'))",
+                       (key, canonical(result)))
+        chain_done.append(time.time())
+
+    return huey, {"noop": noop, "read": read}
+
+
+def _huey_child(cfg, reporter):
+    from .worker import IDLE_POLL_S
+    huey, _ = plain_huey(cfg["queue"], cfg.get("host"), reporter.extra)
+    consumer = huey.create_consumer(workers=cfg["workers"], worker_type="thread", periodic=False,
+                                    max_delay=IDLE_POLL_S, initial_delay=0.05)
+    stop = threading.Event()
+    consumer.start()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda signum, frame: stop.set())
+    reporter.write()  # ready
+    while not stop.wait(1.0):
+        pass
+    consumer.stop(graceful=True)
+    reporter.write(final=True)
+
+
+# -- the parent side: children --------------------------------------------------
+
+class _Child:
+    """A bench child process and the stats file it writes."""
+
+    def __init__(self, argv, stats_path, count, ready_line=None):
+        self.stats_path = Path(stats_path)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        env["SIGNOFF_BENCH_COUNT"] = "1" if count else "0"
+        self.proc = subprocess.Popen([sys.executable, "-m", "signoff.bench", *argv],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     env=env, cwd=str(self.stats_path.parent))
+        self.lines = []
+        self.ready = threading.Event()
+        self.ready_line = ready_line
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.seq = -1
+
+    def _read(self):
+        for raw in self.proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip()
+            self.lines = (self.lines + [line])[-40:]
+            if self.ready_line and self.ready_line in line:
+                self.ready.set()
+
+    def _fail(self, what):
+        tail = "\n".join(self.lines[-15:])
+        raise RuntimeError(f"bench child {what} (exit {self.proc.poll()}):\n{tail}")
+
+    def _load(self):
+        try:
+            return json.loads(self.stats_path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def wait_ready(self, timeout=60.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self._fail("exited early")
+            if self.ready_line is None:
+                data = self._load()
+                if data is not None:
+                    self.seq = data["seq"]
+                    return data
+            elif self.ready.is_set():
+                return None
+            time.sleep(POLL_S)
+        self._fail("did not start")
+
+    def snapshot(self, timeout=30.0):
+        """Ask the child for its counts now."""
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            data = self._load()
+            if data is not None and data["seq"] > self.seq:
+                self.seq = data["seq"]
+                return data
+            if self.proc.poll() is not None:
+                self._fail("exited")
+            time.sleep(POLL_S)
+        self._fail("did not answer a snapshot request")
+
+    def memory_now(self):
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1])
+        except OSError:
+            return None
+
+    def stop(self, timeout=60.0):
+        """SIGTERM, wait, and return the child's final report."""
+        peak = self.memory_now()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            self._fail("did not stop")
+        self._reader.join(5)
+        data = self._load()
+        if data is None or not data.get("final"):
+            self._fail("left no final report")
+        if data["memory"]["peak_kb"] is None:
+            data["memory"]["peak_kb"] = peak
+        return data
+
+
+def _wait(predicate, timeout, what, child=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if child is not None and child.proc.poll() is not None:
+            child._fail(f"exited while waiting for {what}")
+        time.sleep(POLL_S)
+    raise RuntimeError(f"bench: timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _budget(n):
+    return 60.0 + n / 50.0
+
+
+# -- figures -----------------------------------------------------------------------
+
+def _percentile(values, p):
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def _rate(n, start, end):
+    return n / max(end - start, 1e-6)
+
+
+def _batch_rate(batches, n):
+    """N over the first batch's start to the last batch's end."""
+    return _rate(n, min(b[0] for b in batches), max(b[1] for b in batches))
+
+
+# -- host records and history ---------------------------------------------------------
+
+def _records(n, tenant):
+    for i in range(n):
+        rid = f"r-{i}"
+        yield {"id": rid, "document": DOC, "version": 1, "status": "open", "kind": "review",
+               "tenant": tenant, "text": "please add the demo date",
+               "source": f"reference://{DOC}/{rid}"}
+
+
+def _fill_host(host, n):
+    """Records ``r-0`` … and the material, in one transaction."""
+    from .canonical import canonical
+    tenant = host.context()["tenant"]
+    host.conn.execute("BEGIN IMMEDIATE")
+    host.conn.executemany("INSERT OR REPLACE INTO records VALUES (?, ?)",
+                          ((r["id"], canonical(r)) for r in _records(n, tenant)))
+    host.conn.execute("COMMIT")
+    host.put_material(DOC, "2026-11-01")
+
+
+def _bulk(model, rows):
+    """Insert dicts into ``model``'s table with one executemany (no per-row ORM work)."""
+    from peewee import BooleanField, JSONField
+    from .models import db
+    if not rows:
+        return
+    fields = [model._meta.fields[name] for name in rows[0]]
+    columns = ", ".join(f'"{f.column_name}"' for f in fields)
+    sql = (f'INSERT INTO "{model._meta.table_name}" ({columns}) '
+           f'VALUES ({", ".join("?" * len(fields))})')
+    conv = [(f.name, json.dumps if isinstance(f, JSONField) else
+             (lambda v: None if v is None else int(v)) if isinstance(f, BooleanField) else None)
+            for f in fields]
+    db.connection().executemany(sql, ([c(r[name]) if c else r[name] for name, c in conv]
+                                      for r in rows))
+
+
+def add_history(rt, count=HISTORY):
+    """``count`` finished tasks with the rows a real one leaves behind.
+
+    Per task: a done delivery, its inbox row, a done task with record and
+    result, a delivery and a task attempt, and three audit rows.
+    """
+    from .canonical import digest, task_key
+    from .models import Attempt, Audit, Delivery, Inbox, Monitor, Task, db
+    monitor = Monitor.get_by_id(MONITOR)
+    tenant = rt.host().context()["tenant"]
+    draft = rt.drafter()
+    material = {"document": DOC, "demo_date": "2026-11-01", "source": f"reference://materials/{DOC}"}
+    t0 = rt.clock.now() - 86_400
+    step = 1000
+    with db.atomic():
+        for lo in range(0, count, step):
+            deliveries, inbox, tasks, attempts, audits = [], [], [], [], []
+            for i in range(lo, min(count, lo + step)):
+                at = t0 + i * 0.5
+                record = {"id": f"old-{i}", "document": DOC, "version": 1, "status": "open",
+                          "kind": "review", "tenant": tenant, "text": "please add the demo date",
+                          "source": f"reference://{DOC}/old-{i}"}
+                drafted = draft(record, material)
+                result = {"record_id": record["id"], "version": 1, "draft": drafted["draft"],
+                          "sources": list(drafted["sources"])}
+                key = task_key(MONITOR, monitor.grant_digest, record["id"], 1)
+                event_id = f"old-evt-{i}"
+                deliveries.append({
+                    "id": i + 1, "monitor": MONITOR, "event_id": event_id,
+                    "name": "comment.created", "document": DOC, "record_id": record["id"],
+                    "occurred": int(at), "status": "done", "outcome": "ready", "task_key": key,
+                    "attempts": 1, "failures": {}, "last_code": "ready", "next_at": at,
+                    "lease_owner": None, "lease_until": None, "lease_token": None,
+                    "accepted_at": at, "updated_at": at + 0.1})
+                inbox.append({"monitor": MONITOR, "event_id": event_id, "outcome": "ready",
+                              "task_key": key, "at": at + 0.1})
+                result_digest = digest(result)
+                tasks.append({
+                    "key": key, "monitor": MONITOR, "record_id": record["id"], "version": 1,
+                    "status": "done", "code": None, "parked": False, "outcome_unknown": False,
+                    "write_possible": True, "record": record, "result": result,
+                    "digest": result_digest, "approved_digest": result_digest,
+                    "approved_by": "operator", "approved_at": at + 60,
+                    "approval_deadline": None, "attempts": 1, "failures": {},
+                    "next_at": at + 60, "lease_owner": None, "lease_until": None,
+                    "lease_token": None, "created_at": at + 0.1, "updated_at": at + 61})
+                attempts.append({"kind": "delivery", "ref": str(i + 1), "at": at + 0.1,
+                                 "step": "draft", "code": "ready", "worker": "bench:1:Worker"})
+                attempts.append({"kind": "task", "ref": key, "at": at + 61, "step": "confirm",
+                                 "code": "done", "worker": "bench:1:Worker"})
+                audits.append({"at": at + 0.1, "monitor": MONITOR, "event_id": event_id,
+                               "task_key": key, "code": "ready"})
+                audits.append({"at": at + 60, "monitor": MONITOR, "event_id": None,
+                               "task_key": key, "code": "approved"})
+                audits.append({"at": at + 61, "monitor": MONITOR, "event_id": None,
+                               "task_key": key, "code": "done"})
+            for model, rows in ((Delivery, deliveries), (Inbox, inbox), (Task, tasks),
+                                (Attempt, attempts), (Audit, audits)):
+                _bulk(model, rows)
+    db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.execute_sql("ANALYZE")
+
+
+# -- the measurements -----------------------------------------------------------------------
+
+def bench_huey(folder, kind, n, workers, counter=None, rounds=BASELINE_ROUNDS):
+    """Plain Huey: ``kind`` is ``noop`` or ``chain``; ``rounds`` batches of ``n``.
+
+    Two thread workers on one SqliteHuey connection contend for its lock and the
+    GIL: a batch runs at about 6,000 no-ops a second, or at the one-thread rate
+    (about 13,000) when one thread happens to sleep through most of it. The
+    baseline is the median of ``rounds`` batches run one after the other.
+    With a ``counter`` (installed) the child and this process count commits.
+    """
+    count, counter = counter is not None, counter or _NoCounter()
+    from .canonical import task_key
+    from .hosts.reference import ReferenceHost
+    folder.mkdir(parents=True)
+    queue_path, host_path = folder / "queue.db", folder / "host.db"
+    if kind == "chain":
+        ref = ReferenceHost(None, path=host_path)
+        _fill_host(ref, n)
+        ref.close()
+    huey, tasks = plain_huey(queue_path, host_path)
+    cfg = {"queue": str(queue_path), "host": str(host_path), "workers": workers}
+    child = _Child(["huey", str(folder / "stats.json"), json.dumps(cfg)], folder / "stats.json",
+                   count)
+    probe = _host_conn(str(host_path)) if kind == "chain" else None
+    handed = {}
+    try:
+        first = child.wait_ready()
+        time.sleep(SETTLE_S)
+        for r in range(rounds):
+            if kind == "noop":
+                messages = [huey.serialize_task(tasks["noop"].s()) for _ in range(n)]
+            else:
+                messages = [huey.serialize_task(tasks["read"].s(
+                    task_key("plain", str(r), f"r-{i}", 1), f"r-{i}")) for i in range(n)]
+            before = counter.snapshot()
+            with huey.storage.db(commit=True) as curs:  # one commit, as signoff's batch enqueue
+                curs.executemany("INSERT INTO task (queue, data, priority) VALUES (?, ?, ?)",
+                                 [(huey.storage.name, m, 0) for m in messages])
+            handed = _plus(handed, _minus(counter.snapshot(), before))
+            if kind == "chain":
+                _wait(lambda: probe.execute("SELECT count(*) FROM results").fetchone()[0]
+                      >= (r + 1) * n, _budget(n), "the three-task chains", child)
+            _wait(lambda: huey.storage.queue_size() == 0, _budget(n), "the tasks", child)
+            time.sleep(0.1)  # the last task of the batch finishes
+        final = child.stop()
+    finally:
+        if child.proc.poll() is None:
+            child.proc.kill()
+        huey.storage.close()
+        if probe is not None:
+            probe.close()
+    times = final["extra"]
+    done = sorted(times["noop" if kind == "noop" else "chain"])
+    starts = sorted(done if kind == "noop" else times["chain_start"])
+    if len(done) != rounds * n:
+        raise RuntimeError(f"plain Huey {kind}: {len(done)} of {rounds * n} finished")
+    # Batches ran one after the other, so the sorted times split into batches.
+    per_round = [_rate(n, starts[r * n], done[r * n + n - 1]) for r in range(rounds)]
+    commits = _plus(_minus(final["commits"], first["commits"]), handed)
+    return {"per_s": statistics.median(per_round), "rounds": per_round, "items": rounds * n,
+            "commits": commits, "peak_kb": final["memory"]["peak_kb"]}
+
+
+def bench_signoff(folder, n, workers, counter=None, history=0, pipeline=True, say=None):
+    """signoff end to end (or ingest only): figures and memory.
+
+    With a ``counter`` (installed before this call, so the connections opened
+    here are traced) the worker child counts too, and ``steps`` has the commits.
+    """
+    from .app import Signoff
+    from .lifecycle import DELIVERY_PENDING, TASK_ACTIVE
+    from .models import Delivery, Task, db
+    say = say or (lambda msg: None)
+    count, counter = counter is not None, counter or _NoCounter()
+    rt = Signoff.init(folder)
+    out = {}
+    try:
+        _fill_host(rt.host(), n)
+        rt.bind(DOC, MONITOR, window_s=24 * 3600)
+        if history:
+            say(f"  adding {history:,} finished tasks")
+            add_history(rt, history)
+        first_id = (Delivery.select(Delivery.id).order_by(Delivery.id.desc()).limit(1).scalar() or 0) + 1
+        now = int(time.time())
+        lines = b"".join(json.dumps({"event_id": f"evt-{i}", "name": "comment.created",
+                                     "document": DOC, "record_id": f"r-{i}", "occurred": now,
+                                     "text": "wake only"}).encode() + b"\n" for i in range(n))
+        stats = folder / "worker-stats.json"
+        child = _Child(["worker", str(stats), "--home", str(folder), "worker",
+                        "--workers", str(workers)], stats, count, ready_line="worker started")
+        try:
+            child.wait_ready()
+            time.sleep(SETTLE_S)
+            w0 = child.snapshot()
+            # enqueue: the API call the CLI makes, timed in this process
+            p0 = counter.snapshot()
+            t0 = time.perf_counter()
+            results = list(rt.enqueue(io.BytesIO(lines), MONITOR))
+            out["enqueue_s"] = time.perf_counter() - t0
+            c_enqueue = _minus(counter.snapshot(), p0)
+            if sum(r.accepted for r in results) != n:
+                raise RuntimeError("bench: not every event was accepted")
+            mine = Delivery.id >= first_id
+            _wait(lambda: not Delivery.select().where(
+                mine, Delivery.status.in_(list(DELIVERY_PENDING))).exists(),
+                _budget(n), "ingest", child)
+            w1 = child.snapshot()
+            rows = list(Delivery.select(Delivery.accepted_at, Delivery.updated_at,
+                                        Delivery.outcome).where(mine).tuples())
+            bad = [o for _, _, o in rows if o != "ready"]
+            if bad or len(rows) != n:
+                raise RuntimeError(f"bench: ingest ended with {sorted(set(bad))} for {len(bad)} events")
+            lat = [(u - a) * 1000 for a, u, _ in rows]
+            out["ingest_per_s"] = _batch_rate(w1["extra"]["ingest"], n)
+            out["ingest_p50_ms"], out["ingest_p99_ms"] = _percentile(lat, 50), _percentile(lat, 99)
+            c_ingest = _minus(w1["commits"], w0["commits"])
+            if pipeline:
+                items = [(k, d) for k, d in Task.select(Task.key, Task.digest).where(
+                    Task.status == "ready").tuples()]
+                p1 = counter.snapshot()
+                t0 = time.perf_counter()
+                answers = rt.approve_many(items, by="bench")
+                out["approve_s"] = time.perf_counter() - t0
+                c_approve = _minus(counter.snapshot(), p1)
+                refused = [a for a in answers if not isinstance(a, dict)]
+                if refused or len(items) != n:
+                    raise RuntimeError(f"bench: {len(refused)} approvals refused, {len(items)} tasks ready")
+                _wait(lambda: not Task.select().where(Task.status.in_(list(TASK_ACTIVE))).exists(),
+                      _budget(n), "submit", child)
+                _wait(lambda: rt.wakers.pending() == 0, 30, "an empty queue", child)
+                time.sleep(0.2)
+                w2 = child.snapshot()
+                rows = list(Task.select(Task.status, Task.approved_at, Task.updated_at).tuples())
+                bad = [s for s, _, _ in rows if s != "done"]
+                if bad:
+                    raise RuntimeError(f"bench: submit ended with {sorted(set(bad))} for {len(bad)} tasks")
+                lat = [(u - a) * 1000 for _, a, u in rows]
+                batches = [b for b in w2["extra"]["submit"]]
+                out["submit_per_s"] = _batch_rate(batches, n)
+                out["approve_per_s"] = n / out["approve_s"]
+                out["approve_done_p50_ms"] = _percentile(lat, 50)
+                out["approve_done_p99_ms"] = _percentile(lat, 99)
+                c_submit = _minus(w2["commits"], w1["commits"])
+                out["steps"] = {"enqueue": c_enqueue, "ingest": c_ingest,
+                                "approve": c_approve, "submit": c_submit}
+            final = child.stop()
+        finally:
+            if child.proc.poll() is None:
+                child.proc.kill()
+        out["peak_kb"] = final["memory"]["peak_kb"]
+        out["enqueue_per_s"] = n / out["enqueue_s"]
+    finally:
+        rt.host().close()
+        rt.queue.storage.close()
+        db.close()
+    return out
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+def _per_event(snap, n, key="commits"):
+    return {name: round(row[key] / n, 3) for name, row in sorted(snap.items()) if row[key]}
+
+
+def run_bench(n_events=2000, workers=2, growth=False, as_json=False):
+    """Run every measurement once; print a table unless ``as_json``; return the figures."""
+    n = int(n_events)
+    say = (lambda msg: None) if as_json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    tmp = Path(tempfile.mkdtemp(prefix="signoff-bench-"))
+    try:
+        # Timed passes first, with nothing traced (tracing every statement costs
+        # signoff 10-15 % and batch enqueue a third), then the counted passes.
+        say(f"plain Huey: {BASELINE_ROUNDS} x {n} no-op tasks, {workers} workers")
+        noop = bench_huey(tmp / "huey-noop", "noop", n, workers)
+        say(f"plain Huey: {BASELINE_ROUNDS} x {n} read → draft → submit chains")
+        chain = bench_huey(tmp / "huey-chain", "chain", n, workers)
+        say(f"signoff: {n} events → ready → approved → done")
+        main = bench_signoff(tmp / "home", n, workers, say=say)
+        grown = None
+        if growth:
+            say(f"signoff: ingest of {n} events with {HISTORY:,} finished tasks present")
+            grown = bench_signoff(tmp / "home-grown", n, workers, history=HISTORY,
+                                  pipeline=False, say=say)
+        say("counting commits: the same signoff run again, and plain Huey")
+        counter = CommitCounter()
+        counter.install()
+        try:
+            counted = bench_signoff(tmp / "home-counted", n, workers, counter)
+            few = min(n, COUNTED_HUEY_ITEMS)  # a Huey task's commits do not depend on load
+            noop_c = bench_huey(tmp / "huey-noop-counted", "noop", few, workers, counter, 1)
+            chain_c = bench_huey(tmp / "huey-chain-counted", "chain", few, workers, counter, 1)
+        finally:
+            counter.uninstall()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    steps = counted["steps"]
+    total = _plus(*steps.values())
+    pipeline = 1 / (1 / main["ingest_per_s"] + 1 / main["approve_per_s"] + 1 / main["submit_per_s"])
+    report = {
+        "events": n,
+        "workers": workers,
+        "huey_noop_per_s": round(noop["per_s"], 1),
+        "huey_chain_per_s": round(chain["per_s"], 1),
+        "huey_rounds_per_s": {"noop": [round(v, 1) for v in noop["rounds"]],
+                              "chain": [round(v, 1) for v in chain["rounds"]]},
+        "enqueue_per_s": round(main["enqueue_per_s"], 1),
+        "ingest_per_s": round(main["ingest_per_s"], 1),
+        "ingest_p50_ms": round(main["ingest_p50_ms"], 1),
+        "ingest_p99_ms": round(main["ingest_p99_ms"], 1),
+        "approve_per_s": round(main["approve_per_s"], 1),
+        "submit_per_s": round(main["submit_per_s"], 1),
+        "pipeline_per_s": round(pipeline, 1),
+        "approve_done_p50_ms": round(main["approve_done_p50_ms"], 1),
+        "approve_done_p99_ms": round(main["approve_done_p99_ms"], 1),
+        "commits_per_event": round(_total(total) / n, 3),
+        "commits_breakdown": {
+            "by_file": _per_event(total, n),
+            "by_step": {step: round(_total(snap) / n, 3) for step, snap in steps.items()},
+            "with_changes": round(_total(total, "with_changes") / n, 3),
+            "huey_chain_per_item": round(_total(chain_c["commits"]) / chain_c["items"], 3),
+            "huey_noop_per_item": round(_total(noop_c["commits"]) / noop_c["items"], 3),
+        },
+        "worker_peak_rss_mb": round(main["peak_kb"] / 1024, 1),
+        "huey_worker_peak_rss_mb": round(noop["peak_kb"] / 1024, 1),
+        "ingest_ratio": round(main["ingest_per_s"] / noop["per_s"], 3),
+        "pipeline_ratio": round(pipeline / chain["per_s"], 3),
+    }
+    if grown is not None:
+        report["ingest_growth_per_s"] = round(grown["ingest_per_s"], 1)
+        report["ingest_growth_ratio"] = round(grown["ingest_per_s"] / main["ingest_per_s"], 3)
+        report["growth_worker_peak_rss_mb"] = round(grown["peak_kb"] / 1024, 1)
+    report["targets"] = _targets(report)
+    if not as_json:
+        print(render(report))
+    return report
+
+
+def _targets(r):
+    def check(value, op, limit, label):
+        ok = value >= limit if op == ">=" else value <= limit
+        return {"target": label, "value": value, "pass": bool(ok)}
+
+    out = {
+        "ingest_ratio": check(r["ingest_ratio"], ">=", 0.5, ">= 0.5 x plain Huey no-op (aim >= 1.0)"),
+        "pipeline_ratio": check(r["pipeline_ratio"], ">=", 0.7, ">= 0.7 x plain Huey 3-task chain"),
+        "commits_per_event": check(r["commits_per_event"], "<=", 8, "<= 8 SQLite commits per event"),
+        "enqueue_per_s": check(r["enqueue_per_s"], ">=", 20_000, ">= 20,000 events/s"),
+        "worker_peak_rss_mb": check(r["worker_peak_rss_mb"], "<=", 60, "<= 60 MB"),
+    }
+    if "ingest_growth_ratio" in r:
+        out["ingest_growth_ratio"] = check(r["ingest_growth_ratio"], ">=", 0.9,
+                                           ">= 0.9 x empty-database ingest")
+    return out
+
+
+def render(r):
+    """The human table: figures, then each target with pass or MISS."""
+    bd = r["commits_breakdown"]
+    rows = [
+        ("plain Huey no-op", f"{r['huey_noop_per_s']:,.0f} tasks/s"),
+        ("plain Huey 3-task chain", f"{r['huey_chain_per_s']:,.0f} items/s"),
+        ("enqueue (API, batch)", f"{r['enqueue_per_s']:,.0f} events/s"),
+        ("ingest: event → ready", f"{r['ingest_per_s']:,.0f} events/s"),
+        ("  acceptance → ready p50 / p99", f"{r['ingest_p50_ms']:,.0f} / {r['ingest_p99_ms']:,.0f} ms"),
+        ("approve_many", f"{r['approve_per_s']:,.0f} tasks/s"),
+        ("submit + confirm", f"{r['submit_per_s']:,.0f} tasks/s"),
+        ("pipeline: event → done", f"{r['pipeline_per_s']:,.0f} events/s"),
+        ("  approve → done p50 / p99",
+         f"{r['approve_done_p50_ms']:,.0f} / {r['approve_done_p99_ms']:,.0f} ms"),
+        ("commits per event", f"{r['commits_per_event']:.2f}"
+                              f" ({bd['with_changes']:.2f} changed rows)"),
+        ("  by file", ", ".join(f"{k} {v:.2f}" for k, v in bd["by_file"].items())),
+        ("  by step", ", ".join(f"{k} {v:.2f}" for k, v in bd["by_step"].items())),
+        ("  plain Huey, per item", f"no-op {bd['huey_noop_per_item']:.2f}, "
+                                   f"chain {bd['huey_chain_per_item']:.2f}"),
+        ("worker peak RSS", f"{r['worker_peak_rss_mb']:.1f} MB "
+                            f"(plain Huey {r['huey_worker_peak_rss_mb']:.1f} MB)"),
+    ]
+    if "ingest_growth_per_s" in r:
+        rows.append((f"ingest, {HISTORY:,} finished tasks present",
+                     f"{r['ingest_growth_per_s']:,.0f} events/s "
+                     f"(worker peak RSS {r['growth_worker_peak_rss_mb']:.1f} MB)"))
+    width = max(len(label) for label, _ in rows)
+    lines = [f"signoff bench: {r['events']} events, {r['workers']} workers", ""]
+    lines += [f"{label.ljust(width)}  {value}" for label, value in rows]
+    lines += ["", "targets"]
+    kwidth = max(len(k) for k in r["targets"])
+    for key, t in r["targets"].items():
+        lines.append(f"  {'pass' if t['pass'] else 'MISS'}  {key.ljust(kwidth)}  "
+                     f"{str(t['value']).rjust(9)}  {t['target']}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    from signoff import bench as _bench  # run the child from the importable module
+    _bench._child(sys.argv[1:])
