@@ -254,7 +254,9 @@ def test_chaos_kill_restart_and_drain(tmp_path, capsys):
     assert set(results) <= set(tasks)
     assert all(n == 1 for n in writes.values()), writes
     assert set(writes) == set(results)
-    assert outcomes.count("wrote") == len(results)
+    # The call log is written after the host's commit, so a SIGKILL in between can
+    # drop a line; the trigger count above is written with the result itself.
+    assert outcomes.count("wrote") <= len(results)
     assert not [o for o in outcomes if o.startswith(("blocked", "error"))], outcomes
     # The receipt is read before any write, so a redundant submit can only come from
     # two workers both holding the task: the first one's lease must have expired.
