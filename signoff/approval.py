@@ -4,7 +4,6 @@ Nothing here is reachable from event content; the CLI and the Python API are
 its only callers.
 """
 
-from .canonical import digest
 from .errors import Blocked, Refused
 from .gate import INGEST_ACTIONS, gate
 from .lifecycle import Fenced, audit, move_task, move_tasks, update_task

@@ -8,7 +8,6 @@ lease cannot overwrite the one that took over.
 
 import uuid
 
-
 from .lifecycle import TASK_ACTIVE, key_in
 from .models import Delivery, Task, db, is_sqlite
 

@@ -46,33 +46,27 @@ def _check(edges, sources, target):
 def move_task(key, sources, target, now, token=None, **fields):
     """Move task ``key`` from one of ``sources`` to ``target``; ``Fenced`` if not."""
     _check(TASK_EDGES, sources, target)
-    query = Task.update(status=target, updated_at=now, **fields).where(
-        Task.key == key, Task.status.in_(list(sources)))
-    if token is not None:
-        query = query.where(Task.lease_token == token)
-    if query.execute() != 1:
-        raise Fenced(key)
+    _guarded(Task, Task.key == key, sources, token, status=target, updated_at=now, **fields)
 
 
 def update_task(key, now, statuses, token=None, **fields):
     """Change non-status fields of a task still in ``statuses`` (and still ours)."""
-    query = Task.update(updated_at=now, **fields).where(
-        Task.key == key, Task.status.in_(list(statuses)))
-    if token is not None:
-        query = query.where(Task.lease_token == token)
-    if query.execute() != 1:
-        raise Fenced(key)
+    _guarded(Task, Task.key == key, statuses, token, updated_at=now, **fields)
 
 
 def move_delivery(delivery_id, sources, target, now, token=None, **fields):
     """Move a delivery between statuses under the same rules as ``move_task``."""
     _check(DELIVERY_EDGES, sources, target)
-    query = Delivery.update(status=target, updated_at=now, **fields).where(
-        Delivery.id == delivery_id, Delivery.status.in_(list(sources)))
+    _guarded(Delivery, Delivery.id == delivery_id, sources, token, status=target,
+             updated_at=now, **fields)
+
+
+def _guarded(model, which, statuses, token, **fields):
+    query = model.update(**fields).where(which, model.status.in_(list(statuses)))
     if token is not None:
-        query = query.where(Delivery.lease_token == token)
+        query = query.where(model.lease_token == token)
     if query.execute() != 1:
-        raise Fenced(delivery_id)
+        raise Fenced(which)
 
 
 def move_deliveries(ids, sources, target, now, token, per_row=None, **fields):
