@@ -11,9 +11,10 @@ from .canonical import canonical, digest, task_key
 from .errors import Blocked, InvalidEvent
 from .events import validate
 from .gate import gate
-from .leases import claim_deliveries, claimed_alone, renew
+from .batch import open_batch
+from .leases import claim_deliveries
 from .lifecycle import RELEASED, Fenced, bury, move_deliveries, move_delivery, record_attempts
-from .models import Audit, Delivery, Inbox, Monitor, Task, db, insert_rows
+from .models import Audit, Delivery, Inbox, Task, db, insert_rows
 from .retry import decide
 
 FUTURE_TOLERANCE_S = 5
@@ -39,37 +40,26 @@ def ingest_batch(rt, owner):
 
     Returns ``(claimed, full)``; ``full`` means more may be waiting.
     """
-    cfg = rt.config
-    now = rt.clock.now()
-    token, rows = claim_deliveries(now, owner, cfg.lease_ttl_s, cfg.batch_size)
-    if not rows:
+    batch = open_batch(rt, claim_deliveries, Delivery, owner)
+    if batch is None:
         return 0, False
-    monitors = {m.id: m for m in Monitor.select().where(
-        Monitor.id.in_(list({r.monitor for r in rows})))}
     # Both key columns, so the lookup stays on the primary key as the inbox grows.
     consumed = {(i.monitor, i.event_id): i.task_key for i in Inbox.select().where(
-        Inbox.monitor.in_(list(monitors) or [""]),
-        Inbox.event_id.in_(list({r.event_id for r in rows})))}
-    host = rt.host()
-    try:
-        context, context_error = host.context(), None
-    except Exception as exc:  # a failing host is a failed attempt, never a dead worker
-        context, context_error = None, exc
-    outcomes, renew_at = [], now + cfg.lease_ttl_s / 2
-    for row in rows:
-        t = rt.clock.now()
-        if t >= renew_at:
-            renew(Delivery, token, t, cfg.lease_ttl_s)
-            renew_at = t + cfg.lease_ttl_s / 2
-        if context_error is not None:
-            outcome = failed(rt, row, "read", context_error, t)
+        Inbox.monitor.in_(list(batch.monitors) or [""]),
+        Inbox.event_id.in_(list({r.event_id for r in batch.rows})))}
+    outcomes = []
+    for row in batch.rows:
+        now = batch.keep_lease()
+        if batch.context_error is not None:
+            outcome = failed(rt, row, "read", batch.context_error, now)
         else:
-            outcome = examine(rt, host, row, monitors.get(row.monitor), context, consumed, t)
+            outcome = examine(rt, batch.host, row, batch.monitors.get(row.monitor),
+                              batch.context, consumed, now)
         if outcome.consume:
             consumed[(row.monitor, row.event_id)] = outcome.task_key
         outcomes.append(outcome)
-    write_outcomes(rt, token, owner, rows, outcomes)
-    return len(rows), len(rows) == cfg.batch_size or claimed_alone(rows)
+    write_outcomes(rt, batch.token, owner, batch.rows, outcomes)
+    return len(batch.rows), batch.full
 
 
 def examine(rt, host, row, monitor, context, consumed, now):

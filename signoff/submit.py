@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from .canonical import canonical, digest
 from .errors import Blocked
 from .gate import SUBMIT_ACTIONS, gate
-from .leases import claim_tasks, claimed_alone, renew
+from .batch import open_batch
+from .leases import claim_tasks
 from .lifecycle import (RELEASED, TASK_ACTIVE, Fenced, bury, move_task, move_tasks,
                         record_attempts, update_task)
-from .models import Audit, Monitor, Task, db, insert_rows
+from .models import Audit, Task, db, insert_rows
 from .retry import decide
 
 
@@ -40,46 +41,29 @@ def submit_batch(rt, owner):
 
     Returns ``(claimed, full)``; ``full`` means more may be waiting.
     """
-    cfg = rt.config
-    now = rt.clock.now()
-    token, tasks = claim_tasks(now, owner, cfg.lease_ttl_s, cfg.batch_size)
-    if not tasks:
+    batch = open_batch(rt, claim_tasks, Task, owner)
+    if batch is None:
         return 0, False
-    monitors = {m.id: m for m in Monitor.select().where(
-        Monitor.id.in_(list({t.monitor for t in tasks})))}
-    host = rt.host()
-    try:
-        context, context_error = host.context(), None
-    except Exception as exc:
-        context, context_error = None, exc
-    outcomes = {}
-    # Receipt reads take host time too: keep the lease while they run, or a long
-    # batch loses it before a single write and is redone forever.
-    renew_at = now + cfg.lease_ttl_s / 2
+    tasks, host, outcomes = batch.rows, batch.host, {}
     for task in tasks:
-        t = rt.clock.now()
-        if t >= renew_at:
-            renew(Task, token, t, cfg.lease_ttl_s)
-            renew_at = t + cfg.lease_ttl_s / 2
-        if context_error is not None:
-            outcomes[task.key] = failed(rt, task, context_error, now)
+        now = batch.keep_lease()
+        if batch.context_error is not None:
+            outcomes[task.key] = failed(rt, task, batch.context_error, now)
         else:
-            outcomes[task.key] = precheck(rt, host, task, monitors.get(task.monitor), context)
+            outcomes[task.key] = precheck(rt, host, task, batch.monitors.get(task.monitor),
+                                          batch.context)
     to_write = [t for t in tasks if outcomes[t.key].kind == "write"]
     if to_write:
-        marked = _mark_write_possible(rt, token, to_write)
+        marked = _mark_write_possible(rt, batch.token, to_write)
         for task in to_write:
             if task.key not in marked:
                 outcomes[task.key] = Outcome("fenced", "fenced")
                 continue
-            t = rt.clock.now()
-            if t >= renew_at:
-                renew(Task, token, t, cfg.lease_ttl_s)
-                renew_at = t + cfg.lease_ttl_s / 2
+            batch.keep_lease()
             task.write_possible = True
             outcomes[task.key] = write(rt, host, task)
-    write_outcomes(rt, token, owner, tasks, outcomes)
-    return len(tasks), len(tasks) == cfg.batch_size or claimed_alone(tasks)
+    write_outcomes(rt, batch.token, owner, tasks, outcomes)
+    return len(tasks), batch.full
 
 
 def precheck(rt, host, task, monitor, context):
