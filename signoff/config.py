@@ -36,10 +36,6 @@ max_delay_s = 30.0
 lease_ttl_s = 30.0
 batch_size = 50
 
-# [database]
-# url = "postgresql://user@host/db"   # default: signoff.db in this folder
-# [queue]
-# url = "redis://127.0.0.1:6379/0"    # default: queue.db in this folder
 """
 
 
