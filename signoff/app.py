@@ -1,5 +1,7 @@
 """``Signoff``: one home folder opened for use; the Python API the CLI is built on."""
 
+import io
+import json
 import threading
 
 from . import approval, deadletters, ingest, intake, monitors, reaper, submit, views
@@ -83,8 +85,6 @@ class Signoff:
 
     def enqueue_events(self, events, monitor_id="default"):
         """Accept a list of event dicts (or raw values); returns the line results."""
-        import io
-        import json
         lines = b"\n".join(json.dumps(e, ensure_ascii=False).encode("utf-8", "surrogatepass")
                            for e in events) + b"\n"
         return list(intake.enqueue(self, io.BytesIO(lines), monitor_id))
@@ -137,19 +137,25 @@ class Signoff:
     # -- views ---------------------------------------------------------------
 
     def events(self, **kw):
+        """Deliveries and their outcomes (``limit``, ``status`` to filter)."""
         return views.events(**kw)
 
     def tasks(self, status=None):
+        """Task rows, optionally of one status."""
         return views.tasks(status)
 
     def task(self, key):
+        """One task with its record, result, digests and history."""
         return views.task_detail(key)
 
     def dead_letters(self):
+        """Every dead letter."""
         return deadletters.listing()
 
     def audit(self, **kw):
+        """Audit rows (``limit``, ``after``, ``latest``)."""
         return views.audit(**kw)
 
     def stats(self):
+        """The operator's numbers, as ``signoff stats`` prints them."""
         return views.stats(self.clock.now())
