@@ -35,14 +35,18 @@ SECONDS = Seconds()
 
 
 class Ctx:
+    """What every command needs: the home, opened only when a command uses it."""
+
     def __init__(self, home):
         self.home = home
 
     def open(self):
+        """The home as a ``Signoff`` (refuses with ``no_home`` if it is missing)."""
         from .app import Signoff
         return Signoff(self.home)
 
     def reference_host(self):
+        """The reference host of an existing home."""
         from .config import load_config, resolve_home
         from .hosts.reference import ReferenceHost
         home = resolve_home(self.home)

@@ -7,9 +7,11 @@ class Clock:
     """Wall-clock seconds since the epoch (UTC), as a float."""
 
     def now(self):
+        """Seconds since the epoch."""
         return time.time()
 
     def sleep(self, seconds):
+        """Wait ``seconds``."""
         time.sleep(seconds)
 
 
@@ -20,11 +22,14 @@ class FakeClock(Clock):
         self.t = float(start)
 
     def now(self):
+        """The time the clock was last moved to."""
         return self.t
 
     def sleep(self, seconds):
+        """Move the clock instead of waiting."""
         self.t += seconds
 
     def advance(self, seconds):
+        """Move the clock forward; returns the new time."""
         self.t += seconds
         return self.t

@@ -72,10 +72,12 @@ class Config:
 
     @property
     def state_path(self):
+        """The SQLite state database in the home."""
         return self.home / STATE_DB
 
     @property
     def queue_path(self):
+        """The SQLite queue file in the home."""
         return self.home / QUEUE_DB
 
 

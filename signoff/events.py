@@ -28,6 +28,7 @@ class Event:
     occurred: int
 
     def as_dict(self):
+        """The five fields as a dict (the delivery row's columns)."""
         return {"event_id": self.event_id, "name": self.name, "document": self.document,
                 "record_id": self.record_id, "occurred": self.occurred}
 

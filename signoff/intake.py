@@ -27,6 +27,7 @@ class LineResult:
     reason: str | None
 
     def as_dict(self):
+        """The line's answer as the CLI prints it."""
         return dict(self.__dict__)
 
 

@@ -182,6 +182,7 @@ class ReferenceHost:
             return cursor.rowcount == 1
 
     def close(self):
+        """Close the host's database connection."""
         self.conn.close()
 
 
