@@ -137,7 +137,7 @@ def read_events(stream):
 
 def _checked(raw):
     try:
-        return parse_line(raw.strip() if raw is not None else raw)
+        return parse_line(raw.strip())
     except InvalidEvent as exc:
         return exc
 

@@ -178,11 +178,10 @@ def _finish(tasks, outcomes, token, now):
 
 
 def _apply(task, out, token, now):
+    """Write every outcome but ``done`` (that goes through ``_finish``)."""
     sources = list(TASK_ACTIVE)
     failures = out.failures if out.failures is not None else task.failures
-    if out.kind == "done":
-        move_task(task.key, sources, "done", now, token, code=None, failures=failures, **RELEASED)
-    elif out.kind == "blocked":
+    if out.kind == "blocked":
         move_task(task.key, sources, "blocked", now, token, code=out.code,
                   failures=failures, **RELEASED)
     elif out.kind == "park":
