@@ -4,7 +4,7 @@ import io
 import json
 import threading
 
-from . import approval, deadletters, ingest, intake, monitors, reaper, submit, views
+from . import approval, deadletters, ingest, intake, monitors, reaper, redraft, submit, views
 from .clock import Clock
 from .config import load_config, load_plugin, resolve_home, write_default
 from .errors import ConfigError
@@ -80,8 +80,12 @@ class Signoff:
         return monitors.listing()
 
     def enqueue(self, stream, monitor_id="default", progress=None):
-        """Accept JSON Lines from a binary stream; yields one result per line."""
-        return intake.enqueue(self, stream, monitor_id, progress)
+        """Accept JSON Lines from a binary stream; returns the list of line results.
+
+        Everything accepted is committed before this returns, whether or not
+        the caller looks at the answers (``intake.enqueue`` streams them).
+        """
+        return list(intake.enqueue(self, stream, monitor_id, progress))
 
     def enqueue_events(self, events, monitor_id="default"):
         """Accept a list of event dicts (or raw values); returns the line results."""
@@ -130,6 +134,10 @@ class Signoff:
         """Queue a parked, approved or uncertain task again."""
         return approval.retry(self, key)
 
+    def redraft(self, key):
+        """Draft a ready or blocked task again from a fresh read (see ``redraft.py``)."""
+        return redraft.redraft(self, key)
+
     def replay(self, letter_id):
         """Replay a dead letter with a fresh budget."""
         return deadletters.replay(self, letter_id)
@@ -137,23 +145,23 @@ class Signoff:
     # -- views ---------------------------------------------------------------
 
     def events(self, **kw):
-        """Deliveries and their outcomes (``limit``, ``status`` to filter)."""
+        """Deliveries and their outcomes (``limit``, ``status``, ``newest_first``)."""
         return views.events(**kw)
 
-    def tasks(self, status=None):
-        """Task rows, optionally of one status."""
-        return views.tasks(status)
+    def tasks(self, status=None, **kw):
+        """Task rows, optionally of one status (``limit``, ``newest_first``)."""
+        return views.tasks(status, **kw)
 
     def task(self, key):
         """One task with its record, result, digests and history."""
         return views.task_detail(key)
 
-    def dead_letters(self):
-        """Every dead letter."""
-        return deadletters.listing()
+    def dead_letters(self, **kw):
+        """Dead letters, oldest first (``limit``, ``newest_first``)."""
+        return views.dead_letters(**kw)
 
     def audit(self, **kw):
-        """Audit rows (``limit``, ``after``, ``latest``)."""
+        """Audit rows (``limit``, ``after``, ``latest``, ``newest_first``)."""
         return views.audit(**kw)
 
     def stats(self):

@@ -5,18 +5,52 @@ its only callers.
 """
 
 from .errors import Blocked, Refused
+from .events import check_name
 from .gate import INGEST_ACTIONS, gate
 from .lifecycle import Fenced, audit, move_task, move_tasks, update_task
 from .models import Audit, Monitor, Task, db, insert_rows
 from .retry import TRANSIENT, backoff
 
 
+MIN_PREFIX = 8  # like git: short enough to type, long enough to be unique in practice
+HEX = frozenset("0123456789abcdef")
+SHOWN_CANDIDATES = 5
+
+
 def get_task(key):
-    """The task row for ``key``, or an ``unknown_task`` refusal."""
-    task = Task.get_or_none(Task.key == key)
-    if task is None:
+    """The task row for ``key`` or a unique key prefix; ``unknown_task`` / ``ambiguous_key``."""
+    task = Task.get_or_none(Task.key == key) if isinstance(key, str) else None
+    return task if task is not None else Task.get_by_id(_by_prefix(key))
+
+
+def resolve_key(key):
+    """The full task key for ``key``: itself, or the one key a prefix of >= 8 hex starts."""
+    if isinstance(key, str) and Task.get_or_none(Task.key == key) is not None:
+        return key
+    return _by_prefix(key)
+
+
+def _by_prefix(key):
+    if not isinstance(key, str) or not key:
+        raise Refused("unknown_task", "a task key is needed (`signoff tasks list` shows them)")
+    prefix = key.lower()
+    if not set(prefix) <= HEX or len(prefix) >= 64:
         raise Refused("unknown_task", f"no task with key {key!r}")
-    return task
+    if len(prefix) < MIN_PREFIX:
+        raise Refused("unknown_task", f"no task with key {key!r}; a key prefix needs at least "
+                      f"{MIN_PREFIX} hex characters")
+    # Keys are lowercase hex, so every key starting with the prefix sorts
+    # between it and the prefix followed by "g": one range on the primary key.
+    found = [k for (k,) in Task.select(Task.key).where(
+        Task.key >= prefix, Task.key < prefix + "g").order_by(Task.key)
+        .limit(SHOWN_CANDIDATES + 1).tuples()]
+    if not found:
+        raise Refused("unknown_task", f"no task key starts with {key!r}")
+    if len(found) > 1:
+        shown = ", ".join(found[:SHOWN_CANDIDATES]) + (", ..." if len(found) > SHOWN_CANDIDATES else "")
+        raise Refused("ambiguous_key", f"{key!r} starts more than one task key: {shown}; "
+                      "give more characters")
+    return found[0]
 
 
 def answer(task):
@@ -25,8 +59,8 @@ def answer(task):
 
 
 def approve(rt, key, reviewed_digest, by):
-    """Approve task ``key`` if ``reviewed_digest`` is the digest of its result."""
-    outcome = approve_many(rt, [(key, reviewed_digest)], by)[0]
+    """Approve task ``key`` (or a unique key prefix) if ``reviewed_digest`` is its result's."""
+    outcome = approve_many(rt, [(resolve_key(key), reviewed_digest)], by)[0]
     if isinstance(outcome, Refused):
         raise outcome
     return outcome
@@ -36,8 +70,10 @@ def approve_many(rt, items, by):
     """Approve many ``(key, digest)`` pairs: one grant read, one transaction.
 
     Returns, in order, the answer dict or the ``Refused`` for each pair; the
-    checks are exactly those of a single approval.
+    checks are exactly those of a single approval. ``by`` must be a valid
+    name (``invalid_name`` otherwise, nothing approved).
     """
+    check_name("by", by)
     now = rt.clock.now()
     tasks = {t.key: t for t in Task.select().where(Task.key.in_([k for k, _ in items]))}
     out, ready = [], []
@@ -51,7 +87,7 @@ def approve_many(rt, items, by):
     if not ready:
         return out
     host = rt.host()
-    context = _with_retries(rt, host.context)
+    context = with_retries(rt, host.context)
     monitors = {m.id: m for m in Monitor.select().where(
         Monitor.id.in_(list({tasks[items[i][0]].monitor for i in ready})))}
     moves = []
@@ -107,7 +143,7 @@ def _check_source(rt, host, task, monitor, context, now):
     if refusal:
         raise Refused(refusal, f"the monitor's gate refused: {refusal}")
     try:
-        current = _with_retries(rt, lambda: host.get(task.record_id))
+        current = with_retries(rt, lambda: host.get(task.record_id))
     except Blocked as exc:
         raise Refused(exc.code, f"re-reading the source failed: {exc.code}") from None
     if current != task.record:
@@ -138,6 +174,7 @@ def reject(rt, key, reason=None):
     """Reject a ready task; the reason is the human's and is not stored."""
     now = rt.clock.now()
     task = get_task(key)
+    key = task.key
     try:
         with db.atomic():
             move_task(key, ["ready"], "rejected", now, code="rejected")
@@ -151,6 +188,7 @@ def retry(rt, key):
     """Queue a parked, approved or uncertain task for submission again."""
     now = rt.clock.now()
     task = get_task(key)
+    key = task.key
     if task.status == "ready":
         raise Refused("needs_approval", "the task waits for approval: nothing is submitted before it")
     if task.status not in ("approved", "uncertain"):
@@ -183,7 +221,8 @@ def _block(task, code, now):
         pass
 
 
-def _with_retries(rt, call):
+def with_retries(rt, call):
+    """``call()`` with the read budget's retries on transient failures (``host_unavailable``)."""
     policy = rt.config.retry
     for attempt in range(1, policy.read_attempts + 1):
         try:

@@ -9,7 +9,7 @@ import sys
 import click
 
 from .errors import SignoffError
-from .output import emit, fail, table
+from .output import emit, fail, safe, stream, table
 
 
 INT64_MAX = 2**63 - 1
@@ -54,11 +54,11 @@ class Ctx:
         return ReferenceHost(home)
 
 
-def command(group, name=None, **kwargs):
+def command(group, name=None, json_help="Print one JSON document.", **kwargs):
     """A subcommand with ``--json``; refusals and failures exit 1 with one line, no traceback."""
     def wrap(f):
         @group.command(name, **kwargs)
-        @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+        @click.option("--json", "as_json", is_flag=True, help=json_help)
         @click.pass_obj
         @functools.wraps(f)
         def run(obj, as_json, **params):
@@ -71,7 +71,7 @@ def command(group, name=None, **kwargs):
                 raise  # usage errors (exit 2), Ctrl-C and closed pipes are click's to report
             except OSError as exc:
                 # e.g. a home or config path that is a folder, or not readable
-                fail("os_error", f"{type(exc).__name__}: {exc}", as_json)
+                fail("os_error", _os_message(exc), as_json)
             except Exception as exc:
                 # One line, never a traceback: the command failed (exit 1).
                 from peewee import DatabaseError
@@ -81,8 +81,57 @@ def command(group, name=None, **kwargs):
     return wrap
 
 
-@click.group()
-@click.option("--home", type=click.Path(file_okay=False), default=None,
+def _os_message(exc):
+    """An operating-system failure in words: what failed, on which path."""
+    what = exc.strerror or "the operating system refused"
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{what}{where}"
+
+
+class JsonUsageError(click.UsageError):
+    """A usage error reported as ``{"error": "usage", "message": ...}`` on stdout."""
+
+    def __init__(self, original):
+        super().__init__(original.format_message(), original.ctx)
+
+    def show(self, file=None):
+        click.echo(json.dumps({"error": "usage", "message": self.message}, ensure_ascii=False))
+
+
+class JsonAwareGroup(click.Group):
+    """The root group: under ``--json``, usage errors (exit 2) are JSON too.
+
+    click raises them while parsing each level (``make_context``) and while
+    resolving and running subcommands (``invoke``); both pass through here.
+    """
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        self._json_wanted = "--json" in args
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            raise self._converted(exc) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise self._converted(exc) from None
+
+    def _converted(self, exc):
+        if getattr(self, "_json_wanted", False) and not isinstance(exc, JsonUsageError):
+            return JsonUsageError(exc)
+        return exc
+
+
+def _home_option(ctx, param, value):
+    if value is not None and not value.strip():
+        raise click.BadParameter("must name a folder (an empty path is not the default home)")
+    return value
+
+
+@click.group(cls=JsonAwareGroup)
+@click.option("--home", type=click.Path(file_okay=False), default=None, callback=_home_option,
               help="signoff home folder (default: $SIGNOFF_HOME, else ./.signoff).")
 @click.version_option(package_name="signoff")
 @click.pass_context
@@ -212,40 +261,48 @@ def enqueue(obj, as_json, monitor_id, source):
 
 def _enqueue(rt, source, monitor_id, as_json):
     # Streams both ways: lines are read in chunks and answers printed as they
-    # come, so a file of any length runs in constant memory.
+    # come, so a file of any length runs in constant memory. Each chunk is
+    # committed before its answers are printed: what was printed is stored.
+    from .intake import enqueue
     show_progress = sys.stderr.isatty()
 
     def progress(lines):
         if show_progress:
             click.echo(f"\r{lines} lines read", err=True, nl=False)
 
-    results = rt.enqueue(source, monitor_id, progress=progress)
+    results = enqueue(rt, source, monitor_id, progress=progress)
     # The first step runs the whole-call checks (an unknown monitor refuses
     # everything), so it happens before anything is printed: a refusal is then
     # the only JSON document on stdout.
     head = next(results, None)
-    results = itertools.chain([] if head is None else [head], results)
-    accepted = rejected = 0
-    first = True
+    counts = {True: 0, False: 0}
     if as_json:
         click.echo("[", nl=False)
-    for r in results:
-        if r.accepted:
-            accepted += 1
-        else:
-            rejected += 1
-        if as_json:
-            click.echo(("\n" if first else ",\n") + json.dumps(r.as_dict(), ensure_ascii=False), nl=False)
-            first = False
-        elif not r.accepted:
-            click.echo(f"line {r.line}: rejected: {r.code}: {r.reason}")
+    try:
+        for r in itertools.chain([] if head is None else [head], results):
+            counts[r.accepted] += 1
+            if as_json:
+                sep = "\n" if sum(counts.values()) == 1 else ",\n"
+                click.echo(sep + json.dumps(r.as_dict(), ensure_ascii=False), nl=False)
+            elif not r.accepted:
+                click.echo(f"line {r.line}: rejected: {r.code}: {safe(r.reason)}")
+    except KeyboardInterrupt:
+        # Ctrl-C: the answers printed so far were committed; close the JSON.
+        _enqueue_end(as_json, show_progress, counts)
+        click.echo("error: interrupted: the answers above were stored; "
+                   "lines after them were not read", err=True)
+        return 1
+    _enqueue_end(as_json, show_progress, counts)
+    return 1 if counts[False] else 0
+
+
+def _enqueue_end(as_json, show_progress, counts):
     if show_progress:
         click.echo("", err=True)
     if as_json:
-        click.echo("\n]")
+        click.echo("\n]" if sum(counts.values()) else "]")
     else:
-        click.echo(f"accepted {accepted}, rejected {rejected}")
-    return 1 if rejected else 0
+        click.echo(f"accepted {counts[True]}, rejected {counts[False]}")
 
 
 @command(main)
@@ -263,15 +320,55 @@ def worker(obj, as_json, workers, drain, lease_ttl):
     emit(summary, as_json, lambda s: f"worker stopped: {s['stopped']} after {s['seconds']}s")
 
 
+DEFAULT_LIMIT = 50
+KEY_HINT = ("KEY: the key column, or any unique prefix of 8+ characters; DIGEST: "
+            "`signoff tasks show KEY` prints it")
+
+
+def statuses(edges):
+    """Every status named in a transition table, sorted (for ``--status`` choices)."""
+    return sorted({status for edge in edges for status in edge})
+
+
+def bounded(f):
+    """``--limit`` (default 50) and ``--all`` for a listing; passes ``limit`` (None = all)."""
+    @click.option("--limit", type=click.IntRange(min=1, max=INT64_MAX), default=None,
+                  help=f"Show at most this many, newest first (default {DEFAULT_LIMIT}).")
+    @click.option("--all", "show_all", is_flag=True,
+                  help="Show every row, streamed (constant memory).")
+    @functools.wraps(f)
+    def run(obj, as_json, limit, show_all, **params):
+        if show_all and limit is not None:
+            raise click.UsageError("--limit and --all exclude each other")
+        return f(obj, as_json, limit=None if show_all else (limit or DEFAULT_LIMIT), **params)
+    return run
+
+
+def _listing(obj, as_json, name, limit, columns, status=None, short=(), hint=None):
+    from .views import listing
+    obj.open()  # points the models at this home's database
+    rows, more = listing(name, status=status, limit=limit)
+    stream(rows, more, as_json, columns, short=short, hint=hint)
+
+
+def _delivery_statuses():
+    from .lifecycle import DELIVERY_EDGES
+    return statuses(DELIVERY_EDGES)
+
+
+def _task_statuses():
+    from .lifecycle import TASK_EDGES
+    return statuses(TASK_EDGES)
+
+
 @command(main)
-@click.option("--status", default=None)
-@click.option("--limit", type=click.IntRange(min=1, max=INT64_MAX), default=None)
+@click.option("--status", type=click.Choice(_delivery_statuses()), default=None)
+@bounded
 def events(obj, as_json, status, limit):
-    """Deliveries and what became of them."""
-    rows = obj.open().events(status=status, limit=limit)
-    emit(rows, as_json, lambda rows: table(rows, [
+    """Deliveries and what became of them, newest first."""
+    _listing(obj, as_json, "events", limit, [
         "delivery", "event_id", "monitor", "status", "outcome", "task_key", "attempts",
-        "last_code"], short=("task_key",)))
+        "last_code"], status=status, short=("task_key",), hint=KEY_HINT)
 
 
 # -- tasks and the human channel -------------------------------------------------
@@ -286,16 +383,17 @@ TASK_COLUMNS = ["key", "monitor", "record_id", "version", "status", "code",
 
 
 @command(tasks, "list")
-@click.option("--status", default=None)
-def tasks_list(obj, as_json, status):
-    """List tasks, optionally of one status."""
-    emit(obj.open().tasks(status), as_json, lambda rows: table(rows, TASK_COLUMNS))
+@click.option("--status", type=click.Choice(_task_statuses()), default=None)
+@bounded
+def tasks_list(obj, as_json, status, limit):
+    """List tasks, newest first, optionally of one status."""
+    _listing(obj, as_json, "tasks", limit, TASK_COLUMNS, status=status, hint=KEY_HINT)
 
 
 @command(tasks, "show")
 @click.argument("key")
 def tasks_show(obj, as_json, key):
-    """One task with its record, result, digests and history."""
+    """One task (KEY or a unique prefix) with its record, result, digests and history."""
     from .timeline import render_task
     emit(obj.open().task(key), as_json, render_task)
 
@@ -307,12 +405,21 @@ def tasks_retry(obj, as_json, key):
     emit(obj.open().retry(key), as_json, lambda a: f"{a['key']}: {a['status']}, queued")
 
 
+@command(tasks, "redraft")
+@click.argument("key")
+def tasks_redraft(obj, as_json, key):
+    """Re-read the record and material and draft a ready or blocked task again."""
+    from .timeline import render_redraft
+    emit(obj.open().redraft(key), as_json, render_redraft)
+
+
 @command(main)
 @click.argument("key")
 @click.option("--digest", required=True, help="Digest of the result you reviewed.")
-@click.option("--by", default="operator", show_default=True)
+@click.option("--by", default="operator", show_default=True,
+              help="Your name (1-128 characters, no control or bidi characters).")
 def approve(obj, as_json, key, digest, by):
-    """Approve a ready task whose result has DIGEST."""
+    """Approve a ready task (KEY or a unique prefix) whose result has DIGEST."""
     emit(obj.open().approve(key, digest, by), as_json, lambda a: f"{a['key']}: {a['status']}")
 
 
@@ -330,11 +437,12 @@ def dlq():
 
 
 @command(dlq, "list")
-def dlq_list(obj, as_json):
-    """Deliveries and tasks whose retry budget was spent."""
-    emit(obj.open().dead_letters(), as_json, lambda rows: table(rows, [
+@bounded
+def dlq_list(obj, as_json, limit):
+    """Deliveries and tasks whose retry budget was spent, newest first."""
+    _listing(obj, as_json, "dead_letters", limit, [
         "id", "kind", "ref", "step", "code", "attempts", "first_at", "last_at", "replayed"],
-        short=("ref",)))
+        short=("ref",))
 
 
 @command(dlq, "replay")
@@ -348,11 +456,11 @@ def dlq_replay(obj, as_json, letter_id):
 # -- operator views ---------------------------------------------------------
 
 @command(main)
-@click.option("--limit", type=click.IntRange(min=1, max=INT64_MAX), default=None)
+@bounded
 def audit(obj, as_json, limit):
-    """The audit log: identifiers and codes, never content."""
-    emit(obj.open().audit(limit=limit), as_json, lambda rows: table(rows, [
-        "seq", "at", "monitor", "event_id", "task_key", "code"], short=("task_key",)))
+    """The audit log, newest first: identifiers and codes, never content."""
+    _listing(obj, as_json, "audit", limit, ["seq", "at", "monitor", "event_id", "task_key",
+                                             "code"], short=("task_key",))
 
 
 @command(main)
@@ -362,10 +470,11 @@ def stats(obj, as_json):
     emit(obj.open().stats(), as_json, render_stats)
 
 
-@command(main)
+@command(main, json_help="Stream one JSON snapshot (as `stats --json`) per line, "
+                         "every --interval, until Ctrl-C.")
 @click.option("--interval", type=Seconds(min=0.1), default=1.0, show_default=True)
 def watch(obj, as_json, interval):
-    """A live view that refreshes until Ctrl-C (--json: one snapshot per line)."""
+    """A live view that refreshes until Ctrl-C (--json: one JSON snapshot per line)."""
     from .watch import watch as run_watch
     run_watch(obj.open(), interval, as_json)
 

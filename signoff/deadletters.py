@@ -12,11 +12,6 @@ def row(letter):
             "last_at": letter.last_at, "replayed": letter.replayed}
 
 
-def listing():
-    """Every dead letter, newest last."""
-    return [row(d) for d in DeadLetter.select().order_by(DeadLetter.id)]
-
-
 def replay(rt, letter_id):
     """Queue the dead delivery or task again with a fresh budget and the same keys.
 

@@ -209,7 +209,7 @@ class Demo:
 
     def delivery(self, number):
         """Delivery ``number`` (1-based) once the worker has finished with it."""
-        rows = self.ok("events")
+        rows = self.ok("events", "--all")[::-1]  # oldest first
         if len(rows) >= number and rows[number - 1]["status"] in ("done", "dead"):
             return rows[number - 1]
         return None
@@ -358,13 +358,13 @@ class Demo:
             return counts
         with contextlib.suppress(StepFailed, Exception):
             stats = self.ok("stats")
-            events = self.ok("events")
+            events = self.ok("events", "--all")
             counts.update(
                 deliveries=len(events),
                 outcomes=stats["outcomes"],
                 tasks=stats["tasks"],
                 results_on_host=len(self.ok("host", "results")),
-                audit_rows=len(self.ok("audit")),
+                audit_rows=len(self.ok("audit", "--all")),
                 uncertain_recovered=stats["uncertain"]["recovered"],
                 dead_letters=stats["dead_letters"]["total"],
             )

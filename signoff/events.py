@@ -8,7 +8,7 @@ import json
 import unicodedata
 from dataclasses import dataclass
 
-from .errors import InvalidEvent
+from .errors import InvalidEvent, Refused
 
 LABELS = ("event_id", "name", "document", "record_id")
 MAX_LABEL = 128
@@ -33,57 +33,136 @@ class Event:
                 "record_id": self.record_id, "occurred": self.occurred}
 
 
+# Characters that reorder or split what a terminal shows: the bidi embeddings,
+# overrides, isolates and marks, and the line and paragraph separators. A name
+# or id holding one could make an operator's listing say something it does not.
+VIEW_BREAKING = frozenset("\u061c\u200e\u200f\u2028\u2029" + "".join(
+    chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))))
+LABEL_RULE = f"1-{MAX_LABEL} characters, no control, bidi-control or line-separator characters"
+
+
 def check_label(field, value):
-    """Raise ``InvalidEvent`` unless ``value`` is an acceptable label string."""
+    """Raise ``InvalidEvent`` unless ``value`` is an acceptable label string.
+
+    The one rule for event ids and for names from people (see ``check_name``).
+    """
     if not isinstance(value, str):
-        raise InvalidEvent(f"{field}: must be a string")
+        raise InvalidEvent(f"{field}: must be a string ({LABEL_RULE}), got {_kind(value)}")
     if not 1 <= len(value) <= MAX_LABEL:
-        raise InvalidEvent(f"{field}: must be 1-{MAX_LABEL} characters")
+        raise InvalidEvent(f"{field}: must be {LABEL_RULE}; got {len(value)} characters")
     if value.isascii() and value.isprintable():
         return value  # no control character, no surrogate: the loop below would pass
-    for ch in value:
+    for at, ch in enumerate(value, 1):
         if "\ud800" <= ch <= "\udfff":
-            raise InvalidEvent(f"{field}: contains a lone surrogate")
+            raise InvalidEvent(f"{field}: contains a lone surrogate at character {at}; "
+                               "only whole Unicode characters are allowed")
         if unicodedata.category(ch) == "Cc":
-            raise InvalidEvent(f"{field}: contains a control character")
+            raise InvalidEvent(f"{field}: contains the control character U+{ord(ch):04X} "
+                               f"at character {at}; allowed: {LABEL_RULE}")
+        if ch in VIEW_BREAKING:
+            raise InvalidEvent(f"{field}: contains the bidi-control or line-separator character "
+                               f"U+{ord(ch):04X} at character {at}; allowed: {LABEL_RULE}")
     return value
+
+
+def check_name(field, value):
+    """A name from a person (approver, reviewer, policy author): the label rule.
+
+    Refuses with ``invalid_name``, so nothing a person types can forge a line
+    of what the operator reads.
+    """
+    try:
+        return check_label(field, value)
+    except InvalidEvent as exc:
+        raise Refused("invalid_name", exc.reason) from None
+
+
+def _kind(value):
+    """What a JSON value is, in words (never Python's type names)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return "a string" if isinstance(value, str) else "something else"
+
+
+REQUIRED = "event_id, name, document, record_id (strings) and occurred (integer Unix seconds)"
 
 
 def validate(value):
     """Return the ``Event`` in ``value`` or raise ``InvalidEvent`` naming the field."""
     if not isinstance(value, dict):
-        raise InvalidEvent("event: must be a JSON object")
+        raise InvalidEvent(f"event: must be one JSON object with {REQUIRED}; got {_kind(value)}")
     for field in LABELS:
         if field not in value:
-            raise InvalidEvent(f"{field}: missing")
+            raise InvalidEvent(f"{field}: missing; an event needs {REQUIRED}")
         check_label(field, value[field])
     if "occurred" not in value:
-        raise InvalidEvent("occurred: missing")
+        raise InvalidEvent(f"occurred: missing; an event needs {REQUIRED}")
     occurred = value["occurred"]
     if type(occurred) is not int:
-        raise InvalidEvent("occurred: must be an integer of Unix seconds")
+        raise InvalidEvent("occurred: must be an integer of Unix seconds (like 1767225600, "
+                           f"no quotes, no fraction); got {_kind(occurred)}")
     if not 0 <= occurred <= MAX_OCCURRED:
-        raise InvalidEvent("occurred: out of range")
+        raise InvalidEvent(f"occurred: out of range; allowed: 0 to {MAX_OCCURRED} Unix seconds")
     return Event(*(value[f] for f in LABELS), occurred)
 
 
+class _NotJson(ValueError):
+    """A JSON extension Python accepts and JSON does not (NaN, Infinity)."""
+
+
 def _reject_constant(name):
-    raise ValueError(f"{name} is not valid JSON")
+    raise _NotJson(f"{name} is not a JSON number")
+
+
+# Python's decoder messages, in the words the reason uses.
+_JSON_PROBLEMS = (
+    ("Expecting value", "a value was expected"),
+    ("Expecting property name", "an object key must be a string in double quotes"),
+    ("Expecting ',' delimiter", "a comma is missing"),
+    ("Expecting ':' delimiter", "a colon is missing after an object key"),
+    ("Unterminated string", "a string is not closed"),
+    ("Invalid control character", "a string holds a raw control character (write it as \\uXXXX)"),
+    ("Invalid \\uXXXX escape", "a string holds a broken \\u escape"),
+    ("Invalid \\escape", "a string holds an unknown backslash escape"),
+    ("Extra data", "more than one JSON value on the line"),
+)
+
+
+def broken_json_reason(exc):
+    """A people's reason for a JSON text that did not parse (never Python's wording)."""
+    if isinstance(exc, RecursionError):
+        return "line: broken JSON: nested too deeply"
+    if isinstance(exc, _NotJson):
+        return f"line: broken JSON: {exc}"
+    if isinstance(exc, json.JSONDecodeError):
+        what = next((words for start, words in _JSON_PROBLEMS if exc.msg.startswith(start)),
+                    "not valid JSON")
+        return f"line: broken JSON: {what} (column {exc.colno})"
+    return "line: broken JSON"
 
 
 def parse_line(raw):
     """Decode and validate one line of bytes; raise ``InvalidEvent`` with a reason."""
     if len(raw) > MAX_LINE_BYTES:
-        raise InvalidEvent(f"line: longer than {MAX_LINE_BYTES} bytes")
+        raise InvalidEvent(f"line: longer than {MAX_LINE_BYTES} bytes; one event per line, "
+                           f"at most {MAX_LINE_BYTES} bytes")
     try:
         text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidEvent("line: not valid UTF-8") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidEvent(f"line: not valid UTF-8 (byte {exc.start + 1}); "
+                           "lines must be UTF-8 text") from None
     try:
         value = json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) or type(exc).__name__
-        raise InvalidEvent(f"line: broken JSON ({reason})") from None
+        raise InvalidEvent(broken_json_reason(exc)) from None
     return validate(value)
 
 
@@ -145,7 +224,8 @@ def _checked(raw):
 def _read_lines(stream):
     for number, raw in iter_lines(stream):
         if raw is None:
-            yield number, InvalidEvent(f"line: longer than {MAX_LINE_BYTES} bytes")
+            yield number, InvalidEvent(f"line: longer than {MAX_LINE_BYTES} bytes; one event "
+                                       f"per line, at most {MAX_LINE_BYTES} bytes")
         else:
             yield number, _checked(raw)
 

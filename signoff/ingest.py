@@ -81,7 +81,7 @@ def examine(rt, host, row, monitor, context, consumed, now):
         return Outcome("final", "stale_event", "fresh", consume=True)
     try:
         record = host.get(row.record_id)
-        _check_record(record)
+        check_record(record)
     except Blocked as exc:
         return Outcome("final", exc.code, "read")
     except Exception as exc:
@@ -92,20 +92,25 @@ def examine(rt, host, row, monitor, context, consumed, now):
     try:
         material = host.read_material(record["document"])
         drafted = rt.drafter()(record, material)
-        _check_draft(drafted)
+        check_draft(drafted)
     except Blocked as exc:
         return Outcome("final", exc.code, "draft")
     except Exception as exc:
         return failed(rt, row, "draft", exc, now, monitor)
+    task = new_task(monitor, record, drafted, now)
+    return Outcome("final", "ready", "draft", consume=True, task_key=task["key"], task=task)
+
+
+def new_task(monitor, record, drafted, now):
+    """The row of a ``ready`` task for ``record`` as drafted (SPEC section 4, step 9)."""
     result = {"record_id": record["id"], "version": record["version"],
               "draft": drafted["draft"], "sources": list(drafted["sources"])}
     key = task_key(monitor.id, monitor.grant_digest, record["id"], record["version"])
     deadline = now + monitor.approval_ttl_s if monitor.approval_ttl_s else None
-    task = {"key": key, "monitor": monitor.id, "record_id": record["id"],
+    return {"key": key, "monitor": monitor.id, "record_id": record["id"],
             "version": record["version"], "status": "ready", "record": record,
             "result": result, "digest": digest(result), "approval_deadline": deadline,
             "created_at": now, "updated_at": now}
-    return Outcome("final", "ready", "draft", consume=True, task_key=key, task=task)
 
 
 def failed(rt, row, step, exc, now, monitor=None):
@@ -122,14 +127,16 @@ def failed(rt, row, step, exc, now, monitor=None):
     return Outcome("retry", code, step, next_at=next_at, failures=failures)
 
 
-def _check_record(record):
+def check_record(record):
+    """Raise ``TypeError`` unless ``record`` has the shape of a host record."""
     if not isinstance(record, dict) or any(k not in record for k in RECORD_KEYS):
         raise TypeError("host.get returned something that is not a record")
     if type(record["version"]) is not int:
         raise TypeError("record version must be an integer")
 
 
-def _check_draft(drafted):
+def check_draft(drafted):
+    """Raise ``TypeError`` unless the drafter's answer has the documented shape."""
     if (not isinstance(drafted, dict) or not isinstance(drafted.get("draft"), str)
             or not isinstance(drafted.get("sources"), list)
             or not all(isinstance(s, str) for s in drafted["sources"])):

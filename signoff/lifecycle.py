@@ -25,6 +25,9 @@ TASK_EDGES = {
     ("uncertain", "uncertain"), ("uncertain", "done"), ("uncertain", "blocked"),
     ("uncertain", "cancelled"), ("uncertain", "dead"),
     ("dead", "approved"), ("dead", "uncertain"),
+    # redraft.py: a ready or blocked task drafted again (same record version),
+    # and a blocked task superseded by the task for a newer version.
+    ("ready", "ready"), ("blocked", "ready"), ("blocked", "blocked"),
 }
 
 # Statuses from which a task can still move without a human.

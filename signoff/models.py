@@ -4,6 +4,8 @@ The rows are the truth; a queue message is only a wake-up. Times are UTC epoch
 seconds stored as floats, so SQLite and PostgreSQL read back the same values.
 """
 
+from contextlib import contextmanager
+
 from peewee import (
     AutoField, BigIntegerField, BooleanField, CharField, DatabaseProxy, DoubleField,
     IntegerField, JSONField, Model, PostgresqlDatabase, SqliteDatabase, TextField,
@@ -103,6 +105,10 @@ class Task(BaseModel):
     lease_token = CharField(null=True)
     created_at = DoubleField()
     updated_at = DoubleField()
+    # Earlier drafts, oldest first: {"at", "digest", "result", "record"} each
+    # (see redraft.py), and the key of the task that replaced this one.
+    previous_drafts = JSONField(default=list)
+    superseded_by = CharField(max_length=64, null=True)
 
     class Meta:
         indexes = ((("status", "next_at"), False), (("monitor",), False),
@@ -180,6 +186,22 @@ def open_database(config):
         raise ConfigError("bad_config", f"unsupported database url {url!r}")
     db.initialize(database)
     return database
+
+
+@contextmanager
+def read_snapshot():
+    """One read-only transaction: every query inside sees the same committed state.
+
+    SQLite: a deferred ``BEGIN`` (the database's ``atomic()`` takes the write
+    lock, which a reader must not); the snapshot starts at the first read.
+    PostgreSQL: ``REPEATABLE READ READ ONLY``.
+    """
+    if is_sqlite():
+        begin = {"lock_type": "DEFERRED"}
+    else:
+        begin = {"isolation_level": "REPEATABLE READ READ ONLY"}
+    with db.obj.transaction(**begin):
+        yield
 
 
 def create_schema():

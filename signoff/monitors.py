@@ -31,6 +31,10 @@ def bind(rt, document, monitor_id="default", event_names=DEFAULT_EVENTS, ttl_s=D
     actions = context.get("actions", []) if isinstance(context, dict) else []
     if not {"read", "draft"} <= set(actions):
         raise Refused("action", "the current grant does not allow read and draft")
+    docs = context.get("docs") if isinstance(context, dict) else None
+    if not isinstance(docs, list) or document not in docs:
+        # Refused now, not at the first event: such a monitor could never act.
+        raise Refused("access", f"the current grant does not cover document {document!r}")
     now = rt.clock.now()
     with db.atomic():
         existing = Monitor.get_or_none(Monitor.id == monitor_id)

@@ -1,15 +1,36 @@
 """How the CLI prints: tables for people, one JSON document for scripts."""
 
+import itertools
 import json
 import math
 import sys
 import time
+import unicodedata
 
 import click
 
+# Unicode categories that can change what a terminal shows beyond the cell they
+# are in: controls, format characters (bidi overrides, isolates, marks),
+# line and paragraph separators, and lone surrogates.
+UNSHOWABLE = frozenset(("Cc", "Cf", "Zl", "Zp", "Cs"))
+STREAM_PAGE = 500  # rows buffered to size a streamed table's columns
+
+
+def safe(text):
+    """``text`` with every character that could forge a line shown as an escape."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(_escape(ch) if unicodedata.category(ch) in UNSHOWABLE else ch
+                   for ch in text)
+
+
+def _escape(ch):
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
 
 def fmt(value):
-    """One cell of a human table."""
+    """One cell of a human table (or one value in a human view), safe to print."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -20,21 +41,80 @@ def fmt(value):
         except (OverflowError, OSError, ValueError):  # past what the platform can show
             return str(value)
     if isinstance(value, (list, dict)):
-        return json.dumps(value, ensure_ascii=False)
-    return str(value)
+        return safe(json.dumps(value, ensure_ascii=False))
+    return safe(str(value))
 
 
 def table(rows, columns, short=()):
     """Render ``rows`` (dicts) as aligned columns; ``short`` columns are cut to 12."""
     if not rows:
         return "(none)"
+    cells = _cells(rows, columns, short)
+    widths = _widths(cells, columns)
+    return "\n".join([_line(columns, widths)] + [_line(row, widths) for row in cells])
+
+
+def _cells(rows, columns, short):
     cells = [[fmt(r.get(c)) for c in columns] for r in rows]
-    cells = [[v[:12] if c in short and len(v) > 12 else v for v, c in zip(row, columns)]
-             for row in cells]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip()]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
-    return "\n".join(lines)
+    return [[v[:12] if c in short and len(v) > 12 else v for v, c in zip(row, columns)]
+            for row in cells]
+
+
+def _widths(cells, columns):
+    return [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+
+
+def _line(cells, widths):
+    return "  ".join(v.ljust(w) for v, w in zip(cells, widths)).rstrip()
+
+
+def stream(rows, more, as_json, columns, short=(), hint=None):
+    """Print a listing as it is read: a JSON array, or a table for people.
+
+    ``rows`` is any iterable (read once, never held whole); ``more`` the number
+    of rows left out by a limit, reported on its own line ("N more ...") on
+    standard output for people and on standard error under ``--json``, so the
+    JSON stays one list. ``hint`` is a line for people after the table.
+    """
+    rows = iter(rows)
+    if as_json:
+        _stream_json(rows)
+    else:
+        _stream_table(rows, columns, short, hint)
+    if more:
+        click.echo(f"{more} more; use --limit N or --all to see them", err=as_json)
+
+
+def _stream_json(rows):
+    first = True
+    click.echo("[", nl=False)
+    for row in rows:
+        click.echo(("\n" if first else ",\n") + _compact(row), nl=False)
+        first = False
+    click.echo("]" if first else "\n]")
+
+
+def _stream_table(rows, columns, short, hint):
+    page = list(itertools.islice(rows, STREAM_PAGE))
+    if not page:
+        click.echo("(none)")
+        return
+    cells = _cells(page, columns, short)
+    widths = _widths(cells, columns)  # sized on the first page; longer cells just push
+    click.echo(_line(columns, widths))
+    for row in cells:
+        click.echo(_line(row, widths))
+    for row in rows:
+        click.echo(_line(_cells([row], columns, short)[0], widths))
+    if hint:
+        click.echo(hint)
+
+
+def _compact(data):
+    try:
+        return json.dumps(data, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(data), ensure_ascii=False, allow_nan=False)
 
 
 def dumps(data):
@@ -68,5 +148,5 @@ def fail(code, message, as_json):
     if as_json:
         click.echo(json.dumps({"error": code, "message": message}, ensure_ascii=False))
     else:
-        click.echo(f"error: {code}: {message}", err=True)
+        click.echo(f"error: {code}: {safe(message)}", err=True)
     sys.exit(1)

@@ -10,26 +10,57 @@ def _clock(at):
 
 
 def render_task(t):
-    """``tasks show`` for people: the state in words, then the timeline."""
+    """``tasks show`` for people: the state in words, then the timeline.
+
+    Every stored value goes through ``fmt``, which escapes what could forge a
+    line (a name with a newline, a bidi override in a record id).
+    """
     lines = [
-        f"task      {t['key']}",
-        f"state     {t['state']}",
-        f"record    {t['record_id']} v{t['version']} (monitor {t['monitor']})",
+        f"task      {fmt(t['key'])}",
+        f"state     {fmt(t['state'])}",
+        f"record    {fmt(t['record_id'])} v{fmt(t['version'])} (monitor {fmt(t['monitor'])})",
         f"result    {fmt(t['result'])}",
-        f"digest    {t['digest']}",
+        f"digest    {fmt(t['digest'])}",
         f"approved  {fmt(t['approved_digest'])} by {fmt(t['approved_by'])}",
-        f"attempts  {t['attempts']}   outcome_unknown {fmt(t['outcome_unknown'])}",
-        "",
-        "timeline:",
+        f"attempts  {fmt(t['attempts'])}   outcome_unknown {fmt(t['outcome_unknown'])}",
     ]
-    entries = [(a["at"], f"audit    {a['code']}") for a in t["audit"]]
-    entries += [(h["at"], f"attempt  {h['step']:<8} {h['code']:<16} {h['worker'] or ''}")
-                for h in t["history"]]
+    if t.get("superseded_by"):
+        lines.append(f"replaced  by task {fmt(t['superseded_by'])} (a newer record version)")
+    lines += _draft_history(t)
+    lines += ["", "timeline:"]
+    entries = [(a["at"], f"audit    {fmt(a['code'])}") for a in t["audit"]]
+    entries += [(h["at"], f"attempt  {fmt(h['step']):<8} {fmt(h['code']):<16} "
+                 f"{fmt(h['worker']) if h['worker'] else ''}") for h in t["history"]]
     for at, text in sorted(entries, key=lambda e: e[0]):
         lines.append(f"  {_clock(at)}  {text}")
     if not entries:
         lines.append("  (nothing yet)")
     return "\n".join(lines)
+
+
+def _draft_history(t):
+    previous = t.get("previous_drafts") or []
+    if not previous:
+        return []
+    lines = ["", f"earlier drafts ({len(previous)}), oldest first:"]
+    for d in previous:
+        record = d.get("record") or {}
+        lines.append(f"  {_clock(d['at'])}  digest {fmt(d.get('digest'))}  "
+                     f"record v{fmt(record.get('version'))}")
+    lines += ["", "what changed in the draft:"]
+    changes = t.get("draft_changes")
+    lines += [f"  {fmt(line)}" for line in changes.splitlines()] if changes else ["  (the text is the same)"]
+    return lines
+
+
+def render_redraft(a):
+    """``tasks redraft`` for people."""
+    if not a["changed"]:
+        return f"{a['key']}: {a['status']}, unchanged (the record and draft are the same)"
+    if a["replaces"]:
+        return (f"{a['key']}: {a['status']}, a new task for the newer record version; "
+                f"{a['replaces']} is superseded. Review it: signoff tasks show {a['key'][:12]}")
+    return f"{a['key']}: {a['status']}, drafted again (digest {a['digest']}); see `tasks show`"
 
 
 def render_stats(s):

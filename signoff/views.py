@@ -1,42 +1,98 @@
-"""Read-only views for the operator: events, tasks, history, audit and stats."""
+"""Read-only views for the operator: events, tasks, history, audit and stats.
+
+Listings come in two shapes: a list (the Python API, optionally bounded), and
+``listing(...)``: a lazily read page plus the count of rows left out, which the
+CLI prints row by row so even ``--all`` runs in constant memory.
+"""
+
+import difflib
 
 from peewee import fn
 
 from .approval import get_task
-from .models import Attempt, Audit, DeadLetter, Delivery, Task
+from .models import Attempt, Audit, DeadLetter, Delivery, Task, read_snapshot
 
 
 def delivery_row(d):
-    """A delivery as ``signoff events`` shows it."""
-    return {"delivery": d.id, "event_id": d.event_id, "monitor": d.monitor,
-            "status": d.status, "outcome": d.outcome, "task_key": d.task_key,
-            "attempts": d.attempts, "last_code": d.last_code}
-
-
-def events(limit=None, status=None):
-    """Deliveries, oldest first."""
-    query = Delivery.select().order_by(Delivery.id)
-    if status:
-        query = query.where(Delivery.status == status)
-    if limit:
-        query = query.limit(limit)
-    return [delivery_row(d) for d in query]
+    """A delivery (a row dict) as ``signoff events`` shows it."""
+    return {"delivery": d["id"], "event_id": d["event_id"], "monitor": d["monitor"],
+            "status": d["status"], "outcome": d["outcome"], "task_key": d["task_key"],
+            "attempts": d["attempts"], "last_code": d["last_code"]}
 
 
 def task_row(t):
-    """A task as ``signoff tasks list`` shows it."""
-    return {"key": t.key, "monitor": t.monitor, "record_id": t.record_id,
-            "version": t.version, "status": t.status, "code": t.code,
-            "parked": t.parked, "outcome_unknown": t.outcome_unknown,
-            "attempts": t.attempts, "updated_at": t.updated_at}
+    """A task (a row dict) as ``signoff tasks list`` shows it."""
+    return {"key": t["key"], "monitor": t["monitor"], "record_id": t["record_id"],
+            "version": t["version"], "status": t["status"], "code": t["code"],
+            "parked": t["parked"], "outcome_unknown": t["outcome_unknown"],
+            "attempts": t["attempts"], "updated_at": t["updated_at"]}
 
 
-def tasks(status=None):
-    """Tasks, oldest first, optionally of one status."""
-    query = Task.select().order_by(Task.created_at, Task.key)
+# name -> (model, row function, columns read, order oldest first, status column)
+LISTINGS = {
+    "events": (Delivery, delivery_row, (Delivery.id, Delivery.event_id, Delivery.monitor,
+               Delivery.status, Delivery.outcome, Delivery.task_key, Delivery.attempts,
+               Delivery.last_code), (Delivery.id,), Delivery.status),
+    "tasks": (Task, task_row, (Task.key, Task.monitor, Task.record_id, Task.version,
+              Task.status, Task.code, Task.parked, Task.outcome_unknown, Task.attempts,
+              Task.updated_at), (Task.created_at, Task.key), Task.status),
+    # Audit and dead-letter rows are shown with their column names as they are.
+    "audit": (Audit, dict, (Audit.seq, Audit.at, Audit.monitor, Audit.event_id,
+              Audit.task_key, Audit.code), (Audit.seq,), None),
+    "dead_letters": (DeadLetter, dict, (
+        DeadLetter.id, DeadLetter.kind, DeadLetter.ref, DeadLetter.step, DeadLetter.code,
+        DeadLetter.attempts, DeadLetter.first_at, DeadLetter.last_at, DeadLetter.replayed),
+        (DeadLetter.id,), None),
+}
+
+
+def _query(name, status=None, newest_first=False, where=()):
+    model, _, columns, order, status_column = LISTINGS[name]
+    query = model.select(*columns)
     if status:
-        query = query.where(Task.status == status)
-    return [task_row(t) for t in query]
+        query = query.where(status_column == status)
+    if where:
+        query = query.where(*where)
+    return query.order_by(*(c.desc() for c in order) if newest_first else order)
+
+
+def rows(name, status=None, limit=None, newest_first=False, where=()):
+    """A listing as a list (oldest first unless ``newest_first``)."""
+    query = _query(name, status, newest_first, where)
+    if limit:
+        query = query.limit(limit)
+    convert = LISTINGS[name][1]
+    return [convert(r) for r in query.dicts()]
+
+
+def listing(name, status=None, limit=None):
+    """``(rows, more)`` for the CLI: newest first, read lazily; ``limit=None`` is all.
+
+    ``rows`` is an iterator over a server-side cursor (rows are not cached), and
+    ``more`` the number of rows beyond ``limit`` (0 with no limit).
+    """
+    query = _query(name, status, newest_first=True)
+    more = 0
+    if limit:
+        more = max(0, query.order_by().count() - limit)
+        query = query.limit(limit)
+    convert = LISTINGS[name][1]
+    return (convert(r) for r in query.dicts().iterator()), more
+
+
+def events(limit=None, status=None, newest_first=False):
+    """Deliveries, oldest first unless ``newest_first``."""
+    return rows("events", status, limit, newest_first)
+
+
+def tasks(status=None, limit=None, newest_first=False):
+    """Tasks, oldest first unless ``newest_first``, optionally of one status."""
+    return rows("tasks", status, limit, newest_first)
+
+
+def dead_letters(limit=None, newest_first=False):
+    """Dead letters, oldest first unless ``newest_first``."""
+    return rows("dead_letters", None, limit, newest_first)
 
 
 def describe(t):
@@ -53,35 +109,51 @@ def describe(t):
 
 
 def task_detail(key):
-    """Everything about one task, with its attempt history as a timeline."""
+    """Everything about one task, with its attempt history as a timeline.
+
+    ``key`` may be a unique prefix. ``draft_changes`` is a unified diff of the
+    last earlier draft against the current one (null when there is none).
+    """
     t = get_task(key)
+    key = t.key
     history = [{"at": a.at, "step": a.step, "code": a.code, "worker": a.worker}
                for a in Attempt.select().where(Attempt.kind == "task", Attempt.ref == key)
                .order_by(Attempt.id)]
     events = [{"at": a.at, "code": a.code, "event_id": a.event_id}
               for a in Audit.select().where(Audit.task_key == key).order_by(Audit.seq)]
-    return dict(task_row(t), state=describe(t), record=t.record, result=t.result,
+    previous = list(t.previous_drafts or [])
+    return dict(task_row(t.__data__), state=describe(t), record=t.record, result=t.result,
                 digest=t.digest, approved_digest=t.approved_digest,
                 approved_by=t.approved_by, approved_at=t.approved_at,
                 approval_deadline=t.approval_deadline, write_possible=t.write_possible,
                 next_at=t.next_at, lease_owner=t.lease_owner, lease_until=t.lease_until,
+                superseded_by=t.superseded_by, previous_drafts=previous,
+                draft_changes=draft_changes(previous[-1] if previous else None, t),
                 history=history, audit=events)
 
 
-def audit(limit=None, after=0, latest=None):
-    """Audit rows in order; ``latest=N`` gives only the last N."""
-    query = Audit.select().where(Audit.seq > after).order_by(Audit.seq)
-    if limit:
-        query = query.limit(limit)
+def draft_changes(previous, task):
+    """A unified diff of an earlier draft's text against the task's, or ``None``."""
+    if previous is None:
+        return None
+    before = _draft_text(previous.get("result"))
+    after = _draft_text(task.result)
+    label = f"draft {previous.get('digest', '')[:12]}"
+    return "\n".join(difflib.unified_diff(
+        before.splitlines(), after.splitlines(), fromfile=label,
+        tofile=f"draft {task.digest[:12]}", lineterm=""))
+
+
+def _draft_text(result):
+    draft = result.get("draft") if isinstance(result, dict) else None
+    return draft if isinstance(draft, str) else ""
+
+
+def audit(limit=None, after=0, latest=None, newest_first=False):
+    """Audit rows in order; ``latest=N`` gives only the last N (still oldest first)."""
     if latest:
-        query = Audit.select().order_by(Audit.seq.desc()).limit(latest)
-        return list(reversed(_audit_rows(query)))
-    return _audit_rows(query)
-
-
-def _audit_rows(query):
-    return [{"seq": a.seq, "at": a.at, "monitor": a.monitor, "event_id": a.event_id,
-             "task_key": a.task_key, "code": a.code} for a in query]
+        return list(reversed(rows("audit", limit=latest, newest_first=True)))
+    return rows("audit", limit=limit, newest_first=newest_first, where=(Audit.seq > after,))
 
 
 def _count_by(model, column, *where):
@@ -92,7 +164,16 @@ def _count_by(model, column, *where):
 
 
 def stats(now):
-    """The operator's numbers: states, leases, retries, uncertainty, dead letters, gaps."""
+    """The operator's numbers: states, leases, retries, uncertainty, dead letters, gaps.
+
+    Every figure is read in one read transaction, so they agree with each
+    other even while workers commit.
+    """
+    with read_snapshot():
+        return _stats(now)
+
+
+def _stats(now):
     deliveries = _count_by(Delivery, Delivery.status)
     tasks_ = _count_by(Task, Task.status)
     leased_d = Delivery.select().where(Delivery.status == "processing").count()

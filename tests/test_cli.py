@@ -192,7 +192,7 @@ def test_enqueue_bad_line_is_reported_and_good_lines_accepted(home):
     assert lines[2]["reason"].startswith("occurred:")
     assert lines[1]["delivery"] is None
     assert lines[0]["code"] is None and lines[0]["reason"] is None
-    rows = ok(home, "events")
+    rows = ok(home, "events")[::-1]  # newest first
     assert [r["event_id"] for r in rows] == ["a", "d"]
     assert [r["delivery"] for r in rows] == [lines[0]["delivery"], lines[3]["delivery"]]
     assert [r["code"] for r in ok(home, "audit")].count("invalid_event") == 2
@@ -224,7 +224,11 @@ def test_usage_errors_exit_2(home):
                  ["host", "fault", "lose-ack", "--times", "0"], ["tasks", "list", "--bogus"]):
         result = invoke(home, *args, "--json")
         assert result.exit_code == 2, (args, result.output)
-        assert result.stdout == ""
+        answer = json.loads(result.stdout)
+        assert answer["error"] == "usage" and answer["message"], (args, answer)
+        assert set(answer) == {"error", "message"}
+        human = invoke(home, *args)
+        assert human.exit_code == 2 and human.stdout == "", (args, human.output)
 
 
 # -- init and the reference host ----------------------------------------------------
@@ -287,7 +291,7 @@ def test_host_faults_and_results(ready):
 def test_monitor_bind_from_the_grant_list_and_cancel(tmp_path):
     home = tmp_path / "home"
     ok(home, "init")
-    grant = ok(home, "host", "grant")
+    grant = ok(home, "host", "grant", "--doc", "doc-demo", "--doc", "doc-x")
     t0 = time.time()
     bound = ok(home, "monitor", "bind", "--id", "m1", "--document", "doc-demo")
     assert bound["grant_digest"] == sha256_canonical(grant)
@@ -320,7 +324,7 @@ def test_cancel_ends_ready_tasks_and_gates_new_events(ready):
     assert ok(home, "tasks", "show", task["key"])["status"] == "cancelled"
     ok(home, "enqueue", input=jsonl(event("evt-2")))
     process(home)
-    assert ok(home, "events")[-1]["outcome"] == "cancelled"
+    assert ok(home, "events")[0]["outcome"] == "cancelled"  # newest first
 
 
 # -- tasks, approval, dead letters and views -------------------------------------------
@@ -390,9 +394,9 @@ def test_audit_rows_have_identifiers_and_codes_only(ready):
     home, task = ready
     rows = ok(home, "audit")
     assert rows and all(set(r) == AUDIT_KEYS for r in rows)
-    assert [r["seq"] for r in rows] == sorted(r["seq"] for r in rows)
-    assert [r["code"] for r in rows] == ["bound", "ready"]
-    assert rows[1]["event_id"] == "evt-1" and rows[1]["task_key"] == task["key"]
+    assert [r["seq"] for r in rows] == sorted((r["seq"] for r in rows), reverse=True)
+    assert [r["code"] for r in rows] == ["ready", "bound"]
+    assert rows[0]["event_id"] == "evt-1" and rows[0]["task_key"] == task["key"]
     assert len(ok(home, "audit", "--limit", "1")) == 1
     assert SECRET_TEXT not in invoke(home, "audit", "--json").stdout
 

@@ -1,8 +1,8 @@
 """Event intake: what is accepted, what is rejected, and what a rejection leaves behind.
 
 The property tests compare intake against an oracle written here from the rules
-(labels are strings of 1-128 characters with no lone surrogates and no control
-characters; ``occurred`` is an integer >= 0 that is neither bool nor float), and
+(labels are strings of 1-128 characters with no lone surrogates, no control
+characters and no bidi controls or line separators; ``occurred`` is an integer >= 0 that is neither bool nor float), and
 check the stored rows rather than the answers alone.
 """
 
@@ -31,7 +31,7 @@ PROPERTY_SETTINGS = settings(max_examples=60, deadline=None,
 def label_ok(value):
     return (isinstance(value, str) and 1 <= len(value) <= 128
             and not any(0xD800 <= ord(c) <= 0xDFFF or unicodedata.category(c) == "Cc"
-                        for c in value))
+                        or c in VIEW_BREAKING for c in value))
 
 
 def occurred_ok(value):
@@ -47,14 +47,18 @@ def event_ok(value):
 
 surrogate = st.integers(0xD800, 0xDFFF).map(chr)
 control = st.sampled_from(["\x00", "\x01", "\t", "\n", "\r", "\x1b", "\x7f", "\x85", "\x9f"])
-good_label = st.text(st.characters(exclude_categories=("Cs", "Cc")), min_size=1, max_size=128)
+# Bidi controls and line separators could forge an operator's view: never a label.
+VIEW_BREAKING = "\u061c\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e" \
+    "\u2066\u2067\u2068\u2069"
+good_label = st.text(st.characters(exclude_categories=("Cs", "Cc"),
+                                   exclude_characters=VIEW_BREAKING), min_size=1, max_size=128)
 
 
 @st.composite
 def spoiled_label(draw):
     """A string with a surrogate or control character spliced in somewhere."""
     base = draw(st.text(st.characters(exclude_categories=("Cs",)), max_size=20))
-    bad = draw(st.one_of(surrogate, control))
+    bad = draw(st.one_of(surrogate, control, st.sampled_from(VIEW_BREAKING)))
     at = draw(st.integers(0, len(base)))
     return base[:at] + bad + base[at:]
 

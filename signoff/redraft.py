@@ -1,0 +1,149 @@
+"""Redraft: re-read a task's record and material and draft it again.
+
+A task blocked because its source changed (or its draft failed acceptance)
+otherwise has no way forward. A redraft runs the gate, reads the record and
+the material, drafts, and runs acceptance; nothing changes unless all of that
+holds. Then:
+
+- same record version (so the same task key): the task returns to ``ready``
+  with the new snapshot, result and digest, any approval is cleared, and the
+  draft it replaces is kept in ``previous_drafts`` (audit ``redrafted``);
+- a new record version: a new ``ready`` task is made under the new key (the
+  inbox is not touched), carrying the earlier drafts; the old task stays
+  ``blocked`` with code ``superseded`` and names its successor in
+  ``superseded_by`` (audit ``superseded`` on the old key, ``redrafted`` on
+  the new one).
+
+Redraftable: ``ready`` tasks, and ``blocked`` ones whose code is
+``source_changed`` or ``acceptance_failed`` and whose write never became
+possible (a host that may hold a result under the key keeps the task).
+"""
+
+from .approval import acceptance, get_task, with_retries
+from .errors import Blocked, Refused
+from .gate import INGEST_ACTIONS, gate
+from .ingest import check_draft, check_record, new_task
+from .lifecycle import Fenced, audit, move_task
+from .models import Monitor, Task, db, insert_rows
+
+REDRAFTABLE_BLOCKS = ("source_changed", "acceptance_failed")
+
+
+def redraft(rt, key):
+    """Draft task ``key`` (or a unique key prefix) again; see the module docstring.
+
+    Answers ``{key, status, digest, changed, replaces}``: ``key`` is the task
+    to review now, ``replaces`` the superseded key when a new task was made.
+    """
+    task = get_task(key)
+    _check_redraftable(task)
+    now = rt.clock.now()
+    host = rt.host()
+    monitor = Monitor.get_or_none(Monitor.id == task.monitor)
+    refusal = gate(monitor, with_retries(rt, host.context), now, INGEST_ACTIONS)
+    if refusal:
+        raise Refused(refusal, f"the monitor's gate refused: {refusal}")
+    record = _read_record(rt, host, task.record_id, monitor)
+    fresh = new_task(monitor, record, _draft(rt, host, record), now)
+    problem = acceptance(fresh["result"], record)
+    if problem:
+        raise Refused("acceptance_failed", f"the new draft fails acceptance: {problem}")
+    if fresh["key"] == task.key:
+        return _same_version(task, fresh, now)
+    return _new_version(task, fresh, now)
+
+
+def _check_redraftable(task):
+    if task.status == "blocked" and task.code in REDRAFTABLE_BLOCKS and not task.write_possible:
+        return
+    if task.status == "ready":
+        return
+    why = f"{task.status} ({task.code})" if task.code else task.status
+    raise Refused("not_redraftable", f"task is {why}; only ready tasks and tasks blocked by "
+                  f"{' or '.join(REDRAFTABLE_BLOCKS)} can be redrafted")
+
+
+def _read_record(rt, host, record_id, monitor):
+    try:
+        record = with_retries(rt, lambda: host.get(record_id))
+        check_record(record)
+    except Blocked as exc:
+        raise Refused(exc.code, f"re-reading the source failed: {exc.code}") from None
+    except TypeError as exc:
+        raise Refused("bad_record", f"the host's record is unusable: {exc}") from None
+    if (record["id"] != record_id or record["document"] != monitor.document
+            or record["kind"] != "review" or record["status"] != "open"):
+        raise Refused("source_nonmatch", "the record is no longer an open review of the "
+                      "monitor's document")
+    return record
+
+
+def _draft(rt, host, record):
+    try:
+        material = with_retries(rt, lambda: host.read_material(record["document"]))
+        drafted = rt.drafter()(record, material)
+        check_draft(drafted)
+    except (Blocked, Refused) as exc:
+        raise Refused(exc.code, f"drafting failed: {exc.code}") from None
+    except Exception as exc:  # a drafter's bug: one line for the operator, nothing changed
+        raise Refused("draft_failed", f"the drafter failed ({type(exc).__name__}); "
+                      "nothing was changed") from None
+    return drafted
+
+
+def _earlier(task, now):
+    """The task's drafts so far, the current one last."""
+    return list(task.previous_drafts or []) + [
+        {"at": now, "digest": task.digest, "result": task.result, "record": task.record}]
+
+
+def _same_version(task, fresh, now):
+    if task.status == "ready" and fresh["digest"] == task.digest and fresh["record"] == task.record:
+        return _answer(task.key, task.status, task.digest, changed=False)
+    try:
+        with db.atomic():
+            current = _unchanged(task)
+            move_task(task.key, [task.status], "ready", now, code=None, parked=False,
+                      record=fresh["record"], result=fresh["result"], digest=fresh["digest"],
+                      approval_deadline=fresh["approval_deadline"], approved_digest=None,
+                      approved_by=None, approved_at=None, failures={},
+                      previous_drafts=_earlier(current, now))
+            audit(now, "redrafted", task.monitor, task_key=task.key)
+    except Fenced:
+        raise _moved_on() from None
+    return _answer(task.key, "ready", fresh["digest"], changed=True)
+
+
+def _new_version(task, fresh, now):
+    fresh["previous_drafts"] = _earlier(task, now)
+    try:
+        with db.atomic():
+            _unchanged(task)
+            made = insert_rows(Task, [fresh], ignore_conflicts=True, returning=("key",))
+            move_task(task.key, [task.status], "blocked", now, code="superseded", parked=False,
+                      superseded_by=fresh["key"])
+            audit(now, "superseded", task.monitor, task_key=task.key)
+            if made:
+                audit(now, "redrafted", task.monitor, task_key=fresh["key"])
+    except Fenced:
+        raise _moved_on() from None
+    successor = Task.get_by_id(fresh["key"])  # made now, or by an event that came first
+    return _answer(successor.key, successor.status, successor.digest, changed=True,
+                   replaces=task.key)
+
+
+def _unchanged(task):
+    """The task row, inside the write transaction, if no one moved it meanwhile."""
+    current = Task.get_by_id(task.key)
+    if current.status != task.status or current.digest != task.digest:
+        raise Fenced(task.key)
+    return current
+
+
+def _moved_on():
+    return Refused("not_redraftable", "the task moved on while it was being redrafted")
+
+
+def _answer(key, status, digest, changed, replaces=None):
+    return {"key": key, "status": status, "digest": digest, "changed": changed,
+            "replaces": replaces}
