@@ -6,8 +6,8 @@ import threading
 
 from . import approval, deadletters, ingest, intake, monitors, reaper, redraft, submit, views
 from .clock import Clock
-from .config import load_config, load_plugin, resolve_home, write_default
-from .errors import ConfigError
+from .config import (call_factory, load_config, load_plugin, make_private, resolve_home,
+                     write_default)
 from .models import create_schema, open_database
 from .tasks import Wakers, make_queue
 
@@ -38,6 +38,7 @@ class Signoff:
         rt = cls(path, clock=clock)
         create_schema()
         rt.host()  # a host that keeps files (the reference host) creates them now
+        make_private(path)
         return rt
 
     # -- plug-ins ----------------------------------------------------------
@@ -48,10 +49,8 @@ class Signoff:
         if host is None:
             if self._host_factory is None:
                 self._host_factory = load_plugin(self.config.host_factory, "host")
-            try:
-                host = self._host_factory(home=self.home, **self.config.host_options)
-            except TypeError as exc:
-                raise ConfigError("bad_config", f"host factory rejected its options: {exc}") from None
+            host = call_factory(self._host_factory, self.config.host_factory, "host",
+                                self.home, self.config.host_options)
             self._local.host = host
         return host
 
@@ -59,10 +58,8 @@ class Signoff:
         """The configured ``draft(record, material)`` callable."""
         if self._drafter is None:
             factory = load_plugin(self.config.drafter_factory, "drafter")
-            try:
-                self._drafter = factory(home=self.home, **self.config.drafter_options)
-            except TypeError as exc:
-                raise ConfigError("bad_config", f"drafter factory rejected its options: {exc}") from None
+            self._drafter = call_factory(factory, self.config.drafter_factory, "drafter",
+                                         self.home, self.config.drafter_options)
         return self._drafter
 
     # -- monitors and intake -------------------------------------------------

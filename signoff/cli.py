@@ -1,9 +1,11 @@
 """The ``signoff`` command line (SPEC section 8): parse, call one function, print."""
 
+import contextlib
 import functools
 import itertools
 import json
 import math
+import signal
 import sys
 
 import click
@@ -279,21 +281,65 @@ def _enqueue(rt, source, monitor_id, as_json):
     if as_json:
         click.echo("[", nl=False)
     try:
-        for r in itertools.chain([] if head is None else [head], results):
-            counts[r.accepted] += 1
-            if as_json:
-                sep = "\n" if sum(counts.values()) == 1 else ",\n"
-                click.echo(sep + json.dumps(r.as_dict(), ensure_ascii=False), nl=False)
-            elif not r.accepted:
-                click.echo(f"line {r.line}: rejected: {r.code}: {safe(r.reason)}")
+        with DeferredInterrupt() as interrupt:
+            for r in itertools.chain([] if head is None else [head], results):
+                counts[r.accepted] += 1
+                with interrupt.held():
+                    _print_answer(r, as_json, first=sum(counts.values()) == 1)
     except KeyboardInterrupt:
-        # Ctrl-C: the answers printed so far were committed; close the JSON.
+        # Ctrl-C: every answer printed was committed; close the JSON.
         _enqueue_end(as_json, show_progress, counts)
-        click.echo("error: interrupted: the answers above were stored; "
-                   "lines after them were not read", err=True)
+        click.echo("error: interrupted: the answers above were stored; lines read after "
+                   "them may be stored too (see `signoff events`)", err=True)
         return 1
     _enqueue_end(as_json, show_progress, counts)
     return 1 if counts[False] else 0
+
+
+def _print_answer(r, as_json, first):
+    if as_json:
+        click.echo(("\n" if first else ",\n") + json.dumps(r.as_dict(), ensure_ascii=False),
+                   nl=False)
+    elif not r.accepted:
+        click.echo(f"line {r.line}: rejected: {r.code}: {safe(r.reason)}")
+
+
+class DeferredInterrupt:
+    """Ctrl-C while an answer is being printed waits for that answer to end.
+
+    Elsewhere (reading input, storing a chunk) it interrupts at once as usual;
+    so an interrupted ``--json`` output is never cut inside an answer.
+    """
+
+    def __init__(self):
+        self.writing = self.pending = False
+        self.previous = None
+
+    def __enter__(self):
+        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+            self.previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+        return False
+
+    def _on_sigint(self, signum, frame):
+        if not self.writing:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    @contextlib.contextmanager
+    def held(self):
+        """Hold Ctrl-C for the duration of the block."""
+        self.writing = True
+        try:
+            yield
+        finally:
+            self.writing = False
+        if self.pending:
+            raise KeyboardInterrupt
 
 
 def _enqueue_end(as_json, show_progress, counts):

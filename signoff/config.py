@@ -1,6 +1,7 @@
 """The home folder, ``signoff.toml``, and loading plug-ins by import string."""
 
 import importlib
+import inspect
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -81,17 +82,52 @@ class Config:
         return self.home / QUEUE_DB
 
 
+# The home holds record snapshots, results and approvers' names: only its owner
+# may read it. SQLite gives a database's -wal and -shm files the database
+# file's mode, so tightening the files once keeps them private from then on.
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+PRIVATE_SUFFIXES = (".db", ".db-wal", ".db-shm", ".db-journal")
+
+
 def resolve_home(home=None):
-    """The home folder: the argument, else ``$SIGNOFF_HOME``, else ``./.signoff``."""
+    """The home folder: the argument, else ``$SIGNOFF_HOME``, else ``./.signoff``.
+
+    An empty string is refused: it would otherwise silently mean the default.
+    """
+    if isinstance(home, str) and not home.strip():
+        raise ValueError("the home must name a folder; an empty path is not the default home")
     return Path(home or os.environ.get("SIGNOFF_HOME") or ".signoff").absolute()
 
 
 def write_default(home):
-    """Create ``home`` and its ``signoff.toml`` unless they exist; never overwrite."""
-    home.mkdir(parents=True, exist_ok=True)
+    """Create ``home`` (mode 700) and its ``signoff.toml`` (600); never overwrite."""
+    home.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
     path = home / CONFIG_NAME
     if not path.exists():
-        path.write_text(DEFAULT_TOML, encoding="utf-8")
+        with private_file(path, "w") as out:
+            out.write(DEFAULT_TOML)
+
+
+def private_file(path, mode="w"):
+    """Open ``path`` for writing, created with mode 600 (text for "w", bytes for "wb")."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    os.fchmod(fd, os.fstat(fd).st_mode & PRIVATE_FILE)  # an existing file is tightened too
+    return os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8")
+
+
+def make_private(home):
+    """Tighten ``home`` to 700 and signoff's files in it to 600; never loosens a mode.
+
+    Only the files signoff makes (the config and the databases with their
+    journals) are touched, so a home pointed at a shared folder keeps the rest.
+    """
+    home = Path(home)
+    os.chmod(home, home.stat().st_mode & PRIVATE_DIR)
+    for path in home.iterdir():
+        if path.name == CONFIG_NAME or path.name.endswith(PRIVATE_SUFFIXES):
+            if path.is_file() and not path.is_symlink():
+                os.chmod(path, path.stat().st_mode & PRIVATE_FILE)
 
 
 def load_config(home):
@@ -102,9 +138,24 @@ def load_config(home):
         raise NoHome("no_home", f"no signoff home at {home}: run `signoff init` first")
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
-        raise ConfigError("bad_config", f"{path}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("bad_config", f"{path}: not valid TOML: {_toml_problem(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError("bad_config", f"{path}: not UTF-8 text (byte {exc.start + 1})") from None
+    except OSError as exc:
+        why = "it is a folder" if path.is_dir() else (exc.strerror or "it cannot be read").lower()
+        raise ConfigError("bad_config", f"{path}: cannot be read: {why}") from None
     return _build(home, raw, path)
+
+
+def _toml_problem(exc):
+    # tomllib says what it expected and where, "... (at line L, column C)":
+    # lead with the place, as people look for it first.
+    text = str(exc)
+    what, sep, where = text.rpartition(" (at ")
+    if not sep:
+        return text
+    return f"{where.rstrip(')')}: {what[:1].lower()}{what[1:]}"
 
 
 def _table(raw, name, path):
@@ -119,8 +170,20 @@ def _typed(table, key, kind, default, path, section):
     ok = isinstance(value, kind) and not isinstance(value, bool)
     if not ok and value is not None:
         wanted = {str: "a string", int: "an integer"}.get(kind, "a number")
-        raise ConfigError("bad_config", f"{path}: {section}.{key} must be {wanted}")
+        raise ConfigError("bad_config", f"{path}: {section}.{key} must be {wanted}, "
+                          f"got {_toml_kind(value)}")
     return value
+
+
+def _toml_kind(value):
+    """What a TOML value is, in TOML's words."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a table" if isinstance(value, dict) else "an array or a date"
 
 
 def _build(home, raw, path):
@@ -132,13 +195,15 @@ def _build(home, raw, path):
     known = {f.name: f.default for f in fields(RetryPolicy)}
     unknown = set(retry_raw) - set(known)
     if unknown:
-        raise ConfigError("bad_config", f"{path}: unknown key retry.{sorted(unknown)[0]}")
+        raise ConfigError("bad_config", f"{path}: unknown key retry.{sorted(unknown)[0]} "
+                          f"(known: {', '.join(known)})")
     retry = {}
     for key, default in known.items():
         kind = int if isinstance(default, int) else number
         value = _typed(retry_raw, key, kind, default, path, "retry")
         if value < (1 if kind is int else 0):
-            raise ConfigError("bad_config", f"{path}: retry.{key} must be positive")
+            least = "1 or more" if kind is int else "0 or more"
+            raise ConfigError("bad_config", f"{path}: retry.{key} must be {least}, got {value}")
         retry[key] = value
     options = {}
     for section, table in (("host", host), ("drafter", drafter)):
@@ -149,7 +214,8 @@ def _build(home, raw, path):
     lease = _typed(worker, "lease_ttl_s", number, 30.0, path, "worker")
     batch = _typed(worker, "batch_size", int, 50, path, "worker")
     if lease <= 0 or batch < 1:
-        raise ConfigError("bad_config", f"{path}: worker.lease_ttl_s and worker.batch_size must be positive")
+        raise ConfigError("bad_config", f"{path}: worker.lease_ttl_s must be above 0 and "
+                          f"worker.batch_size 1 or more (got {lease} and {batch})")
     return Config(
         home=home,
         host_factory=_typed(host, "factory", str, Config.host_factory, path, "host"),
@@ -172,12 +238,69 @@ def load_plugin(spec, what):
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # any import-time failure of a plug-in is the user's to fix
-        raise ConfigError("plugin_import", f"cannot import {what} module {module_name!r}: {type(exc).__name__}: {exc}") from None
+        raise ConfigError("plugin_import", _import_problem(what, module_name, exc)) from None
     target = module
     for part in attr.split("."):
         target = getattr(target, part, None)
         if target is None:
-            raise ConfigError("plugin_import", f"{what} factory {spec!r}: {module_name} has no attribute {attr!r}")
+            raise ConfigError("plugin_import", f"{what} factory {spec!r}: module {module_name} "
+                              f"has no {attr!r}; check the name after the colon")
     if not callable(target):
-        raise ConfigError("plugin_import", f"{what} factory {spec!r} is not callable")
+        raise ConfigError("plugin_import", f"{what} factory {spec!r} is not callable; "
+                          "name a class or function")
     return target
+
+
+def _import_problem(what, module_name, exc):
+    """Why a plug-in module did not import, in words, with what to do."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name and (
+            module_name == exc.name or module_name.startswith(exc.name + ".")):
+        return (f"cannot import {what} module {module_name!r}: no such module on the Python "
+                "path; install its package, or add its folder to PYTHONPATH")
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return (f"{what} module {module_name!r} needs module {exc.name!r}, which is not "
+                "installed")
+    where = ""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f" ({exc.filename}, line {exc.lineno})"
+    return (f"{what} module {module_name!r} failed while importing: {type(exc).__name__}"
+            f"{where}; run `python -c \"import {module_name}\"` to see why")
+
+
+def call_factory(factory, spec, section, home, options):
+    """Call a plug-in factory with ``home`` and its ``[section.options]``.
+
+    A factory that does not take an option is a ``bad_config`` naming the key
+    and the options it takes, never Python's own ``TypeError`` text.
+    """
+    unknown = _unaccepted(factory, ["home", *options])
+    if unknown:
+        accepted = _accepted(factory)
+        raise ConfigError("bad_config", f"[{section}.options] {unknown[0]!r} is not an option "
+                          f"of {spec} (it takes: {', '.join(accepted) or 'none'})")
+    try:
+        return factory(home=home, **options)
+    except TypeError as exc:
+        raise ConfigError("bad_config", f"{spec} refused the [{section}.options] given "
+                          f"({', '.join(options) or 'none'}); check their names and values"
+                          ) from exc
+
+
+def _parameters(factory):
+    try:
+        return inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: let the call decide
+        return None
+
+
+def _unaccepted(factory, names):
+    params = _parameters(factory)
+    if params is None or any(p.kind is p.VAR_KEYWORD for p in params):
+        return []
+    known = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return [n for n in names if n not in known and n != "home"]
+
+
+def _accepted(factory):
+    return [p.name for p in _parameters(factory) or ()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "home"]

@@ -4,7 +4,8 @@ Every step goes through the real command line (run in this process, with
 ``--json``) and the work is done by real ``signoff worker`` processes: one is
 killed with SIGKILL while its task is ``uncertain`` and a new one resolves it by
 reading the receipt under the same key. Each step is printed as it ends, and
-``report.json`` in the home records what was expected and what happened.
+``report.json`` in the home records what was expected and what happened; it
+is kept, and its path printed, on every run.
 """
 
 import contextlib
@@ -22,6 +23,8 @@ from pathlib import Path
 
 import click
 
+from .config import private_file
+
 RECORD_ID = "comment-1"
 DOCUMENT = "doc-demo"
 DEMO_DATE = "2026-11-01"
@@ -29,6 +32,7 @@ DEMO_DATE = "2026-11-01"
 BASE_DELAY_S = 3.0
 WAIT_S = 15.0
 POLL_S = 0.05
+REPORT_NAME = "report.json"
 
 
 class StepFailed(Exception):
@@ -42,8 +46,10 @@ class StepFailed(Exception):
 def run_demo(keep=None, as_json=False):
     """Run the demo; return the report (``report["passed"]`` is the verdict).
 
-    ``keep``: run in this folder and leave it; otherwise a temporary folder is
-    used and removed afterwards (kept, and named, if a step failed).
+    ``keep``: run in this folder and leave it. Otherwise a new temporary folder
+    is used; once every step held, everything in it but ``report.json`` is
+    removed (a failed run keeps it all). Either way the report's path is
+    printed at the end and is in the report (``report``).
     ``as_json``: step lines go to standard error, so the caller can print the
     report as the only document on standard output.
     """
@@ -53,28 +59,44 @@ def run_demo(keep=None, as_json=False):
     else:
         home, temporary = Path(tempfile.mkdtemp(prefix="signoff-demo-")), True
     demo = Demo(home, as_json)
-    if keep is not None:
-        demo.say(f"signoff demo in {home} (kept)")
+    demo.say(f"signoff demo in {home}" + (" (kept)" if keep is not None else ""))
     try:
         demo.run()
     finally:
         demo.stop_workers()
     report = demo.report(round(time.monotonic() - started, 2))
+    report_path = home / REPORT_NAME
     if demo.home_is_ours:
         report["kept"] = not temporary or not report["passed"]
+        report["report"] = str(report_path)
         with contextlib.suppress(OSError):
-            (home / "report.json").write_text(json.dumps(report, ensure_ascii=False, indent=2)
-                                              + "\n", encoding="utf-8")
+            with private_file(report_path) as out:
+                out.write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
         if temporary and report["passed"]:
-            shutil.rmtree(home, ignore_errors=True)
+            _remove_all_but(home, REPORT_NAME)
     else:
         report["kept"] = True  # a folder that was not empty is left exactly as it was
+        report["report"] = None
     ok = sum(s["ok"] for s in report["steps"])
     verdict = "passed" if report["passed"] else "FAILED"
     demo.say(f"demo {verdict}: {ok}/{len(report['steps'])} steps in {report['seconds']}s")
     if report["kept"]:
-        demo.say(f"home: {home}" + (f" (report: {home / 'report.json'})" if demo.home_is_ours else ""))
+        demo.say(f"home: {home}")
+    if report["report"]:
+        demo.say(f"report: {report_path}")
     return report
+
+
+def _remove_all_but(folder, name):
+    """Remove everything in ``folder`` except the file ``name``."""
+    for path in folder.iterdir():
+        if path.name == name:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 class Demo:
@@ -162,7 +184,7 @@ class Demo:
 
     def start_worker(self, *args):
         n = len(self.workers) + 1
-        log = open(self.home / f"worker-{n}.log", "wb")
+        log = private_file(self.home / f"worker-{n}.log", "wb")
         self.logs.append(log)
         env = dict(os.environ)
         package_root = str(Path(__file__).resolve().parent.parent)
@@ -222,7 +244,8 @@ class Demo:
                  "record_id": RECORD_ID, "occurred": int(time.time()),
                  "text": "please add the demo date"}
         path = self.home / f"{event_id}.json"
-        path.write_text(json.dumps(event) + "\n", encoding="utf-8")
+        with private_file(path) as out:
+            out.write(json.dumps(event) + "\n")
         lines = self.ok("enqueue", str(path))
         if not (len(lines) == 1 and lines[0]["accepted"]):
             raise StepFailed(f"event not accepted: {_show(lines)}")
