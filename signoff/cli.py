@@ -373,7 +373,7 @@ KEY_HINT = ("KEY: the key column, or any unique prefix of 8+ characters; DIGEST:
 
 def statuses(edges):
     """Every status named in a transition table, sorted (for ``--status`` choices)."""
-    return sorted({status for edge in edges for status in edge})
+    return sorted({str(getattr(status, "value", status)) for edge in edges for status in edge})
 
 
 def bounded(f):

@@ -13,7 +13,7 @@ import click
 # are in: controls, format characters (bidi overrides, isolates, marks),
 # line and paragraph separators, and lone surrogates.
 UNSHOWABLE = frozenset(("Cc", "Cf", "Zl", "Zp", "Cs"))
-STREAM_PAGE = 500  # rows buffered to size a streamed table's columns
+STREAM_PAGE = 500  # rows held at once when streaming (the first page sizes a table)
 
 
 def safe(text):
@@ -86,28 +86,37 @@ def stream(rows, more, as_json, columns, short=(), hint=None):
 
 
 def _stream_json(rows):
+    # One write per page of rows: a write (and flush) per row is most of the cost.
     first = True
     click.echo("[", nl=False)
-    for row in rows:
-        click.echo(("\n" if first else ",\n") + _compact(row), nl=False)
+    for page in _pages(rows):
+        text = ",\n".join(_compact(row) for row in page)
+        click.echo(("\n" if first else ",\n") + text, nl=False)
         first = False
     click.echo("]" if first else "\n]")
 
 
 def _stream_table(rows, columns, short, hint):
-    page = list(itertools.islice(rows, STREAM_PAGE))
-    if not page:
+    pages = _pages(rows)
+    page = next(pages, None)
+    if page is None:
         click.echo("(none)")
         return
     cells = _cells(page, columns, short)
     widths = _widths(cells, columns)  # sized on the first page; longer cells just push
-    click.echo(_line(columns, widths))
-    for row in cells:
-        click.echo(_line(row, widths))
-    for row in rows:
-        click.echo(_line(_cells([row], columns, short)[0], widths))
+    click.echo("\n".join([_line(columns, widths)] + [_line(row, widths) for row in cells]))
+    for page in pages:
+        click.echo("\n".join(_line(row, widths) for row in _cells(page, columns, short)))
     if hint:
         click.echo(hint)
+
+
+def _pages(rows):
+    while True:
+        page = list(itertools.islice(rows, STREAM_PAGE))
+        if not page:
+            return
+        yield page
 
 
 def _compact(data):
