@@ -273,27 +273,35 @@ def _enqueue(rt, source, monitor_id, as_json):
             click.echo(f"\r{lines} lines read", err=True, nl=False)
 
     results = enqueue(rt, source, monitor_id, progress=progress)
-    # The first step runs the whole-call checks (an unknown monitor refuses
-    # everything), so it happens before anything is printed: a refusal is then
-    # the only JSON document on stdout.
-    head = next(results, None)
     counts = {True: 0, False: 0}
-    if as_json:
-        click.echo("[", nl=False)
+    opened = []  # the JSON list's "[" is out
     try:
         with DeferredInterrupt() as interrupt:
+            # The first step runs the whole-call checks (an unknown monitor
+            # refuses everything) before anything is printed: a refusal is
+            # then the only JSON document on stdout.
+            head = next(results, None)
+            with interrupt.held():
+                _open_list(as_json, opened)
             for r in itertools.chain([] if head is None else [head], results):
                 counts[r.accepted] += 1
                 with interrupt.held():
                     _print_answer(r, as_json, first=sum(counts.values()) == 1)
     except KeyboardInterrupt:
         # Ctrl-C: every answer printed was committed; close the JSON.
+        _open_list(as_json, opened)
         _enqueue_end(as_json, show_progress, counts)
         click.echo("error: interrupted: the answers above were stored; lines read after "
                    "them may be stored too (see `signoff events`)", err=True)
         return 1
     _enqueue_end(as_json, show_progress, counts)
     return 1 if counts[False] else 0
+
+
+def _open_list(as_json, opened):
+    if as_json and not opened:
+        click.echo("[", nl=False)
+        opened.append(True)
 
 
 def _print_answer(r, as_json, first):
