@@ -379,8 +379,10 @@ KEY_HINT = ("KEY: the key column, or any unique prefix of 8+ characters; DIGEST:
             "`signoff tasks show KEY` prints it")
 
 
-def statuses(edges):
-    """Every status named in a transition table, sorted (for ``--status`` choices)."""
+def statuses(kind):
+    """Every delivery or task status, sorted: the ``--status`` choices."""
+    from .lifecycle import DELIVERY_EDGES, TASK_EDGES
+    edges = DELIVERY_EDGES if kind == "delivery" else TASK_EDGES
     return sorted({str(getattr(status, "value", status)) for edge in edges for status in edge})
 
 
@@ -405,18 +407,8 @@ def _listing(obj, as_json, name, limit, columns, status=None, short=(), hint=Non
     stream(rows, more, as_json, columns, short=short, hint=hint)
 
 
-def _delivery_statuses():
-    from .lifecycle import DELIVERY_EDGES
-    return statuses(DELIVERY_EDGES)
-
-
-def _task_statuses():
-    from .lifecycle import TASK_EDGES
-    return statuses(TASK_EDGES)
-
-
 @command(main)
-@click.option("--status", type=click.Choice(_delivery_statuses()), default=None)
+@click.option("--status", type=click.Choice(statuses("delivery")), default=None)
 @bounded
 def events(obj, as_json, status, limit):
     """Deliveries and what became of them, newest first."""
@@ -437,7 +429,7 @@ TASK_COLUMNS = ["key", "monitor", "record_id", "version", "status", "code",
 
 
 @command(tasks, "list")
-@click.option("--status", type=click.Choice(_task_statuses()), default=None)
+@click.option("--status", type=click.Choice(statuses("task")), default=None)
 @bounded
 def tasks_list(obj, as_json, status, limit):
     """List tasks, newest first, optionally of one status."""
