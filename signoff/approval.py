@@ -70,10 +70,11 @@ def approve_many(rt, items, by):
     """Approve many ``(key, digest)`` pairs: one grant read, one transaction.
 
     Returns, in order, the answer dict or the ``Refused`` for each pair; the
-    checks are exactly those of a single approval. ``by`` must be a valid
+    checks are exactly those of a single approval (a key may be a prefix). ``by`` must be a valid
     name (``invalid_name`` otherwise, nothing approved).
     """
     check_name("by", by)
+    items = _full_keys(items)
     now = rt.clock.now()
     tasks = {t.key: t for t in Task.select().where(Task.key.in_([k for k, _ in items]))}
     out, ready = [], []
@@ -118,6 +119,19 @@ def approve_many(rt, items, by):
             Task.key.in_([items[i][0] for i in done]))}
         for i in done:
             out[i] = answer(fresh[items[i][0]])
+    return out
+
+
+def _full_keys(items):
+    """``items`` with each unique key prefix replaced by its key (the rest as given)."""
+    out = []
+    for key, reviewed in items:
+        if isinstance(key, str) and len(key) != 64:
+            try:
+                key = resolve_key(key)
+            except Refused:
+                pass  # refused per item by the checks below, as an unknown key
+        out.append((key, reviewed))
     return out
 
 

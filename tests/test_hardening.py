@@ -165,7 +165,9 @@ def test_a_unique_prefix_works_wherever_a_key_does(rt):
     prefix = task["key"][:8]
     assert rt.task(prefix)["key"] == task["key"]
     assert rt.task(prefix.upper())["key"] == task["key"]
-    assert rt.approve(prefix, task["digest"], by="ana")["key"] == task["key"]
+    [answer] = rt.approve_many([(prefix, task["digest"])], by="ana")
+    assert answer["key"] == task["key"] and answer["status"] == "approved"
+    assert rt.approve(prefix, task["digest"], by="ana")["key"] == task["key"]  # answers again
     assert rt.retry(prefix)["key"] == task["key"]
 
 
