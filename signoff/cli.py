@@ -363,6 +363,31 @@ def stats(obj, as_json):
 
 
 @command(main)
+@click.option("--older-than", "older_than", type=Seconds(min=0), default=None, metavar="DAYS",
+              help="Days since a task finished (default: [retention] finished_days, 30).")
+@click.option("--dry-run", is_flag=True, help="Only count what would be purged.")
+def purge(obj, as_json, older_than, dry_run):
+    """Drop the record snapshot and result of finished tasks past retention."""
+    from .retention import purge as run_purge
+    show_progress = sys.stderr.isatty() and not dry_run
+
+    def progress(done):
+        if show_progress:
+            click.echo(f"\r{done} tasks purged", err=True, nl=False)
+
+    summary = run_purge(obj.open(), older_than, dry_run, progress)
+    if show_progress:
+        click.echo("", err=True)
+    emit(summary, as_json, lambda s: (
+        f"{'would purge' if s['dry_run'] else 'purged'} {s['purged']} finished task(s) "
+        f"older than {s['older_than_days']:g} day(s) ({_by_status(s['by_status'])})"))
+
+
+def _by_status(counts):
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
+
+
+@command(main)
 @click.option("--interval", type=Seconds(min=0.1), default=1.0, show_default=True)
 def watch(obj, as_json, interval):
     """A live view that refreshes until Ctrl-C (--json: one snapshot per line)."""

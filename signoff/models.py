@@ -150,6 +150,21 @@ class DeadLetter(BaseModel):
     note = TextField(null=True)
 
 
+class PurgedTask(BaseModel):
+    """A finished task whose record snapshot and result retention removed."""
+
+    key = CharField(max_length=64, primary_key=True)
+    purged_at = DoubleField()
+
+
+class Chore(BaseModel):
+    """A periodic job shared by every worker: the last start is claimed on this row."""
+
+    name = CharField(primary_key=True)
+    last_run_at = DoubleField(default=0.0)
+    last_summary = JSONField(null=True)
+
+
 # A row whose last lease expired without an outcome (a "suspect", see
 # leases.py) is looked for first at every claim: a small partial index finds
 # the few there are without reading the waiting rows.
@@ -157,7 +172,7 @@ Delivery.add_index(Delivery.index(Delivery.next_at, name="delivery_suspect",
                                   where=(Delivery.last_code == "lease_expired")))
 Task.add_index(Task.index(Task.next_at, name="task_suspect", where=(Task.code == "lease_expired")))
 
-MODELS = [Monitor, Delivery, Inbox, Task, Attempt, Audit, DeadLetter]
+MODELS = [Monitor, Delivery, Inbox, Task, Attempt, Audit, DeadLetter, PurgedTask, Chore]
 
 
 def open_database(config):

@@ -15,7 +15,7 @@ def render_task(t):
         f"task      {t['key']}",
         f"state     {t['state']}",
         f"record    {t['record_id']} v{t['version']} (monitor {t['monitor']})",
-        f"result    {fmt(t['result'])}",
+        f"result    {'(purged by retention)' if t.get('purged') else fmt(t['result'])}",
         f"digest    {t['digest']}",
         f"approved  {fmt(t['approved_digest'])} by {fmt(t['approved_by'])}",
         f"attempts  {t['attempts']}   outcome_unknown {fmt(t['outcome_unknown'])}",

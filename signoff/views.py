@@ -4,6 +4,7 @@ from peewee import fn
 
 from .approval import get_task
 from .models import Attempt, Audit, DeadLetter, Delivery, Task
+from .retention import purged_at
 
 
 def delivery_row(d):
@@ -60,12 +61,16 @@ def task_detail(key):
                .order_by(Attempt.id)]
     events = [{"at": a.at, "code": a.code, "event_id": a.event_id}
               for a in Audit.select().where(Audit.task_key == key).order_by(Audit.seq)]
-    return dict(task_row(t), state=describe(t), record=t.record, result=t.result,
+    purged = purged_at(key)
+    if purged is not None:  # retention removed the snapshot and the result
+        t.record = t.result = None
+    return dict(task_row(t), state=describe(t) if purged is None else f"purged ({t.status})",
+                record=t.record, result=t.result,
                 digest=t.digest, approved_digest=t.approved_digest,
                 approved_by=t.approved_by, approved_at=t.approved_at,
                 approval_deadline=t.approval_deadline, write_possible=t.write_possible,
                 next_at=t.next_at, lease_owner=t.lease_owner, lease_until=t.lease_until,
-                history=history, audit=events)
+                purged=purged is not None, purged_at=purged, history=history, audit=events)
 
 
 def audit(limit=None, after=0, latest=None):

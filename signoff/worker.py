@@ -11,12 +11,14 @@ import threading
 import time
 from dataclasses import replace
 
+from . import retention
 from .app import Signoff
 from .lifecycle import DELIVERY_PENDING, TASK_ACTIVE
 from .models import Delivery, Task, db, is_sqlite
 
 REAP_INTERVAL_S = 1.0
 HEALTH_INTERVAL_S = 10.0
+CHORES_INTERVAL_S = 60.0  # how often the loop asks whether the hourly purge is due
 IDLE_POLL_S = 0.5  # Huey's idle polling cap; its default of 10 s is too slow a wake-up
 
 log = logging.getLogger("signoff.worker")
@@ -67,8 +69,12 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
     log.info("worker started: %d threads, lease %.0fs, home %s", workers,
              rt.config.lease_ttl_s, rt.home)
     idle, health_at = 0, time.monotonic() + HEALTH_INTERVAL_S
+    chores_at = time.monotonic()
     while not stop.wait(REAP_INTERVAL_S if not drain else IDLE_POLL_S):
         reaped += _reap(rt)
+        if time.monotonic() >= chores_at:
+            _safe(lambda: retention.tick(rt), None)
+            chores_at = time.monotonic() + CHORES_INTERVAL_S
         _safe(_checkpoint, None)
         if drain:
             idle = 0 if _safe(can_progress, True) else idle + 1
