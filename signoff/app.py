@@ -4,7 +4,7 @@ import io
 import json
 import threading
 
-from . import approval, deadletters, ingest, intake, monitors, reaper, submit, views
+from . import approval, deadletters, ingest, intake, monitors, policy, reaper, submit, views
 from .clock import Clock
 from .config import load_config, load_plugin, resolve_home, write_default
 from .errors import ConfigError
@@ -129,6 +129,18 @@ class Signoff:
     def retry(self, key):
         """Queue a parked, approved or uncertain task again."""
         return approval.retry(self, key)
+
+    def add_policy(self, monitor_id, ttl_s=None, max_per_hour=None, by="operator"):
+        """Add a standing approval policy for a monitor (see ``policy.add``)."""
+        return policy.add(self, monitor_id, ttl_s, max_per_hour, by)
+
+    def policies(self):
+        """Every standing approval policy."""
+        return policy.listing()
+
+    def revoke_policy(self, policy_id):
+        """End a policy; its unwritten approvals go back to ready."""
+        return policy.revoke(self, policy_id)
 
     def replay(self, letter_id):
         """Replay a dead letter with a fresh budget."""

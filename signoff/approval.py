@@ -32,11 +32,12 @@ def approve(rt, key, reviewed_digest, by):
     return outcome
 
 
-def approve_many(rt, items, by):
+def approve_many(rt, items, by, audit_code="approved"):
     """Approve many ``(key, digest)`` pairs: one grant read, one transaction.
 
     Returns, in order, the answer dict or the ``Refused`` for each pair; the
-    checks are exactly those of a single approval.
+    checks are exactly those of a single approval. ``audit_code`` is what the
+    audit log says (a standing policy's approvals say ``auto_approved``).
     """
     now = rt.clock.now()
     tasks = {t.key: t for t in Task.select().where(Task.key.in_([k for k, _ in items]))}
@@ -70,7 +71,7 @@ def approve_many(rt, items, by):
         moved = move_tasks(first, ["ready"], "approved", now,
                            per_row={"approved_digest": {k: items[i][1] for k, i in first.items()}},
                            approved_by=by, approved_at=now, next_at=now, code=None)
-        insert_rows(Audit, [{"at": now, "code": "approved", "monitor": tasks[k].monitor,
+        insert_rows(Audit, [{"at": now, "code": audit_code, "monitor": tasks[k].monitor,
                              "event_id": None, "task_key": k} for k in first if k in moved])
     for i in moves:
         if first[items[i][0]] != i or items[i][0] not in moved:

@@ -325,6 +325,42 @@ def reject(obj, as_json, key, reason):
 
 
 @main.group()
+def policy():
+    """Standing approval policies: add, list, revoke."""
+
+
+POLICY_COLUMNS = ["policy", "monitor", "active", "expires_at", "max_per_hour", "by", "approved",
+                  "end_code", "digest"]
+
+
+@command(policy, "add")
+@click.option("--monitor", "monitor_id", required=True)
+@click.option("--ttl", type=SECONDS, default=None, help="Seconds (default: until the monitor ends).")
+@click.option("--max-per-hour", type=click.IntRange(min=1, max=INT64_MAX), default=None)
+@click.option("--by", default="operator", show_default=True)
+def policy_add(obj, as_json, monitor_id, ttl, max_per_hour, by):
+    """Approve the monitor's ready tasks that pass acceptance, until it ends."""
+    p = obj.open().add_policy(monitor_id, ttl, max_per_hour, by)
+    emit(p, as_json, lambda p: table([p], POLICY_COLUMNS, short=("digest",)))
+
+
+@command(policy, "list")
+def policy_list(obj, as_json):
+    """List policies."""
+    emit(obj.open().policies(), as_json,
+         lambda rows: table(rows, POLICY_COLUMNS, short=("digest",)))
+
+
+@command(policy, "revoke")
+@click.argument("policy_id", metavar="POLICY", type=click.IntRange(min=0, max=INT64_MAX))
+def policy_revoke(obj, as_json, policy_id):
+    """End a policy; tasks it approved whose write has not started go back to ready."""
+    emit(obj.open().revoke_policy(policy_id), as_json,
+         lambda p: f"policy {p['policy']} ended ({p['end_code']}); "
+                   f"{p['tasks_returned']} task(s) back to ready")
+
+
+@main.group()
 def dlq():
     """Dead letters: list and replay."""
 

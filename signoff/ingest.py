@@ -7,6 +7,7 @@ batch is written in one transaction, each write fenced by the lease token.
 
 from dataclasses import dataclass, field
 
+from . import policy
 from .canonical import canonical, digest, task_key
 from .errors import Blocked, InvalidEvent
 from .events import validate
@@ -59,6 +60,8 @@ def ingest_batch(rt, owner):
             consumed[(row.monitor, row.event_id)] = outcome.task_key
         outcomes.append(outcome)
     write_outcomes(rt, batch.token, owner, batch.rows, outcomes)
+    policy.after_ingest(rt, {row.monitor for row, out in zip(batch.rows, outcomes)
+                             if out.code == "ready"})
     return len(batch.rows), batch.full
 
 

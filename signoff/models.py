@@ -5,7 +5,7 @@ seconds stored as floats, so SQLite and PostgreSQL read back the same values.
 """
 
 from peewee import (
-    AutoField, BigIntegerField, BooleanField, CharField, DatabaseProxy, DoubleField,
+    AutoField, BigAutoField, BigIntegerField, BooleanField, CharField, DatabaseProxy, DoubleField,
     IntegerField, JSONField, Model, PostgresqlDatabase, SqliteDatabase, TextField,
     CompositeKey,
 )
@@ -165,6 +165,32 @@ class Chore(BaseModel):
     last_summary = JSONField(null=True)
 
 
+class Policy(BaseModel):
+    """A standing approval: approves its monitor's ready tasks that pass acceptance."""
+
+    id = BigAutoField()
+    monitor = CharField()
+    grant_digest = CharField(max_length=64)  # the grant it is bound to; a change ends it
+    expires_at = DoubleField()
+    max_per_hour = IntegerField(null=True)
+    created_by = TextField()
+    created_at = DoubleField()
+    ended_at = DoubleField(null=True)
+    end_code = CharField(null=True)  # revoked, expired, cancelled, scope_changed, action
+
+
+class PolicyDecision(BaseModel):
+    """What one policy decided about one task, once: approved, capped or refused."""
+
+    policy = BigIntegerField()
+    task_key = CharField(max_length=64)
+    decision = CharField()
+    at = DoubleField()
+
+    class Meta:
+        primary_key = CompositeKey("policy", "task_key")
+
+
 # A row whose last lease expired without an outcome (a "suspect", see
 # leases.py) is looked for first at every claim: a small partial index finds
 # the few there are without reading the waiting rows.
@@ -172,7 +198,8 @@ Delivery.add_index(Delivery.index(Delivery.next_at, name="delivery_suspect",
                                   where=(Delivery.last_code == "lease_expired")))
 Task.add_index(Task.index(Task.next_at, name="task_suspect", where=(Task.code == "lease_expired")))
 
-MODELS = [Monitor, Delivery, Inbox, Task, Attempt, Audit, DeadLetter, PurgedTask, Chore]
+MODELS = [Monitor, Delivery, Inbox, Task, Attempt, Audit, DeadLetter, PurgedTask, Chore,
+          Policy, PolicyDecision]
 
 
 def open_database(config):

@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import replace
 
-from . import retention
+from . import policy, retention
 from .app import Signoff
 from .lifecycle import DELIVERY_PENDING, TASK_ACTIVE
 from .models import Delivery, Task, db, is_sqlite
@@ -72,6 +72,7 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
     chores_at = time.monotonic()
     while not stop.wait(REAP_INTERVAL_S if not drain else IDLE_POLL_S):
         reaped += _reap(rt)
+        _safe(lambda: policy.run_pass(rt), None)
         if time.monotonic() >= chores_at:
             _safe(lambda: retention.tick(rt), None)
             chores_at = time.monotonic() + CHORES_INTERVAL_S
