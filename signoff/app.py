@@ -4,7 +4,7 @@ import io
 import json
 import threading
 
-from . import approval, deadletters, ingest, intake, monitors, policy, reaper, submit, views
+from . import approval, deadletters, gaps, ingest, intake, monitors, policy, reaper, submit, views
 from .clock import Clock
 from .config import load_config, load_plugin, resolve_home, write_default
 from .errors import ConfigError
@@ -74,6 +74,14 @@ class Signoff:
     def cancel(self, monitor_id):
         """Cancel a monitor and end its open tasks."""
         return monitors.cancel(self, monitor_id)
+
+    def resume(self, monitor_id, new_id, mode, **options):
+        """Bind ``new_id`` like the ended ``monitor_id`` and record the gap (``gaps.resume``)."""
+        return gaps.resume(self, monitor_id, new_id, mode, **options)
+
+    def gaps(self):
+        """Resume gaps and stale events: what was not observed."""
+        return gaps.listing()
 
     def monitors(self):
         """Every monitor."""

@@ -193,6 +193,22 @@ def monitor_cancel(obj, as_json, monitor_id):
     emit(m, as_json, lambda m: f"monitor {m['id']} cancelled; {m['tasks_cancelled']} open task(s) cancelled")
 
 
+@command(monitor, "resume")
+@click.argument("monitor_id")
+@click.option("--as", "new_id", required=True, help="Id of the monitor to bind.")
+@click.option("--new-only", is_flag=True, help="Queue nothing from the gap.")
+@click.option("--replay", is_flag=True, help="Queue the records the host says changed in the gap.")
+@click.option("--ttl", type=SECONDS, default=24 * 3600, show_default=True, help="Seconds.")
+def monitor_resume(obj, as_json, monitor_id, new_id, new_only, replay, ttl):
+    """Bind NEW_ID like the ended monitor ID, recording the gap between them."""
+    if new_only == replay:
+        raise click.UsageError("give exactly one of --new-only and --replay")
+    answer = obj.open().resume(monitor_id, new_id, "replay" if replay else "new_only", ttl_s=ttl)
+    emit(answer, as_json, lambda a: (
+        f"monitor {a['monitor']['id']} bound; gap of {a['gap']['seconds']:.0f}s since "
+        f"{monitor_id} ended: {a['gap']['observed']}"))
+
+
 @command(monitor, "list")
 def monitor_list(obj, as_json):
     """List monitors."""
@@ -389,6 +405,13 @@ def audit(obj, as_json, limit):
     """The audit log: identifiers and codes, never content."""
     emit(obj.open().audit(limit=limit), as_json, lambda rows: table(rows, [
         "seq", "at", "monitor", "event_id", "task_key", "code"], short=("task_key",)))
+
+
+@command(main)
+def gaps(obj, as_json):
+    """What was not observed: resume gaps and stale events."""
+    from .timeline import render_gaps
+    emit(obj.open().gaps(), as_json, render_gaps)
 
 
 @command(main)

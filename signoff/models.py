@@ -191,6 +191,19 @@ class PolicyDecision(BaseModel):
         primary_key = CompositeKey("policy", "task_key")
 
 
+class Gap(BaseModel):
+    """A span in which a document was not observed: a monitor ended, another resumed it."""
+
+    id = BigAutoField()
+    monitor = CharField()  # the monitor bound at the resume
+    previous = CharField()  # the monitor that had ended
+    document = CharField()
+    started_at = DoubleField()  # the end of ``previous`` (cancel or expiry)
+    ended_at = DoubleField()  # the resume
+    mode = CharField()  # new_only or replay
+    replayed = IntegerField(default=0)  # records the host named as changed, queued as events
+
+
 # A row whose last lease expired without an outcome (a "suspect", see
 # leases.py) is looked for first at every claim: a small partial index finds
 # the few there are without reading the waiting rows.
@@ -199,7 +212,7 @@ Delivery.add_index(Delivery.index(Delivery.next_at, name="delivery_suspect",
 Task.add_index(Task.index(Task.next_at, name="task_suspect", where=(Task.code == "lease_expired")))
 
 MODELS = [Monitor, Delivery, Inbox, Task, Attempt, Audit, DeadLetter, PurgedTask, Chore,
-          Policy, PolicyDecision]
+          Policy, PolicyDecision, Gap]
 
 
 def open_database(config):

@@ -2,6 +2,7 @@
 
 from peewee import fn
 
+from . import gaps
 from .approval import get_task
 from .models import Attempt, Audit, DeadLetter, Delivery, Task
 from .retention import purged_at
@@ -127,6 +128,7 @@ def stats(now):
         "dead_letters": {"total": DeadLetter.select().count(),
                          "not_replayed": DeadLetter.select().where(DeadLetter.replayed == 0).count()},
         "stale_event_gaps": Delivery.select().where(Delivery.outcome == "stale_event").count(),
+        "observation_gaps": gaps.summary(),
         "lease_expiries": Attempt.select().where(Attempt.code == "lease_expired").count(),
     }
 

@@ -6,6 +6,7 @@ idempotency checks, and fault switches that persist across processes.
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 from ..canonical import canonical
@@ -24,6 +25,9 @@ CREATE TABLE IF NOT EXISTS materials (document TEXT PRIMARY KEY, body TEXT NOT N
 CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, result TEXT NOT NULL, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS grants (id INTEGER PRIMARY KEY CHECK (id = 1), body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS faults (name TEXT PRIMARY KEY, remaining INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS record_changes (record_id TEXT PRIMARY KEY, document TEXT NOT NULL,
+    at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS record_changes_by_document ON record_changes (document, at);
 """
 
 
@@ -31,6 +35,7 @@ class ReferenceHost:
     """A host backed by ``host.db`` in the signoff home (SPEC section 6)."""
 
     def __init__(self, home, timeout=5.0, path=None):
+        self.now = time.time  # when a record changed; tests put their fake clock here
         self.path = Path(path) if path else Path(home) / FILENAME
         self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
                                     check_same_thread=False)
@@ -108,6 +113,20 @@ class ReferenceHost:
             result = dict(result, draft=str(result.get("draft")) + " [altered]")
         return result
 
+    def changes(self, document, since):
+        """Ids of the records of ``document`` changed at or after ``since``, oldest first.
+
+        The optional host method behind ``monitor resume --replay``; only records
+        the grant may read are named.
+        """
+        grant = self.context()
+        if document not in grant["docs"] or "read" not in grant["actions"]:
+            raise Blocked("access", "the grant does not cover this document")
+        rows = self.conn.execute(
+            "SELECT c.record_id, r.body FROM record_changes c JOIN records r ON r.id = c.record_id"
+            " WHERE c.document = ? AND c.at >= ? ORDER BY c.at, c.record_id", (document, since))
+        return [rid for rid, body in rows if json.loads(body)["tenant"] == grant["tenant"]]
+
     # -- administration (the `signoff host` commands) ------------------------
 
     def put_record(self, record_id, document=None, version=None, status=None, kind=None,
@@ -125,6 +144,8 @@ class ReferenceHost:
             record.setdefault("source", f"reference://{record['document']}/{record_id}")
             self.conn.execute("INSERT OR REPLACE INTO records VALUES (?, ?)",
                               (record_id, canonical(record)))
+            self.conn.execute("INSERT OR REPLACE INTO record_changes VALUES (?, ?, ?)",
+                              (record_id, record["document"], self.now()))
         return record
 
     def put_material(self, document, demo_date):
