@@ -4,6 +4,7 @@ Nothing here is reachable from event content; the CLI and the Python API are
 its only callers.
 """
 
+from .batching import read_back
 from .errors import Blocked, Refused
 from .gate import INGEST_ACTIONS, gate
 from .lifecycle import Fenced, audit, move_task, move_tasks, update_task
@@ -108,7 +109,7 @@ def _check_source(rt, host, task, monitor, context, now):
     if refusal:
         raise Refused(refusal, f"the monitor's gate refused: {refusal}")
     try:
-        current = _with_retries(rt, lambda: host.get(task.record_id))
+        current = _with_retries(rt, lambda: read_back(host, task))
     except Blocked as exc:
         raise Refused(exc.code, f"re-reading the source failed: {exc.code}") from None
     if current != task.record:
@@ -124,7 +125,10 @@ def acceptance(result, record):
     """Why ``result`` fails acceptance against the snapshot, or ``None``."""
     if not isinstance(result, dict):
         return "the result is not an object"
-    if result.get("record_id") != record.get("id") or result.get("version") != record.get("version"):
+    if isinstance(record, list):  # a batch: the result names its whole set
+        if result.get("records") != sorted([r.get("id"), r.get("version")] for r in record):
+            return "the result does not name the batch's record ids and versions"
+    elif result.get("record_id") != record.get("id") or result.get("version") != record.get("version"):
         return "the result does not name the snapshot's record id and version"
     draft = result.get("draft")
     if not isinstance(draft, str) or not draft.strip():

@@ -177,11 +177,15 @@ MONITOR_COLUMNS = ["id", "document", "event_names", "active", "expires_at", "win
 @click.option("--ttl", type=SECONDS, default=24 * 3600, show_default=True, help="Seconds.")
 @click.option("--window", type=SECONDS, default=60, show_default=True, help="Seconds.")
 @click.option("--approval-ttl", type=SECONDS, default=None, help="Seconds.")
-def monitor_bind(obj, as_json, monitor_id, document, events, ttl, window, approval_ttl):
+@click.option("--batch-window", type=SECONDS, default=None,
+              help="Seconds: gather the document's records arriving within it into one task.")
+def monitor_bind(obj, as_json, monitor_id, document, events, ttl, window, approval_ttl,
+                 batch_window):
     """Bind a monitor from the host's current grant."""
     from .monitors import DEFAULT_EVENTS
     m = obj.open().bind(document, monitor_id, event_names=list(events or DEFAULT_EVENTS),
-                        ttl_s=ttl, window_s=window, approval_ttl_s=approval_ttl)
+                        ttl_s=ttl, window_s=window, approval_ttl_s=approval_ttl,
+                        batch_window_s=batch_window)
     emit(m, as_json, lambda m: table([m], MONITOR_COLUMNS, short=("grant_digest",)))
 
 

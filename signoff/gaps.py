@@ -14,6 +14,7 @@ transaction, so a crash leaves either all of them or none.
 
 from peewee import fn
 
+from .batching import windows
 from .canonical import digest
 from .errors import InvalidEvent, Refused
 from .events import check_label
@@ -42,7 +43,8 @@ def resume(rt, monitor_id, new_id, mode, ttl_s=DAY_S):
     changed = _changed_records(rt, old.document, ended) if mode == "replay" else []
     with db.atomic():
         monitor = bind(rt, old.document, new_id, event_names=old.event_names, ttl_s=ttl_s,
-                       window_s=old.window_s, approval_ttl_s=old.approval_ttl_s)
+                       window_s=old.window_s, approval_ttl_s=old.approval_ttl_s,
+                       batch_window_s=windows([old.id]).get(old.id))
         gap = Gap.create(monitor=new_id, previous=old.id, document=old.document,
                          started_at=ended, ended_at=now, mode=mode, replayed=len(changed))
         audit(now, "gap", new_id)

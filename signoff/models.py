@@ -204,6 +204,46 @@ class Gap(BaseModel):
     replayed = IntegerField(default=0)  # records the host named as changed, queued as events
 
 
+class MonitorBatching(BaseModel):
+    """A monitor bound with ``--batch-window``: its records gather into batches."""
+
+    monitor = CharField(primary_key=True)
+    window_s = DoubleField()
+
+
+class RecordBatch(BaseModel):
+    """Open review records of one document gathered for one task (open until closed_at)."""
+
+    id = BigAutoField()
+    monitor = CharField()
+    document = CharField()
+    opened_at = DoubleField()
+    closes_at = DoubleField()
+    closed_at = DoubleField(null=True)
+    task_key = CharField(max_length=64, null=True)
+    code = CharField(null=True)  # why it closed without a task, or the last failed attempt
+    attempts = IntegerField(default=0)  # failed closes
+    next_at = DoubleField(default=0.0)  # a failed close is tried again from then
+
+    class Meta:
+        indexes = ((("monitor", "document", "closed_at"), False),
+                   (("closed_at", "closes_at"), False), (("task_key",), False))
+
+
+class BatchMember(BaseModel):
+    """One (record id, version) of a monitor, in exactly one batch (the primary key says so)."""
+
+    monitor = CharField()
+    record_id = CharField()
+    version = BigIntegerField()
+    batch = BigIntegerField(index=True)
+    event_id = CharField()
+    kept = BooleanField(null=True)  # at close: read back unchanged and open, so in the task
+
+    class Meta:
+        primary_key = CompositeKey("monitor", "record_id", "version")
+
+
 # A row whose last lease expired without an outcome (a "suspect", see
 # leases.py) is looked for first at every claim: a small partial index finds
 # the few there are without reading the waiting rows.
@@ -212,7 +252,7 @@ Delivery.add_index(Delivery.index(Delivery.next_at, name="delivery_suspect",
 Task.add_index(Task.index(Task.next_at, name="task_suspect", where=(Task.code == "lease_expired")))
 
 MODELS = [Monitor, Delivery, Inbox, Task, Attempt, Audit, DeadLetter, PurgedTask, Chore,
-          Policy, PolicyDecision, Gap]
+          Policy, PolicyDecision, Gap, MonitorBatching, RecordBatch, BatchMember]
 
 
 def open_database(config):

@@ -2,7 +2,7 @@
 
 from peewee import fn
 
-from . import gaps
+from . import batching, gaps
 from .approval import get_task
 from .models import Attempt, Audit, DeadLetter, Delivery, Task
 from .retention import purged_at
@@ -71,7 +71,8 @@ def task_detail(key):
                 approved_by=t.approved_by, approved_at=t.approved_at,
                 approval_deadline=t.approval_deadline, write_possible=t.write_possible,
                 next_at=t.next_at, lease_owner=t.lease_owner, lease_until=t.lease_until,
-                purged=purged is not None, purged_at=purged, history=history, audit=events)
+                purged=purged is not None, purged_at=purged, covers=batching.covers(key),
+                history=history, audit=events)
 
 
 def audit(limit=None, after=0, latest=None):

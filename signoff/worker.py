@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import replace
 
-from . import policy, retention
+from . import batching, policy, retention
 from .app import Signoff
 from .lifecycle import DELIVERY_PENDING, TASK_ACTIVE
 from .models import Delivery, Task, db, is_sqlite
@@ -28,11 +28,12 @@ def can_progress():
     """True while some delivery or task can still move without a human.
 
     Parked tasks, ready tasks and approval deadlines do not count: they wait
-    for a person or for a cause to be fixed.
+    for a person or for a cause to be fixed. An open batch does: it closes on its own.
     """
     return (Delivery.select().where(Delivery.status.in_(list(DELIVERY_PENDING))).exists()
             or Task.select().where(Task.status.in_(list(TASK_ACTIVE)),
-                                   Task.parked == False).exists())  # noqa: E712
+                                   Task.parked == False).exists()  # noqa: E712
+            or batching.holds_drain())
 
 
 def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
@@ -72,6 +73,7 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
     chores_at = time.monotonic()
     while not stop.wait(REAP_INTERVAL_S if not drain else IDLE_POLL_S):
         reaped += _reap(rt)
+        _safe(lambda: batching.close_due(rt), None)
         _safe(lambda: policy.run_pass(rt), None)
         if time.monotonic() >= chores_at:
             _safe(lambda: retention.tick(rt), None)

@@ -98,9 +98,11 @@ class ReferenceHost:
                 if old != result:
                     raise Blocked("idempotency_conflict", "this key holds another result")
                 return
-            current = self._one("SELECT body FROM records WHERE id = ?", expected.get("id"))
-            if current != expected or current.get("status") != "open":
-                raise Blocked("source_changed", "the record changed since it was read")
+            # A batch's result is checked against every record it covers.
+            for record in expected if isinstance(expected, list) else [expected]:
+                current = self._one("SELECT body FROM records WHERE id = ?", record.get("id"))
+                if current != record or current.get("status") != "open":
+                    raise Blocked("source_changed", "the record changed since it was read")
             self.conn.execute("INSERT INTO results VALUES (?, ?, strftime('%s','now'))",
                               (key, canonical(result)))
         if self._fire("lose-ack"):
