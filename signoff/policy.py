@@ -206,12 +206,15 @@ def _decide(policy, now, summary):
     # Tasks this policy capped or refused wait for a person: never taken again.
     settled = PolicyDecision.select(PolicyDecision.task_key).where(
         mine, PolicyDecision.task_key == Task.key, PolicyDecision.decision != "approved")
+    waiting_now = Task.select(Task.key).where(
+        Task.monitor == policy.monitor, Task.status == "ready", ~fn.EXISTS(settled))
+    if not waiting_now.exists():
+        return []  # the idle pass, every second: a read, no write lock
     with db.atomic():
         if not is_sqlite():  # SQLite's write lock is taken at BEGIN already
             Policy.select().where(Policy.id == policy.id).for_update().get()
-        waiting = [k for (k,) in Task.select(Task.key).where(
-            Task.monitor == policy.monitor, Task.status == "ready", ~fn.EXISTS(settled))
-            .order_by(Task.created_at, Task.key).limit(PASS_LIMIT).tuples()]
+        waiting = [k for (k,) in waiting_now.order_by(Task.created_at, Task.key)
+                   .limit(PASS_LIMIT).tuples()]
         if not waiting:
             return []
         decided = {k for (k,) in PolicyDecision.select(PolicyDecision.task_key).where(
