@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from conftest import PLUGINS, T0, make_event, wait_for
+from conftest import PLUGINS, make_event, wait_for
 
 from signoff import batching
 from signoff.app import Signoff
