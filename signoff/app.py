@@ -4,7 +4,8 @@ import io
 import json
 import threading
 
-from . import approval, deadletters, ingest, intake, monitors, reaper, redraft, submit, views
+from . import (approval, deadletters, gaps, ingest, intake, monitors, policy, reaper, redraft,
+               submit, views)
 from .clock import Clock
 from .config import (call_factory, load_config, load_plugin, make_private, resolve_home,
                      write_default)
@@ -72,6 +73,14 @@ class Signoff:
         """Cancel a monitor and end its open tasks."""
         return monitors.cancel(self, monitor_id)
 
+    def resume(self, monitor_id, new_id, mode, **options):
+        """Bind ``new_id`` like the ended ``monitor_id`` and record the gap (``gaps.resume``)."""
+        return gaps.resume(self, monitor_id, new_id, mode, **options)
+
+    def gaps(self):
+        """Resume gaps and stale events: what was not observed."""
+        return gaps.listing()
+
     def monitors(self):
         """Every monitor."""
         return monitors.listing()
@@ -134,6 +143,18 @@ class Signoff:
     def redraft(self, key):
         """Draft a ready or blocked task again from a fresh read (see ``redraft.py``)."""
         return redraft.redraft(self, key)
+
+    def add_policy(self, monitor_id, ttl_s=None, max_per_hour=None, by="operator"):
+        """Add a standing approval policy for a monitor (see ``policy.add``)."""
+        return policy.add(self, monitor_id, ttl_s, max_per_hour, by)
+
+    def policies(self):
+        """Every standing approval policy."""
+        return policy.listing()
+
+    def revoke_policy(self, policy_id):
+        """End a policy; its unwritten approvals go back to ready."""
+        return policy.revoke(self, policy_id)
 
     def replay(self, letter_id):
         """Replay a dead letter with a fresh budget."""

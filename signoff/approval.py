@@ -4,6 +4,7 @@ Nothing here is reachable from event content; the CLI and the Python API are
 its only callers.
 """
 
+from .batching import read_back
 from .errors import Blocked, Refused
 from .events import check_name
 from .gate import INGEST_ACTIONS, gate
@@ -66,12 +67,13 @@ def approve(rt, key, reviewed_digest, by):
     return outcome
 
 
-def approve_many(rt, items, by):
+def approve_many(rt, items, by, audit_code="approved"):
     """Approve many ``(key, digest)`` pairs: one grant read, one transaction.
 
     Returns, in order, the answer dict or the ``Refused`` for each pair; the
     checks are exactly those of a single approval (a key may be a prefix). ``by`` must be a valid
-    name (``invalid_name`` otherwise, nothing approved).
+    name (``invalid_name`` otherwise, nothing approved). ``audit_code`` is what the
+    audit log says (a standing policy's approvals say ``auto_approved``).
     """
     check_name("by", by)
     items = _full_keys(items)
@@ -107,7 +109,7 @@ def approve_many(rt, items, by):
         moved = move_tasks(first, ["ready"], "approved", now,
                            per_row={"approved_digest": {k: items[i][1] for k, i in first.items()}},
                            approved_by=by, approved_at=now, next_at=now, code=None)
-        insert_rows(Audit, [{"at": now, "code": "approved", "monitor": tasks[k].monitor,
+        insert_rows(Audit, [{"at": now, "code": audit_code, "monitor": tasks[k].monitor,
                              "event_id": None, "task_key": k} for k in first if k in moved])
     for i in moves:
         if first[items[i][0]] != i or items[i][0] not in moved:
@@ -157,7 +159,7 @@ def _check_source(rt, host, task, monitor, context, now):
     if refusal:
         raise Refused(refusal, f"the monitor's gate refused: {refusal}")
     try:
-        current = with_retries(rt, lambda: host.get(task.record_id))
+        current = with_retries(rt, lambda: read_back(host, task))
     except Blocked as exc:
         raise Refused(exc.code, f"re-reading the source failed: {exc.code}") from None
     if current != task.record:
@@ -173,7 +175,10 @@ def acceptance(result, record):
     """Why ``result`` fails acceptance against the snapshot, or ``None``."""
     if not isinstance(result, dict):
         return "the result is not an object"
-    if result.get("record_id") != record.get("id") or result.get("version") != record.get("version"):
+    if isinstance(record, list):  # a batch: the result names its whole set
+        if result.get("records") != sorted([r.get("id"), r.get("version")] for r in record):
+            return "the result does not name the batch's record ids and versions"
+    elif result.get("record_id") != record.get("id") or result.get("version") != record.get("version"):
         return "the result does not name the snapshot's record id and version"
     draft = result.get("draft")
     if not isinstance(draft, str) or not draft.strip():

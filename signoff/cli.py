@@ -228,11 +228,15 @@ MONITOR_COLUMNS = ["id", "document", "event_names", "active", "expires_at", "win
 @click.option("--ttl", type=SECONDS, default=24 * 3600, show_default=True, help="Seconds.")
 @click.option("--window", type=SECONDS, default=60, show_default=True, help="Seconds.")
 @click.option("--approval-ttl", type=SECONDS, default=None, help="Seconds.")
-def monitor_bind(obj, as_json, monitor_id, document, events, ttl, window, approval_ttl):
+@click.option("--batch-window", type=SECONDS, default=None,
+              help="Seconds: gather the document's records arriving within it into one task.")
+def monitor_bind(obj, as_json, monitor_id, document, events, ttl, window, approval_ttl,
+                 batch_window):
     """Bind a monitor from the host's current grant."""
     from .monitors import DEFAULT_EVENTS
     m = obj.open().bind(document, monitor_id, event_names=list(events or DEFAULT_EVENTS),
-                        ttl_s=ttl, window_s=window, approval_ttl_s=approval_ttl)
+                        ttl_s=ttl, window_s=window, approval_ttl_s=approval_ttl,
+                        batch_window_s=batch_window)
     emit(m, as_json, lambda m: table([m], MONITOR_COLUMNS, short=("grant_digest",)))
 
 
@@ -242,6 +246,22 @@ def monitor_cancel(obj, as_json, monitor_id):
     """Cancel a monitor: stop intake and end its open tasks."""
     m = obj.open().cancel(monitor_id)
     emit(m, as_json, lambda m: f"monitor {m['id']} cancelled; {m['tasks_cancelled']} open task(s) cancelled")
+
+
+@command(monitor, "resume")
+@click.argument("monitor_id")
+@click.option("--as", "new_id", required=True, help="Id of the monitor to bind.")
+@click.option("--new-only", is_flag=True, help="Queue nothing from the gap.")
+@click.option("--replay", is_flag=True, help="Queue the records the host says changed in the gap.")
+@click.option("--ttl", type=SECONDS, default=24 * 3600, show_default=True, help="Seconds.")
+def monitor_resume(obj, as_json, monitor_id, new_id, new_only, replay, ttl):
+    """Bind NEW_ID like the ended monitor ID, recording the gap between them."""
+    if new_only == replay:
+        raise click.UsageError("give exactly one of --new-only and --replay")
+    answer = obj.open().resume(monitor_id, new_id, "replay" if replay else "new_only", ttl_s=ttl)
+    emit(answer, as_json, lambda a: (
+        f"monitor {a['monitor']['id']} bound; gap of {a['gap']['seconds']:.0f}s since "
+        f"{monitor_id} ended: {a['gap']['observed']}"))
 
 
 @command(monitor, "list")
@@ -478,6 +498,42 @@ def reject(obj, as_json, key, reason):
 
 
 @main.group()
+def policy():
+    """Standing approval policies: add, list, revoke."""
+
+
+POLICY_COLUMNS = ["policy", "monitor", "active", "expires_at", "max_per_hour", "by", "approved",
+                  "end_code", "digest"]
+
+
+@command(policy, "add")
+@click.option("--monitor", "monitor_id", required=True)
+@click.option("--ttl", type=SECONDS, default=None, help="Seconds (default: until the monitor ends).")
+@click.option("--max-per-hour", type=click.IntRange(min=1, max=INT64_MAX), default=None)
+@click.option("--by", default="operator", show_default=True)
+def policy_add(obj, as_json, monitor_id, ttl, max_per_hour, by):
+    """Approve the monitor's ready tasks that pass acceptance, until it ends."""
+    p = obj.open().add_policy(monitor_id, ttl, max_per_hour, by)
+    emit(p, as_json, lambda p: table([p], POLICY_COLUMNS, short=("digest",)))
+
+
+@command(policy, "list")
+def policy_list(obj, as_json):
+    """List policies."""
+    emit(obj.open().policies(), as_json,
+         lambda rows: table(rows, POLICY_COLUMNS, short=("digest",)))
+
+
+@command(policy, "revoke")
+@click.argument("policy_id", metavar="POLICY", type=click.IntRange(min=0, max=INT64_MAX))
+def policy_revoke(obj, as_json, policy_id):
+    """End a policy; tasks it approved whose write has not started go back to ready."""
+    emit(obj.open().revoke_policy(policy_id), as_json,
+         lambda p: f"policy {p['policy']} ended ({p['end_code']}); "
+                   f"{p['tasks_returned']} task(s) back to ready")
+
+
+@main.group()
 def dlq():
     """Dead letters: list and replay."""
 
@@ -510,10 +566,42 @@ def audit(obj, as_json, limit):
 
 
 @command(main)
+def gaps(obj, as_json):
+    """What was not observed: resume gaps and stale events."""
+    from .timeline import render_gaps
+    emit(obj.open().gaps(), as_json, render_gaps)
+
+
+@command(main)
 def stats(obj, as_json):
     """Counts of states, leases, retries, uncertainty, dead letters and gaps."""
     from .timeline import render_stats
     emit(obj.open().stats(), as_json, render_stats)
+
+
+@command(main)
+@click.option("--older-than", "older_than", type=Seconds(min=0), default=None, metavar="DAYS",
+              help="Days since a task finished (default: [retention] finished_days, 30).")
+@click.option("--dry-run", is_flag=True, help="Only count what would be purged.")
+def purge(obj, as_json, older_than, dry_run):
+    """Drop the record snapshot and result of finished tasks past retention."""
+    from .retention import purge as run_purge
+    show_progress = sys.stderr.isatty() and not dry_run
+
+    def progress(done):
+        if show_progress:
+            click.echo(f"\r{done} tasks purged", err=True, nl=False)
+
+    summary = run_purge(obj.open(), older_than, dry_run, progress)
+    if show_progress:
+        click.echo("", err=True)
+    emit(summary, as_json, lambda s: (
+        f"{'would purge' if s['dry_run'] else 'purged'} {s['purged']} finished task(s) "
+        f"older than {s['older_than_days']:g} day(s) ({_by_status(s['by_status'])})"))
+
+
+def _by_status(counts):
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
 
 
 @command(main, json_help="Stream one JSON snapshot (as `stats --json`) per line, "

@@ -37,6 +37,9 @@ max_delay_s = 30.0
 lease_ttl_s = 30.0
 batch_size = 50
 
+[retention]
+finished_days = 30
+
 """
 
 
@@ -70,6 +73,7 @@ class Config:
     batch_size: int = 50
     database_url: str | None = None
     queue_url: str | None = None
+    retention_days: float = 30.0
 
     @property
     def state_path(self):
@@ -227,7 +231,15 @@ def _build(home, raw, path):
         batch_size=batch,
         database_url=_typed(_table(raw, "database", path), "url", str, None, path, "database"),
         queue_url=_typed(_table(raw, "queue", path), "url", str, None, path, "queue"),
+        retention_days=_retention_days(_table(raw, "retention", path), path),
     )
+
+
+def _retention_days(table, path):
+    days = _typed(table, "finished_days", (int, float), 30, path, "retention")
+    if not days > 0:
+        raise ConfigError("bad_config", f"{path}: retention.finished_days must be positive")
+    return float(days)
 
 
 def load_plugin(spec, what):

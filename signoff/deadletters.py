@@ -3,6 +3,7 @@
 from .errors import Refused
 from .lifecycle import Fenced, audit, move_delivery, move_task
 from .models import DeadLetter, Delivery, Task, db
+from .retention import purged_at
 
 
 def row(letter):
@@ -22,6 +23,8 @@ def replay(rt, letter_id):
     letter = DeadLetter.get_or_none(DeadLetter.id == letter_id)
     if letter is None:
         raise Refused("unknown_dead_letter", f"no dead letter {letter_id}")
+    if letter.kind == "task" and purged_at(letter.ref) is not None:
+        raise Refused("purged", "retention removed this task's result: it cannot be submitted")
     # A row that died with its worker stays a suspect (see leases.SUSPECT): it
     # is claimed alone, so it cannot take a batch down with it again.
     try:

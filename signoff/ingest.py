@@ -7,6 +7,7 @@ batch is written in one transaction, each write fenced by the lease token.
 
 from dataclasses import dataclass, field
 
+from . import batching, policy
 from .canonical import canonical, digest, task_key
 from .errors import Blocked, InvalidEvent
 from .events import validate
@@ -31,6 +32,7 @@ class Outcome:
     consume: bool = False  # write the inbox row (a redelivery is then a duplicate)
     task_key: str | None = None
     task: dict | None = None  # the task to create when the event is consumed first
+    member: dict | None = None  # the record joins its document's batch (batching monitors)
     next_at: float | None = None
     failures: dict = field(default_factory=dict)
 
@@ -43,6 +45,8 @@ def ingest_batch(rt, owner):
     batch = open_batch(rt, claim_deliveries, Delivery, owner)
     if batch is None:
         return 0, False
+    for monitor_id, window_s in batching.windows(batch.monitors).items():
+        batch.monitors[monitor_id].batch_window_s = window_s
     # Both key columns, so the lookup stays on the primary key as the inbox grows.
     consumed = {(i.monitor, i.event_id): i.task_key for i in Inbox.select().where(
         Inbox.monitor.in_(list(batch.monitors) or [""]),
@@ -59,6 +63,8 @@ def ingest_batch(rt, owner):
             consumed[(row.monitor, row.event_id)] = outcome.task_key
         outcomes.append(outcome)
     write_outcomes(rt, batch.token, owner, batch.rows, outcomes)
+    policy.after_ingest(rt, {row.monitor for row, out in zip(batch.rows, outcomes)
+                             if out.code == "ready"})
     return len(batch.rows), batch.full
 
 
@@ -89,6 +95,9 @@ def examine(rt, host, row, monitor, context, consumed, now):
     if (record["id"] != row.record_id or record["document"] != monitor.document
             or record["kind"] != "review" or record["status"] != "open"):
         return Outcome("final", "source_nonmatch", "source", consume=True)
+    if getattr(monitor, "batch_window_s", None):
+        return Outcome("final", "batched", "batch", consume=True,
+                       member=batching.member(monitor, record, row.event_id))
     try:
         material = host.read_material(record["document"])
         drafted = rt.drafter()(record, material)
@@ -199,14 +208,18 @@ def _finish(rows, outcomes, token, now):
         {"monitor": row.monitor, "event_id": row.event_id, "outcome": out.code,
          "task_key": out.task_key, "at": now} for row, out in consumed
     ], ignore_conflicts=True, returning=("monitor", "event_id")))
-    tasks = []
+    tasks, members = [], []
     for row, out in consumed:
         if (row.monitor, row.event_id) not in inserted:
             _lost_race(row, out)
         elif out.task is not None:
             tasks.append(out.task)
+        elif out.member is not None:
+            members.append(out.member)
     if tasks:
         insert_rows(Task, tasks, ignore_conflicts=True)
+    if members:  # in the transaction of their inbox rows: never lost, never twice
+        batching.join(members, now)
     return kept
 
 

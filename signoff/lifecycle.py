@@ -28,6 +28,7 @@ TASK_EDGES = {
     # redraft.py: a ready or blocked task drafted again (same record version),
     # and a blocked task superseded by the task for a newer version.
     ("ready", "ready"), ("blocked", "ready"), ("blocked", "blocked"),
+    ("approved", "ready"),  # a standing policy ended before the write started
 }
 
 # Statuses from which a task can still move without a human.
@@ -83,13 +84,16 @@ def move_deliveries(ids, sources, target, now, token, per_row=None, **fields):
     return _move_many(Delivery, Delivery.id, ids, sources, target, now, token, per_row, fields)
 
 
-def move_tasks(keys, sources, target, now, token=None, per_row=None, **fields):
-    """Move many tasks at once under the rules of ``move_task``; returns the keys moved."""
+def move_tasks(keys, sources, target, now, token=None, per_row=None, where=None, **fields):
+    """Move many tasks at once under the rules of ``move_task``; returns the keys moved.
+
+    ``where`` adds a condition every moved row must also meet.
+    """
     _check(TASK_EDGES, sources, target)
-    return _move_many(Task, Task.key, keys, sources, target, now, token, per_row, fields)
+    return _move_many(Task, Task.key, keys, sources, target, now, token, per_row, fields, where)
 
 
-def _move_many(model, pk, ids, sources, target, now, token, per_row, fields):
+def _move_many(model, pk, ids, sources, target, now, token, per_row, fields, where=None):
     ids = list(ids)
     if not ids:
         return set()
@@ -100,6 +104,8 @@ def _move_many(model, pk, ids, sources, target, now, token, per_row, fields):
         key_in(pk, ids), model.status.in_(list(sources)))
     if token is not None:
         query = query.where(model.lease_token == token)
+    if where is not None:
+        query = query.where(where)
     return {moved for (moved,) in query.returning(pk).tuples().execute()}
 
 

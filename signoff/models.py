@@ -7,7 +7,7 @@ seconds stored as floats, so SQLite and PostgreSQL read back the same values.
 from contextlib import contextmanager
 
 from peewee import (
-    AutoField, BigIntegerField, BooleanField, CharField, DatabaseProxy, DoubleField,
+    AutoField, BigAutoField, BigIntegerField, BooleanField, CharField, DatabaseProxy, DoubleField,
     IntegerField, JSONField, Model, PostgresqlDatabase, SqliteDatabase, TextField,
     CompositeKey,
 )
@@ -156,6 +156,100 @@ class DeadLetter(BaseModel):
     note = TextField(null=True)
 
 
+class PurgedTask(BaseModel):
+    """A finished task whose record snapshot and result retention removed."""
+
+    key = CharField(max_length=64, primary_key=True)
+    purged_at = DoubleField()
+
+
+class Chore(BaseModel):
+    """A periodic job shared by every worker: the last start is claimed on this row."""
+
+    name = CharField(primary_key=True)
+    last_run_at = DoubleField(default=0.0)
+    last_summary = JSONField(null=True)
+
+
+class Policy(BaseModel):
+    """A standing approval: approves its monitor's ready tasks that pass acceptance."""
+
+    id = BigAutoField()
+    monitor = CharField()
+    grant_digest = CharField(max_length=64)  # the grant it is bound to; a change ends it
+    expires_at = DoubleField()
+    max_per_hour = IntegerField(null=True)
+    created_by = TextField()
+    created_at = DoubleField()
+    ended_at = DoubleField(null=True)
+    end_code = CharField(null=True)  # revoked, expired, cancelled, scope_changed, action
+
+
+class PolicyDecision(BaseModel):
+    """What one policy decided about one task, once: approved, capped or refused."""
+
+    policy = BigIntegerField()
+    task_key = CharField(max_length=64)
+    decision = CharField()
+    at = DoubleField()
+
+    class Meta:
+        primary_key = CompositeKey("policy", "task_key")
+
+
+class Gap(BaseModel):
+    """A span in which a document was not observed: a monitor ended, another resumed it."""
+
+    id = BigAutoField()
+    monitor = CharField()  # the monitor bound at the resume
+    previous = CharField()  # the monitor that had ended
+    document = CharField()
+    started_at = DoubleField()  # the end of ``previous`` (cancel or expiry)
+    ended_at = DoubleField()  # the resume
+    mode = CharField()  # new_only or replay
+    replayed = IntegerField(default=0)  # records the host named as changed, queued as events
+
+
+class MonitorBatching(BaseModel):
+    """A monitor bound with ``--batch-window``: its records gather into batches."""
+
+    monitor = CharField(primary_key=True)
+    window_s = DoubleField()
+
+
+class RecordBatch(BaseModel):
+    """Open review records of one document gathered for one task (open until closed_at)."""
+
+    id = BigAutoField()
+    monitor = CharField()
+    document = CharField()
+    opened_at = DoubleField()
+    closes_at = DoubleField()
+    closed_at = DoubleField(null=True)
+    task_key = CharField(max_length=64, null=True)
+    code = CharField(null=True)  # why it closed without a task, or the last failed attempt
+    attempts = IntegerField(default=0)  # failed closes
+    next_at = DoubleField(default=0.0)  # a failed close is tried again from then
+
+    class Meta:
+        indexes = ((("monitor", "document", "closed_at"), False),
+                   (("closed_at", "closes_at"), False), (("task_key",), False))
+
+
+class BatchMember(BaseModel):
+    """One (record id, version) of a monitor, in exactly one batch (the primary key says so)."""
+
+    monitor = CharField()
+    record_id = CharField()
+    version = BigIntegerField()
+    batch = BigIntegerField(index=True)
+    event_id = CharField()
+    kept = BooleanField(null=True)  # at close: read back unchanged and open, so in the task
+
+    class Meta:
+        primary_key = CompositeKey("monitor", "record_id", "version")
+
+
 # A row whose last lease expired without an outcome (a "suspect", see
 # leases.py) is looked for first at every claim: a small partial index finds
 # the few there are without reading the waiting rows.
@@ -163,7 +257,8 @@ Delivery.add_index(Delivery.index(Delivery.next_at, name="delivery_suspect",
                                   where=(Delivery.last_code == "lease_expired")))
 Task.add_index(Task.index(Task.next_at, name="task_suspect", where=(Task.code == "lease_expired")))
 
-MODELS = [Monitor, Delivery, Inbox, Task, Attempt, Audit, DeadLetter]
+MODELS = [Monitor, Delivery, Inbox, Task, Attempt, Audit, DeadLetter, PurgedTask, Chore,
+          Policy, PolicyDecision, Gap, MonitorBatching, RecordBatch, BatchMember]
 
 
 def open_database(config):

@@ -1,5 +1,6 @@
 """Monitors: bind one from the host's current grant, cancel it, list them."""
 
+from . import batching
 from .canonical import digest
 from .errors import Refused
 from .events import check_label
@@ -12,7 +13,7 @@ DEFAULT_EVENTS = ("comment.created",)
 
 
 def bind(rt, document, monitor_id="default", event_names=DEFAULT_EVENTS, ttl_s=DAY_S,
-         window_s=60, approval_ttl_s=None):
+         window_s=60, approval_ttl_s=None, batch_window_s=None):
     """Bind a monitor from the host's current grant context.
 
     An id that exists already (active or cancelled) is refused: a cancelled
@@ -24,7 +25,8 @@ def bind(rt, document, monitor_id="default", event_names=DEFAULT_EVENTS, ttl_s=D
             check_label(label, value)
     except InvalidEvent as exc:
         raise Refused("invalid_monitor", exc.reason) from None
-    for name, value in (("ttl", ttl_s), ("window", window_s), ("approval-ttl", approval_ttl_s)):
+    for name, value in (("ttl", ttl_s), ("window", window_s), ("approval-ttl", approval_ttl_s),
+                        ("batch-window", batch_window_s)):
         if value is not None and not value > 0:
             raise Refused("invalid_monitor", f"{name}: must be a positive number of seconds")
     context = rt.host().context()
@@ -45,6 +47,8 @@ def bind(rt, document, monitor_id="default", event_names=DEFAULT_EVENTS, ttl_s=D
         Monitor.create(id=monitor_id, document=document, event_names=list(event_names),
                        expires_at=now + ttl_s, window_s=window_s, approval_ttl_s=approval_ttl_s,
                        grant_digest=digest(context), active=True, created_at=now)
+        if batch_window_s is not None:
+            batching.set_window(monitor_id, batch_window_s)
         audit(now, "bound", monitor_id)
     return row(Monitor.get_by_id(monitor_id))
 
@@ -74,7 +78,8 @@ def row(monitor):
     return {"id": monitor.id, "document": monitor.document,
             "event_names": monitor.event_names, "active": monitor.active,
             "expires_at": monitor.expires_at, "window_s": monitor.window_s,
-            "approval_ttl_s": monitor.approval_ttl_s, "grant_digest": monitor.grant_digest}
+            "approval_ttl_s": monitor.approval_ttl_s, "grant_digest": monitor.grant_digest,
+            "batch_window_s": batching.windows([monitor.id]).get(monitor.id)}
 
 
 def listing():

@@ -19,7 +19,7 @@ def render_task(t):
         f"task      {fmt(t['key'])}",
         f"state     {fmt(t['state'])}",
         f"record    {fmt(t['record_id'])} v{fmt(t['version'])} (monitor {fmt(t['monitor'])})",
-        f"result    {fmt(t['result'])}",
+        f"result    {'(purged by retention)' if t.get('purged') else fmt(t['result'])}",
         f"digest    {fmt(t['digest'])}",
         f"approved  {fmt(t['approved_digest'])} by {fmt(t['approved_by'])}",
         f"attempts  {fmt(t['attempts'])}   outcome_unknown {fmt(t['outcome_unknown'])}",
@@ -79,10 +79,36 @@ def render_stats(s):
         f"parked      {s['parked']}",
         f"dead        {s['dead_letters']['total']} ({s['dead_letters']['not_replayed']} not replayed)",
         f"gaps        {s['stale_event_gaps']} stale event(s), {s['lease_expiries']} lease expiry(ies)",
+        _not_observed(s.get("observation_gaps")),
     ])
+
+
+def _not_observed(g):
+    if not g or not g["resume_gaps"]:
+        return "unobserved  no resume gap recorded"
+    return (f"unobserved  {g['resume_gaps']} resume gap(s), {g['not_observed_s']:.0f}s "
+            "not observed (see `signoff gaps`)")
 
 
 def _pairs(counts):
     return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
 
 
+
+
+def render_gaps(g):
+    """``gaps`` for people: every span nobody observed, never "no changes"."""
+    lines = [f"resume gaps ({len(g['resume_gaps'])}, {g['not_observed_s']:.0f}s not observed):"]
+    for r in g["resume_gaps"]:
+        lines.append(f"  {fmt(r['from'])} → {fmt(r['to'])}  {r['previous']} → {r['monitor']}  "
+                     f"{r['document']}  {r['mode']}: {r['observed']}")
+    if not g["resume_gaps"]:
+        lines.append("  (none recorded)")
+    stale = g["stale_events"]
+    lines.append(f"stale events ({stale['total']}; the latest {len(stale['latest'])} here):")
+    for r in stale["latest"]:
+        lines.append(f"  {fmt(float(r['occurred']))}  {r['monitor']}  {r['event_id']}  "
+                     f"{r['record_id']}: not observed in time")
+    if not stale["latest"]:
+        lines.append("  (none recorded)")
+    return "\n".join(lines)

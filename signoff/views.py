@@ -9,8 +9,10 @@ import difflib
 
 from peewee import fn
 
+from . import batching, gaps
 from .approval import get_task
 from .models import Attempt, Audit, DeadLetter, Delivery, Task, read_snapshot
+from .retention import purged_at
 
 
 def delivery_row(d):
@@ -122,13 +124,18 @@ def task_detail(key):
     events = [{"at": a.at, "code": a.code, "event_id": a.event_id}
               for a in Audit.select().where(Audit.task_key == key).order_by(Audit.seq)]
     previous = list(t.previous_drafts or [])
-    return dict(task_row(t.__data__), state=describe(t), record=t.record, result=t.result,
+    purged = purged_at(key)
+    if purged is not None:  # retention removed the snapshot and the result
+        t.record = t.result = None
+    return dict(task_row(t.__data__), state=describe(t) if purged is None else f"purged ({t.status})",
+                record=t.record, result=t.result,
                 digest=t.digest, approved_digest=t.approved_digest,
                 approved_by=t.approved_by, approved_at=t.approved_at,
                 approval_deadline=t.approval_deadline, write_possible=t.write_possible,
                 next_at=t.next_at, lease_owner=t.lease_owner, lease_until=t.lease_until,
                 superseded_by=t.superseded_by, previous_drafts=previous,
                 draft_changes=draft_changes(previous[-1] if previous else None, t),
+                purged=purged is not None, purged_at=purged, covers=batching.covers(key),
                 history=history, audit=events)
 
 
@@ -203,6 +210,7 @@ def _stats(now):
         "dead_letters": {"total": DeadLetter.select().count(),
                          "not_replayed": DeadLetter.select().where(DeadLetter.replayed == 0).count()},
         "stale_event_gaps": Delivery.select().where(Delivery.outcome == "stale_event").count(),
+        "observation_gaps": gaps.summary(),
         "lease_expiries": Attempt.select().where(Attempt.code == "lease_expired").count(),
     }
 

@@ -11,12 +11,14 @@ import threading
 import time
 from dataclasses import replace
 
+from . import batching, policy, retention
 from .app import Signoff
 from .lifecycle import DELIVERY_PENDING, TASK_ACTIVE
 from .models import Delivery, Task, db, is_sqlite
 
 REAP_INTERVAL_S = 1.0
 HEALTH_INTERVAL_S = 10.0
+CHORES_INTERVAL_S = 60.0  # how often the loop asks whether the hourly purge is due
 IDLE_POLL_S = 0.5  # Huey's idle polling cap; its default of 10 s is too slow a wake-up
 
 log = logging.getLogger("signoff.worker")
@@ -26,11 +28,12 @@ def can_progress():
     """True while some delivery or task can still move without a human.
 
     Parked tasks, ready tasks and approval deadlines do not count: they wait
-    for a person or for a cause to be fixed.
+    for a person or for a cause to be fixed. An open batch does: it closes on its own.
     """
     return (Delivery.select().where(Delivery.status.in_(list(DELIVERY_PENDING))).exists()
             or Task.select().where(Task.status.in_(list(TASK_ACTIVE)),
-                                   Task.parked == False).exists())  # noqa: E712
+                                   Task.parked == False).exists()  # noqa: E712
+            or batching.holds_drain())
 
 
 def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
@@ -67,8 +70,14 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
     log.info("worker started: %d threads, lease %.0fs, home %s", workers,
              rt.config.lease_ttl_s, rt.home)
     idle, health_at = 0, time.monotonic() + HEALTH_INTERVAL_S
+    chores_at = time.monotonic()
     while not stop.wait(REAP_INTERVAL_S if not drain else IDLE_POLL_S):
         reaped += _reap(rt)
+        _safe(lambda: batching.close_due(rt), None)
+        _safe(lambda: policy.run_pass(rt), None)
+        if time.monotonic() >= chores_at:
+            _safe(lambda: retention.tick(rt), None)
+            chores_at = time.monotonic() + CHORES_INTERVAL_S
         _safe(_checkpoint, None)
         if drain:
             idle = 0 if _safe(can_progress, True) else idle + 1

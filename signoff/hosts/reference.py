@@ -6,6 +6,7 @@ idempotency checks, and fault switches that persist across processes.
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 from ..canonical import canonical
@@ -24,6 +25,9 @@ CREATE TABLE IF NOT EXISTS materials (document TEXT PRIMARY KEY, body TEXT NOT N
 CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, result TEXT NOT NULL, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS grants (id INTEGER PRIMARY KEY CHECK (id = 1), body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS faults (name TEXT PRIMARY KEY, remaining INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS record_changes (record_id TEXT PRIMARY KEY, document TEXT NOT NULL,
+    at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS record_changes_by_document ON record_changes (document, at);
 """
 
 
@@ -31,6 +35,7 @@ class ReferenceHost:
     """A host backed by ``host.db`` in the signoff home (SPEC section 6)."""
 
     def __init__(self, home, timeout=5.0, path=None):
+        self.now = time.time  # when a record changed; tests put their fake clock here
         self.path = Path(path) if path else Path(home) / FILENAME
         self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
                                     check_same_thread=False)
@@ -93,9 +98,11 @@ class ReferenceHost:
                 if old != result:
                     raise Blocked("idempotency_conflict", "this key holds another result")
                 return
-            current = self._one("SELECT body FROM records WHERE id = ?", expected.get("id"))
-            if current != expected or current.get("status") != "open":
-                raise Blocked("source_changed", "the record changed since it was read")
+            # A batch's result is checked against every record it covers.
+            for record in expected if isinstance(expected, list) else [expected]:
+                current = self._one("SELECT body FROM records WHERE id = ?", record.get("id"))
+                if current != record or current.get("status") != "open":
+                    raise Blocked("source_changed", "the record changed since it was read")
             self.conn.execute("INSERT INTO results VALUES (?, ?, strftime('%s','now'))",
                               (key, canonical(result)))
         if self._fire("lose-ack"):
@@ -107,6 +114,20 @@ class ReferenceHost:
         if result is not None and self._fire("bad-receipt"):
             result = dict(result, draft=str(result.get("draft")) + " [altered]")
         return result
+
+    def changes(self, document, since):
+        """Ids of the records of ``document`` changed at or after ``since``, oldest first.
+
+        The optional host method behind ``monitor resume --replay``; only records
+        the grant may read are named.
+        """
+        grant = self.context()
+        if document not in grant["docs"] or "read" not in grant["actions"]:
+            raise Blocked("access", "the grant does not cover this document")
+        rows = self.conn.execute(
+            "SELECT c.record_id, r.body FROM record_changes c JOIN records r ON r.id = c.record_id"
+            " WHERE c.document = ? AND c.at >= ? ORDER BY c.at, c.record_id", (document, since))
+        return [rid for rid, body in rows if json.loads(body)["tenant"] == grant["tenant"]]
 
     # -- administration (the `signoff host` commands) ------------------------
 
@@ -125,6 +146,8 @@ class ReferenceHost:
             record.setdefault("source", f"reference://{record['document']}/{record_id}")
             self.conn.execute("INSERT OR REPLACE INTO records VALUES (?, ?)",
                               (record_id, canonical(record)))
+            self.conn.execute("INSERT OR REPLACE INTO record_changes VALUES (?, ?, ?)",
+                              (record_id, record["document"], self.now()))
         return record
 
     def put_material(self, document, demo_date):

@@ -259,3 +259,9 @@ class SlowHost(RecordingHost):
     def submit(self, key, expected, result):
         self._slow()
         return super().submit(key, expected, result)
+
+
+class NoChangesHost(ReferenceHost):
+    """The reference host without the optional ``changes`` method, as an older host is."""
+
+    changes = None

@@ -1,0 +1,200 @@
+"""Batches (SPEC section 12): open review records of one document, one task per window.
+
+A monitor bound with ``--batch-window S`` does not draft per event. Ingest runs
+every check of SPEC section 4 up to the source check, then the record joins the
+open batch of its document (one is opened, closing S seconds later, when none is
+open): the ``BatchMember`` row is written in the transaction that writes the
+inbox row, and its primary key ``(monitor, record id, version)`` puts a record
+version in one batch only, so a crash or a redelivery can neither lose a member
+nor put it in two batches.
+
+Closing is a pass of the worker loop once the window has passed: every member is
+read back, those still open and unchanged are drafted together (the drafter gets
+the list of records), and in one transaction the batch is closed, the task made
+(key: digest of ``[monitor id, grant digest, sorted [record id, version] set]``)
+and the members' inbox rows linked to it. The close commits only if the batch is
+still open with the members it drafted, so it is idempotent, and a member that
+joined meanwhile makes the next pass draft again. A record that arrives once the
+window has passed starts a new batch; a closed batch never changes.
+"""
+
+import logging
+
+from .canonical import digest
+from .errors import Blocked
+from .gate import gate
+from .lifecycle import audit, key_in
+from .models import (BatchMember, Delivery, Inbox, Monitor, MonitorBatching, RecordBatch, Task,
+                     db, insert_rows, is_sqlite)
+from .retry import decide
+
+CLOSE_LIMIT = 10  # batches one pass closes; the next pass takes the rest
+
+log = logging.getLogger("signoff.batching")
+
+
+def set_window(monitor_id, window_s):
+    """Make ``monitor_id`` gather its records in windows of ``window_s`` seconds."""
+    MonitorBatching.create(monitor=monitor_id, window_s=window_s)
+
+
+def windows(monitor_ids):
+    """``{monitor id: window seconds}`` for the batching monitors among ``monitor_ids``."""
+    if not monitor_ids:
+        return {}
+    return dict(MonitorBatching.select(MonitorBatching.monitor, MonitorBatching.window_s)
+                .where(MonitorBatching.monitor.in_(list(monitor_ids))).tuples())
+
+
+def member(monitor, record, event_id):
+    """What ingest keeps of a record that joins a batch."""
+    return {"monitor": monitor.id, "document": record["document"], "record_id": record["id"],
+            "version": record["version"], "event_id": event_id,
+            "window_s": monitor.batch_window_s}
+
+
+def join(members, now):
+    """Put ``members`` in their document's open batch (inside ingest's transaction)."""
+    groups = {}
+    for m in members:
+        groups.setdefault((m["monitor"], m["document"]), []).append(m)
+    for (monitor_id, document), group in groups.items():
+        batch = _open_batch(monitor_id, document, now, group[0]["window_s"])
+        insert_rows(BatchMember, [{"monitor": monitor_id, "record_id": m["record_id"],
+                                   "version": m["version"], "batch": batch, "event_id": m["event_id"]}
+                                  for m in group], ignore_conflicts=True)
+
+
+def _open_batch(monitor_id, document, now, window_s):
+    query = RecordBatch.select(RecordBatch.id).where(
+        RecordBatch.monitor == monitor_id, RecordBatch.document == document,
+        RecordBatch.closed_at.is_null(), RecordBatch.closes_at > now).order_by(RecordBatch.id.desc())
+    if not is_sqlite():
+        query = query.for_update()
+    found = query.first()
+    if found is not None:
+        return found.id
+    return RecordBatch.create(monitor=monitor_id, document=document, opened_at=now,
+                              closes_at=now + window_s).id
+
+
+def holds_drain():
+    """True while a batch is open: ``worker --drain`` waits for it to close."""
+    return RecordBatch.select().where(RecordBatch.closed_at.is_null()).exists()
+
+
+def close_due(rt):
+    """Close the batches whose window has passed; returns how many closed."""
+    now = rt.clock.now()
+    due = list(RecordBatch.select().where(RecordBatch.closed_at.is_null(),
+                                          RecordBatch.closes_at <= now, RecordBatch.next_at <= now)
+               .order_by(RecordBatch.closes_at).limit(CLOSE_LIMIT))
+    closed = 0
+    for batch in due:
+        try:
+            closed += _close(rt, batch)
+        except Exception as exc:  # a failed close is an attempt; the batch stays open
+            log.warning("closing batch %s failed: %s", batch.id, type(exc).__name__)
+            _failed(rt, batch, type(exc).__name__)
+    return closed
+
+
+def _close(rt, batch):
+    members = list(BatchMember.select().where(BatchMember.batch == batch.id)
+                   .order_by(BatchMember.record_id, BatchMember.version))
+    monitor = Monitor.get_or_none(Monitor.id == batch.monitor)
+    host = rt.host()
+    now = rt.clock.now()
+    refusal = gate(monitor, host.context(), now)
+    if refusal:
+        return _commit(batch, members, now, code=refusal)
+    kept = _read_back(host, monitor, members)
+    if not kept:
+        return _commit(batch, members, now, code="source_nonmatch")
+    records = [record for _, record in kept]
+    drafted = rt.drafter()(records, host.read_material(monitor.document))
+    covers = sorted([r["id"], r["version"]] for r in records)
+    result = {"records": covers, "draft": drafted["draft"], "sources": list(drafted["sources"])}
+    key = digest([monitor.id, monitor.grant_digest, covers])
+    deadline = now + monitor.approval_ttl_s if monitor.approval_ttl_s else None
+    task = {"key": key, "monitor": monitor.id, "record_id": f"batch:{batch.id}",
+            "version": len(records), "status": "ready", "record": records, "result": result,
+            "digest": digest(result), "approval_deadline": deadline, "created_at": now,
+            "updated_at": now}
+    return _commit(batch, members, now, task=task, kept=[m for m, _ in kept])
+
+
+def _read_back(host, monitor, members):
+    """The members whose record reads back unchanged and open: ``[(member, record)]``."""
+    kept = []
+    for m in members:
+        try:
+            record = host.get(m.record_id)
+        except Blocked:
+            continue  # missing or no longer readable: not in the task
+        if (record.get("version") == m.version and record.get("document") == monitor.document
+                and record.get("kind") == "review" and record.get("status") == "open"):
+            kept.append((m, record))
+    return kept
+
+
+def _commit(batch, members, now, task=None, kept=(), code=None):
+    """Close ``batch`` as drafted, if it is still open with exactly these members."""
+    with db.atomic():
+        query = RecordBatch.select(RecordBatch.id).where(RecordBatch.id == batch.id,
+                                                         RecordBatch.closed_at.is_null())
+        if not is_sqlite():
+            query = query.for_update()
+        if query.first() is None:
+            return 0  # another worker closed it
+        now_members = {(m.record_id, m.version) for m in
+                       BatchMember.select().where(BatchMember.batch == batch.id)}
+        if now_members != {(m.record_id, m.version) for m in members}:
+            return 0  # a member joined since the read-back: the next pass drafts again
+        key = task["key"] if task else None
+        RecordBatch.update(closed_at=now, task_key=key, code=code).where(
+            RecordBatch.id == batch.id).execute()
+        kept_ids = {(m.record_id, m.version) for m in kept}
+        for m in members:
+            BatchMember.update(kept=(m.record_id, m.version) in kept_ids).where(
+                BatchMember.monitor == m.monitor, BatchMember.record_id == m.record_id,
+                BatchMember.version == m.version).execute()
+        if task:
+            insert_rows(Task, [task], ignore_conflicts=True)
+            events = [m.event_id for m in kept]
+            Inbox.update(task_key=key).where(Inbox.monitor == batch.monitor,
+                                             key_in(Inbox.event_id, events)).execute()
+            Delivery.update(task_key=key).where(Delivery.monitor == batch.monitor,
+                                                key_in(Delivery.event_id, events),
+                                                Delivery.outcome == "batched").execute()
+        audit(now, "ready" if task else code, batch.monitor, task_key=key)
+    return 1
+
+
+def _failed(rt, batch, code):
+    """Count a failed close: retried with backoff; past the read budget it closes without a task."""
+    attempts = batch.attempts + 1
+    now = rt.clock.now()
+    delay = decide(attempts, "read", rt.config.retry)
+    if delay is not None:
+        RecordBatch.update(attempts=attempts, code=code, next_at=now + delay).where(
+            RecordBatch.id == batch.id, RecordBatch.closed_at.is_null()).execute()
+        return
+    members = list(BatchMember.select().where(BatchMember.batch == batch.id))
+    _commit(batch, members, now, code=code)
+
+
+def read_back(host, task):
+    """The source as it is now: one record, or the list of a batch task's records."""
+    if isinstance(task.record, list):
+        return [host.get(r["id"]) for r in task.record]
+    return host.get(task.record_id)
+
+
+def covers(key):
+    """The ``[record id, version]`` set a batch task covers, or ``None`` for a single task."""
+    batch = RecordBatch.get_or_none(RecordBatch.task_key == key)
+    if batch is None:
+        return None
+    return sorted([m.record_id, m.version] for m in BatchMember.select().where(
+        BatchMember.batch == batch.id, BatchMember.kept == True))  # noqa: E712

@@ -1,0 +1,240 @@
+"""Standing approval policies (SPEC section 12): approval without a click, bounded.
+
+A policy is made only through the trusted channel (CLI or Python API) for one
+monitor; nothing in an event or a record names, creates or widens one. While it
+is active, each ``ready`` task of its monitor is approved through exactly the
+checks of a person's approval (``approval.approve_many``: the gate, a re-read of
+the source, acceptance, the digest of the drafted result), with
+``approved_by = policy:<id>`` and the audit code ``auto_approved``.
+
+Each policy decides about a task once (a ``PolicyDecision`` row): ``approved``,
+``capped`` (past ``max_per_hour`` in the last hour: the task waits for a person)
+or ``refused:<code>``. The decisions are written before the approvals, in the
+transaction that counts the hour's approvals, so concurrent passes never exceed
+the cap. A decision ``approved`` whose task is still ``ready`` (a pass that died
+between the two) is approved again by the next pass.
+
+A policy ends at its expiry, on revocation, when its monitor ends, or when the
+host's grant no longer matches the digest it was bound to. An ended policy
+approves nothing more, and the tasks it approved whose write has not started
+(not ``write_possible``, not leased) go back to ``ready`` (``policy_revoked``).
+"""
+
+import logging
+
+from peewee import fn
+
+from .approval import approve_many
+from .canonical import digest
+from .errors import InvalidEvent, Refused
+from .events import check_label
+from .gate import gate
+from .lifecycle import audit, move_tasks
+from .models import Audit, Monitor, Policy, PolicyDecision, Task, db, insert_rows, is_sqlite
+
+HOUR_S = 60 * 60
+PASS_LIMIT = 200  # tasks one policy considers per pass; the next pass takes the rest
+RETRY_LATER = ("host_unavailable", "not_ready")  # no decision is kept for these
+
+log = logging.getLogger("signoff.policy")
+
+
+def tag(policy_id):
+    """What ``approved_by`` says for tasks the policy approved."""
+    return f"policy:{policy_id}"
+
+
+def add(rt, monitor_id, ttl_s=None, max_per_hour=None, by="operator"):
+    """Add a standing approval policy for an active monitor, bound to its grant."""
+    try:
+        check_label("by", by)
+    except InvalidEvent as exc:
+        raise Refused("invalid_policy", exc.reason) from None
+    if ttl_s is not None and not ttl_s > 0:
+        raise Refused("invalid_policy", "ttl: must be a positive number of seconds")
+    if max_per_hour is not None and max_per_hour < 1:
+        raise Refused("invalid_policy", "max-per-hour: must be at least 1")
+    monitor = Monitor.get_or_none(Monitor.id == monitor_id)
+    if monitor is None:
+        raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
+    now = rt.clock.now()
+    refusal = gate(monitor, rt.host().context(), now)
+    if refusal:
+        raise Refused(refusal, f"the monitor's gate refused: {refusal}")
+    ends = monitor.expires_at if ttl_s is None else min(now + ttl_s, monitor.expires_at)
+    with db.atomic():
+        policy = Policy.create(monitor=monitor.id, grant_digest=monitor.grant_digest,
+                               expires_at=ends, max_per_hour=max_per_hour, created_by=by,
+                               created_at=now)
+        audit(now, "policy_added", monitor.id)
+    run_pass(rt, [monitor.id])  # the tasks already waiting need not wait for a worker
+    return row(Policy.get_by_id(policy.id))
+
+
+def revoke(rt, policy_id):
+    """End a policy now; its approved tasks whose write has not started go back to ready."""
+    policy = Policy.get_or_none(Policy.id == policy_id)
+    if policy is None:
+        raise Refused("unknown_policy", f"no policy {policy_id}")
+    returned = _end(policy, "revoked", rt.clock.now())
+    return dict(row(Policy.get_by_id(policy_id)), tasks_returned=returned)
+
+
+def row(policy):
+    """A policy as the CLI shows it; ``digest`` is the grant digest it is bound to."""
+    approved = PolicyDecision.select().where(PolicyDecision.policy == policy.id,
+                                             PolicyDecision.decision == "approved").count()
+    return {"policy": policy.id, "monitor": policy.monitor, "expires_at": policy.expires_at,
+            "digest": policy.grant_digest, "max_per_hour": policy.max_per_hour,
+            "by": policy.created_by, "created_at": policy.created_at,
+            "active": policy.ended_at is None, "ended_at": policy.ended_at,
+            "end_code": policy.end_code, "approved": approved}
+
+
+def listing():
+    """Every policy, oldest first."""
+    return [row(p) for p in Policy.select().order_by(Policy.id)]
+
+
+def run_pass(rt, monitor_ids=None):
+    """End what must end, return what ended policies approved, approve what is waiting.
+
+    ``monitor_ids`` limits the approvals to those monitors (ingest's cheap call).
+    Returns counts: ``{ended, returned, approved, capped, refused}``.
+    """
+    summary = {"ended": 0, "returned": 0, "approved": 0, "capped": 0, "refused": 0}
+    now = rt.clock.now()
+    active = list(Policy.select().where(Policy.ended_at.is_null()).order_by(Policy.id))
+    if active:
+        try:
+            context = rt.host().context()
+        except Exception:  # a host that cannot say who we are ends nothing and approves nothing
+            log.warning("policy pass skipped: the host's grant could not be read")
+            return summary
+        monitors = {m.id: m for m in Monitor.select().where(
+            Monitor.id.in_(list({p.monitor for p in active})))}
+        for policy in active:
+            code = _end_code(policy, monitors.get(policy.monitor), context, now)
+            if code:
+                summary["returned"] += _end(policy, code, now)
+                summary["ended"] += 1
+            elif monitor_ids is None or policy.monitor in monitor_ids:
+                _approve_waiting(rt, policy, now, summary)
+    if monitor_ids is None:
+        summary["returned"] += _return_tasks(now, _ended_tags())
+    return summary
+
+
+def after_ingest(rt, monitor_ids):
+    """Approve new ready tasks of ``monitor_ids`` at once when a policy covers them.
+
+    One indexed read when no policy does; a failure here is logged and left to
+    the worker loop's pass (the ingest's outcomes are committed already).
+    """
+    if not monitor_ids:
+        return
+    try:
+        if Policy.select().where(Policy.ended_at.is_null(),
+                                 Policy.monitor.in_(list(monitor_ids))).exists():
+            run_pass(rt, set(monitor_ids))
+    except Exception:
+        log.exception("policy pass after ingest failed; the worker loop runs it again")
+
+
+def _end_code(policy, monitor, context, now):
+    if now >= policy.expires_at:
+        return "expired"
+    if monitor is not None and monitor.grant_digest != policy.grant_digest:
+        return "scope_changed"
+    return gate(monitor, context, now)
+
+
+def _end(policy, code, now):
+    """Mark ``policy`` ended with ``code`` (once) and return its unwritten tasks."""
+    with db.atomic():
+        ended = Policy.update(ended_at=now, end_code=code).where(
+            Policy.id == policy.id, Policy.ended_at.is_null()).execute()
+        if ended:
+            audit(now, "policy_ended", policy.monitor)
+        return _return_tasks(now, [tag(policy.id)])
+
+
+def _ended_tags():
+    return [tag(i) for (i,) in Policy.select(Policy.id).where(Policy.ended_at.is_null(False))
+            .tuples()]
+
+
+def _return_tasks(now, tags):
+    """Approved tasks of ended policies whose write has not started go back to ready."""
+    if not tags:
+        return 0
+    not_started = (Task.write_possible == False) & Task.lease_token.is_null()  # noqa: E712
+    rows = list(Task.select(Task.key, Task.monitor).where(
+        Task.status == "approved", Task.approved_by.in_(tags), not_started).tuples())
+    if not rows:
+        return 0
+    with db.atomic():
+        moved = move_tasks([k for k, _ in rows], ["approved"], "ready", now, where=not_started,
+                           approved_digest=None, approved_by=None, approved_at=None,
+                           parked=False, code="policy_revoked")
+        insert_rows(Audit, [{"at": now, "code": "policy_revoked", "monitor": m, "event_id": None,
+                             "task_key": k} for k, m in rows if k in moved])
+    return len(moved)
+
+
+def _approve_waiting(rt, policy, now, summary):
+    keys = _decide(policy, now, summary)
+    if not keys:
+        return
+    results = {k: r for k, r in Task.select(Task.key, Task.result).where(Task.key.in_(keys))
+               .tuples()}
+    # The digest of the result as it is now: approve_many refuses it
+    # (digest_mismatch) unless it is still the digest taken at drafting.
+    outcomes = approve_many(rt, [(k, digest(results[k])) for k in keys], tag(policy.id),
+                            audit_code="auto_approved")
+    for key, outcome in zip(keys, outcomes):
+        if isinstance(outcome, Refused):
+            _refused(policy, key, outcome.code, now)
+            summary["refused"] += 1
+        else:
+            summary["approved"] += 1
+
+
+def _decide(policy, now, summary):
+    """Write this pass's decisions under the hour's cap; returns the keys to approve."""
+    mine = PolicyDecision.policy == policy.id
+    # Tasks this policy capped or refused wait for a person: never taken again.
+    settled = PolicyDecision.select(PolicyDecision.task_key).where(
+        mine, PolicyDecision.task_key == Task.key, PolicyDecision.decision != "approved")
+    waiting_now = Task.select(Task.key).where(
+        Task.monitor == policy.monitor, Task.status == "ready", ~fn.EXISTS(settled))
+    if not waiting_now.exists():
+        return []  # the idle pass, every second: a read, no write lock
+    with db.atomic():
+        if not is_sqlite():  # SQLite's write lock is taken at BEGIN already
+            Policy.select().where(Policy.id == policy.id).for_update().get()
+        waiting = [k for (k,) in waiting_now.order_by(Task.created_at, Task.key)
+                   .limit(PASS_LIMIT).tuples()]
+        if not waiting:
+            return []
+        decided = {k for (k,) in PolicyDecision.select(PolicyDecision.task_key).where(
+            mine, PolicyDecision.task_key.in_(waiting)).tuples()}
+        used = PolicyDecision.select().where(
+            mine, PolicyDecision.decision == "approved", PolicyDecision.at > now - HOUR_S).count()
+        again = [k for k in waiting if k in decided]  # counted in ``used`` already
+        fresh = [k for k in waiting if k not in decided]
+        room = len(fresh) if policy.max_per_hour is None else max(0, policy.max_per_hour - used)
+        insert_rows(PolicyDecision, [
+            {"policy": policy.id, "task_key": k, "decision": "approved" if n < room else "capped",
+             "at": now} for n, k in enumerate(fresh)])
+    summary["capped"] += max(0, len(fresh) - room)
+    return again + fresh[:room]
+
+
+def _refused(policy, key, code, now):
+    which = (PolicyDecision.policy == policy.id) & (PolicyDecision.task_key == key)
+    if code in RETRY_LATER:
+        if code == "host_unavailable":  # the next pass tries again
+            PolicyDecision.delete().where(which).execute()
+        return
+    PolicyDecision.update(decision=f"refused:{code}", at=now).where(which).execute()

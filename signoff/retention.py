@@ -1,0 +1,110 @@
+"""Retention: finished tasks lose their record snapshot and result (SPEC section 12).
+
+What stays is what an operator and the dedupe layer need: the task row's key,
+status, code, digests, who approved and when, every time, the attempt history,
+the audit trail, the deliveries and the inbox (so a redelivered event is still a
+duplicate of its task). A purged task is marked by a ``PurgedTask`` row.
+
+Work is done in chunks of ``CHUNK`` tasks, each its own short transaction read
+in key order, so a purge of any size runs in constant memory and a crash
+mid-way loses nothing: the next run carries on where this one stopped.
+"""
+
+import time
+
+from peewee import fn
+
+from .lifecycle import audit, key_in
+from .models import Chore, DeadLetter, PurgedTask, Task, db, insert_rows
+
+# A dead task counts as finished only once it has been replayed and died again:
+# until then ``dlq replay`` may still need its snapshot.
+FINISHED = ("done", "rejected", "cancelled", "expired", "blocked")
+CHUNK = 500
+DAY_S = 24 * 60 * 60
+EVERY_S = 60 * 60  # how often the workers purge, together
+CHORE = "purge"
+
+
+def _purgeable(cutoff):
+    """Tasks retention may purge: finished before ``cutoff`` and not purged yet."""
+    replayed = DeadLetter.select(DeadLetter.id).where(
+        DeadLetter.kind == "task", DeadLetter.ref == Task.key, DeadLetter.replayed > 0)
+    purged = PurgedTask.select(PurgedTask.key).where(PurgedTask.key == Task.key)
+    # COALESCE keeps the planner off the status index: read in key order, a
+    # chunk is the next ``CHUNK`` rows; by status, every chunk would sort them all.
+    status = fn.COALESCE(Task.status, "")
+    return ((status.in_(list(FINISHED)) | ((status == "dead") & fn.EXISTS(replayed)))
+            & (Task.updated_at < cutoff) & ~fn.EXISTS(purged))
+
+
+def purge(rt, older_than_days=None, dry_run=False, progress=None):
+    """Purge finished tasks older than ``older_than_days`` (default from the config).
+
+    ``dry_run`` only counts them. ``progress(done)`` is called after each chunk.
+    Returns ``{older_than_days, cutoff, dry_run, purged, by_status, seconds}``.
+    """
+    started = time.monotonic()
+    now = rt.clock.now()
+    days = rt.config.retention_days if older_than_days is None else float(older_than_days)
+    cutoff = now - days * DAY_S
+    if dry_run:
+        by_status = dict(Task.select(Task.status, fn.COUNT(Task.key)).where(_purgeable(cutoff))
+                         .group_by(Task.status).tuples())
+    else:
+        by_status = _purge_chunks(cutoff, now, progress)
+    return {"older_than_days": days, "cutoff": cutoff, "dry_run": dry_run,
+            "purged": sum(by_status.values()), "by_status": by_status,
+            "seconds": round(time.monotonic() - started, 3)}
+
+
+def _purge_chunks(cutoff, now, progress):
+    by_status, after = {}, ""
+    while True:
+        with db.atomic():
+            keys = [k for (k,) in Task.select(Task.key).where(_purgeable(cutoff), Task.key > after)
+                    .order_by(Task.key).limit(CHUNK).tuples()]
+            if not keys:
+                break
+            # Earlier drafts hold results too. The same test again in the UPDATE:
+            # a row that moved since (a dead task replayed) is left as it is.
+            moved = list(Task.update(record={}, result={}, previous_drafts=[]).where(
+                key_in(Task.key, keys), _purgeable(cutoff)).returning(Task.key, Task.status)
+                .tuples().execute())
+            insert_rows(PurgedTask, [{"key": k, "purged_at": now} for k, _ in moved],
+                        ignore_conflicts=True)
+            if moved:
+                audit(now, "purged")
+        for _, status in moved:
+            by_status[status] = by_status.get(status, 0) + 1
+        after = keys[-1]
+        if progress:
+            progress(sum(by_status.values()))
+    return by_status
+
+
+def tick(rt):
+    """The workers' hourly purge: the one worker that claims the run does it.
+
+    Returns the purge summary, or ``None`` when the run is not due or another
+    worker took it.
+    """
+    now = rt.clock.now()
+    chore = Chore.get_or_none(Chore.name == CHORE)
+    if chore is not None and chore.last_run_at > now - EVERY_S:
+        return None  # a read only: the common case takes no write lock
+    if chore is None:
+        Chore.insert(name=CHORE, last_run_at=0.0).on_conflict_ignore().execute()
+    claimed = Chore.update(last_run_at=now).where(
+        Chore.name == CHORE, Chore.last_run_at <= now - EVERY_S).execute()
+    if claimed != 1:
+        return None
+    summary = purge(rt)
+    Chore.update(last_summary=summary).where(Chore.name == CHORE).execute()
+    return summary
+
+
+def purged_at(key):
+    """When task ``key`` was purged, or ``None``."""
+    row = PurgedTask.get_or_none(PurgedTask.key == key)
+    return row.purged_at if row else None
