@@ -145,7 +145,7 @@ def host_grant(obj, as_json, tenant, user, docs, actions, revision):
 @click.argument("name")
 @click.option("--times", type=click.IntRange(min=1, max=INT64_MAX), default=1, show_default=True)
 def host_fault(obj, as_json, name, times):
-    """Arm a fault (read-timeout, lose-ack, bad-receipt), or `clear` them all."""
+    """Arm a fault (read-timeout, lose-ack, bad-receipt, crash-after-write), or `clear` them all."""
     ref = obj.reference_host()
     faults = ref.clear_faults() if name == "clear" else ref.set_fault(name, times)
     emit({"faults": faults}, as_json)
@@ -157,6 +157,22 @@ def host_results(obj, as_json):
     emit(obj.reference_host().results(), as_json,
          lambda rows: table([{"key": r["key"], "result": r["result"]} for r in rows],
                             ["key", "result"]))
+
+
+@command(host, "mcp")
+def host_mcp(obj, as_json):
+    """Serve the reference host as an MCP stdio server (for `signoff.hosts.mcp:McpHost`)."""
+    _mcp_module("hostserver").serve(obj.reference_host())
+
+
+def _mcp_module(name):
+    """``signoff.mcp.NAME``, or a one-line refusal when the ``mcp`` extra is missing."""
+    import importlib
+    from .errors import ConfigError
+    try:
+        return importlib.import_module(f"signoff.mcp.{name}")
+    except ImportError as exc:
+        raise ConfigError("missing_extra", f"install signoff[mcp] for MCP: {exc}") from None
 
 
 # -- monitors --------------------------------------------------------------
@@ -272,6 +288,17 @@ def events(obj, as_json, status, limit):
     emit(rows, as_json, lambda rows: table(rows, [
         "delivery", "event_id", "monitor", "status", "outcome", "task_key", "attempts",
         "last_code"], short=("task_key",)))
+
+
+@command(main, "mcp")
+@click.option("--monitor", "monitor_id", required=True, help="The monitor events are reported to.")
+def mcp_agents(obj, as_json, monitor_id):
+    """Serve signoff to agents over MCP stdio: report_event, list_tasks, show_task.
+
+    There is no tool that approves, rejects or cancels: approval stays with people.
+    """
+    module = _mcp_module("agents")
+    module.serve(obj.open(), monitor_id)
 
 
 # -- tasks and the human channel -------------------------------------------------
