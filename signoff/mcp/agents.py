@@ -10,6 +10,7 @@ the same validation as ``signoff enqueue`` (the values as sent, unconverted);
 """
 
 import threading
+from typing import Any
 
 from ..errors import Refused, SignoffError
 from ..models import Monitor, Task
@@ -39,7 +40,7 @@ def build(rt, monitor_id):
     # what the tool listing shows.
     @server.tool()
     def report_event(event_id: str, name: str, document: str, record_id: str, occurred: int,
-                     text: str | None = None) -> dict:
+                     text: str | None = None) -> dict[str, Any]:
         """Report one change event to signoff (text is never stored; the host is re-read)."""
         return report({"event_id": event_id, "name": name, "document": document,
                        "record_id": record_id, "occurred": occurred, "text": text})
@@ -47,7 +48,7 @@ def build(rt, monitor_id):
     server.raw_tools["report_event"] = report
 
     @server.tool()
-    def list_tasks(status: str | None = None, limit: int = 100) -> list:
+    def list_tasks(status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """This monitor's tasks, oldest first (``status`` to filter; at most ``limit``)."""
         if not 1 <= limit <= LIST_LIMIT:
             return error_result("invalid_arguments", f"limit: must be 1-{LIST_LIMIT}")
@@ -57,7 +58,7 @@ def build(rt, monitor_id):
         return [task_row(t) for t in query.order_by(Task.created_at, Task.key).limit(limit)]
 
     @server.tool()
-    def show_task(key: str) -> dict:
+    def show_task(key: str) -> dict[str, Any]:
         """One task of this monitor: record, result, digests and history."""
         try:
             detail = rt.task(key)

@@ -12,6 +12,7 @@ kills this server process right after the write commits).
 
 import re
 import threading
+from typing import Any
 
 from ..errors import Blocked
 from .strict import StrictServer, error_result
@@ -37,27 +38,27 @@ def build(host):
                 return error_result("timeout")
 
     @server.tool()
-    def get_context() -> dict:
+    def get_context() -> dict[str, Any]:
         """The grant context of the current principal."""
         return run(host.context)
 
     @server.tool()
-    def get_record(record_id: str) -> dict:
+    def get_record(record_id: str) -> dict[str, Any]:
         """The authoritative record ``record_id``."""
         return run(lambda: host.get(record_id))
 
     @server.tool()
-    def read_material(document: str) -> dict:
+    def read_material(document: str) -> dict[str, Any]:
         """The material for ``document``."""
         return run(lambda: host.read_material(document))
 
     @server.tool()
-    def submit_result(key: str, expected: dict, result: dict) -> dict:
+    def submit_result(key: str, expected: dict, result: dict) -> dict[str, Any]:
         """Write ``result`` once under the idempotency ``key`` if the record still equals ``expected``."""
         return run(lambda: _submit(host, key, expected, result))
 
     @server.tool()
-    def get_receipt(key: str) -> dict | None:
+    def get_receipt(key: str) -> dict[str, Any] | None:
         """The result stored under ``key``, or null."""
         return run(lambda: _receipt(host, key))
 

@@ -68,7 +68,7 @@ class McpSession:
             raise ValueError("give exactly one of params (stdio) and url (HTTP)")
         self.params, self.url, self.timeout_s = params, url, float(timeout_s)
         self.starts = 0  # sessions connected so far (a restart adds one)
-        self.calls = 0
+        self.calls = 0  # requests made, answered or not
         self.process = None  # the stdio server of the current session
         self._closed = False
         self._ready = threading.Event()
@@ -81,8 +81,16 @@ class McpSession:
 
     def call(self, name, arguments):
         """Call tool ``name``; the SDK's ``CallToolResult``. Bounded by ``timeout_s``."""
+        return self._submit(name, dict(arguments))
+
+    def tools(self):
+        """The server's tools (the SDK's ``Tool`` objects). Bounded by ``timeout_s``."""
+        return self._submit(None, None)
+
+    def _submit(self, name, arguments):
+        self.calls += 1
         future = concurrent.futures.Future()
-        item = _Call(name, dict(arguments), time.monotonic() + self.timeout_s, future)
+        item = _Call(name, arguments, time.monotonic() + self.timeout_s, future)
         try:
             if self._closed:
                 raise RuntimeError("closed")
@@ -92,8 +100,8 @@ class McpSession:
         done, _ = concurrent.futures.wait([future], timeout=self.timeout_s + GRACE_S)
         if not done:
             future.cancel()
-            raise TimeoutError(f"mcp: {name} did not answer within {self.timeout_s:g}s")
-        self.calls += 1
+            raise TimeoutError(f"mcp: {name or 'tools/list'} did not answer within "
+                               f"{self.timeout_s:g}s")
         return future.result()
 
     def close(self):
@@ -109,10 +117,7 @@ class McpSession:
 
     def kill(self):
         """SIGKILL the stdio server's process group, if it is still running."""
-        process = self.process
-        if process is not None and process.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
+        _kill(self.process)
 
     # -- the owner task, on the private loop ---------------------------------
 
@@ -138,10 +143,10 @@ class McpSession:
         """Connect, serve ``first`` and what follows until the session breaks."""
         loop = asyncio.get_running_loop()
         connected, pending = False, None
+        transport = self._transport()
         with anyio.CancelScope() as scope:
-            timer = loop.call_at(first.deadline, scope.cancel)
+            timer = loop.call_at(first.deadline, self._expire, scope, transport)
             try:
-                transport = self._transport()
                 async with Client(transport) as client:
                     connected = True
                     timer.cancel()
@@ -149,16 +154,23 @@ class McpSession:
                     self.process = _stdio_process(transport)
                     pending = await self._serve_all(client, first)
             except Exception as exc:
-                if not connected:
+                if not connected and scope.cancel_called:
+                    first.fail(TimeoutError(f"mcp: connecting took longer than {self.timeout_s:g}s"))
+                elif not connected:
                     first.fail(ConnectionError(f"mcp: cannot connect: {_describe(exc)}"))
                 else:
                     log.debug("mcp session ended: %s", _describe(exc))
             finally:
                 timer.cancel()
                 self.kill()  # a server that did not exit on its stdin closing
-        if scope.cancelled_caught and not connected:
+        if not connected:
             first.fail(TimeoutError(f"mcp: connecting took longer than {self.timeout_s:g}s"))
         return pending
+
+    def _expire(self, scope, transport):
+        """Connecting ran out of time: kill a started server, then stop waiting for it."""
+        _kill(_stdio_process(transport))
+        scope.cancel()
 
     async def _serve_all(self, client, item):
         while item is not _CLOSE:
@@ -180,8 +192,11 @@ class McpSession:
             item.fail(TimeoutError(f"mcp: {item.name} waited past its deadline"))
             return True
         try:
-            result = await client.call_tool(item.name, item.arguments,
-                                            read_timeout_seconds=remaining)
+            if item.name is None:
+                result = (await client.list_tools()).tools
+            else:
+                result = await client.call_tool(item.name, item.arguments,
+                                                read_timeout_seconds=remaining)
         except MCPError as exc:
             if exc.code == REQUEST_TIMEOUT:
                 item.fail(TimeoutError(f"mcp: {item.name} timed out after {self.timeout_s:g}s"))
@@ -219,6 +234,13 @@ def _stdio_process(transport):
     """
     frame = getattr(getattr(transport, "gen", None), "ag_frame", None)
     return frame.f_locals.get("process") if frame is not None else None
+
+
+def _kill(process):
+    # The server leads its own process group (start_new_session): kill the group.
+    if process is not None and process.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 def _errlog():

@@ -27,10 +27,9 @@ def error_result(code, reason=None):
 
 
 def value_result(value):
-    """A successful result shaped as the SDK shapes a tool's annotated return."""
-    body = {"result": value}
+    """A successful result for a dict ``value``, as the SDK shapes a ``dict[str, Any]`` return."""
     return CallToolResult(content=[TextContent(type="text", text=json.dumps(value))],
-                          structured_content=body)
+                          structured_content=value)
 
 
 def check_arguments(schema, arguments, types=True):
