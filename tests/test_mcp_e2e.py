@@ -1,0 +1,105 @@
+"""End to end over MCP: a home whose host is ``McpHost`` on ``signoff host mcp``.
+
+Events → a real worker process → approval → done, with the host reached only
+through MCP stdio servers (the worker starts its own). Writes are counted by
+SQLite triggers in ``host.db``.
+"""
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import PLUGINS, ROOT, child_env, signoff_cmd
+from signoff.app import Signoff
+
+if str(PLUGINS) not in sys.path:
+    sys.path.insert(0, str(PLUGINS))
+
+from testhosts import RecordingHost  # noqa: E402
+
+DRAIN_TIMEOUT = 120
+
+
+def configure_mcp_home(home):
+    """Point ``home``'s host at ``signoff host mcp``; other tables are kept."""
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "signoff.toml"
+    text = config.read_text(encoding="utf-8") if config.exists() else ""
+    # Drop the tables this test sets (a table runs to the next header).
+    text = re.sub(r"(?ms)^\[(host|host\.options|retry)\]\n.*?(?=^\[|\Z)", "", text)
+    config.write_text(text + f"""
+[host]
+factory = "signoff.hosts.mcp:McpHost"
+[host.options]
+command = {json.dumps(sys.executable)}
+args = ["-m", "signoff", "--home", {json.dumps(str(home))}, "host", "mcp"]
+env = {{ PYTHONPATH = {json.dumps(str(ROOT))} }}
+timeout_s = 30
+[retry]
+base_delay_s = 0.05
+max_delay_s = 0.2
+""", encoding="utf-8")
+
+
+@pytest.fixture
+def mcp_rt(home):
+    configure_mcp_home(home)
+    rt = Signoff.init(home)
+    ref = RecordingHost(home)
+    ref.put_record("comment-1", document="doc-demo", text="please add the date")
+    ref.put_material("doc-demo", "2026-11-01")
+    rt.bind("doc-demo", window_s=600)  # the grant is read over MCP
+    yield rt, ref
+    rt.host().close()
+    ref.close()
+    rt.database.close()
+
+
+def drain(home):
+    done = subprocess.run(signoff_cmd(home, "worker", "--drain", "--workers", "1"),
+                          env=child_env(), capture_output=True, timeout=DRAIN_TIMEOUT,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+
+
+def ready_task(rt, home):
+    event = {"event_id": "evt-1", "name": "comment.created", "document": "doc-demo",
+             "record_id": "comment-1", "occurred": int(time.time()), "text": "wake only"}
+    assert rt.enqueue_events([event])[0].accepted
+    drain(home)
+    [task] = rt.tasks()
+    assert task["status"] == "ready", rt.events()
+    return rt.task(task["key"])
+
+
+def test_events_worker_approve_done_over_mcp(mcp_rt, home):
+    rt, ref = mcp_rt
+    task = ready_task(rt, home)
+    assert task["record"] == ref.get("comment-1")
+    assert rt.approve(task["key"], task["digest"], by="alice")["status"] == "approved"
+    drain(home)
+    done = rt.task(task["key"])
+    assert done["status"] == "done"
+    assert [h["code"] for h in done["history"]][-1] == "done"
+    assert ref.write_counts() == {task["key"]: 1}
+    assert ref.results() == [{"key": task["key"], "result": task["result"]}]
+
+
+@pytest.mark.slow
+def test_server_dies_right_after_the_write(mcp_rt, home):
+    rt, ref = mcp_rt
+    task = ready_task(rt, home)
+    rt.approve(task["key"], task["digest"])
+    ref.set_fault("crash-after-write")
+    drain(home)
+    done = rt.task(task["key"])
+    assert done["status"] == "done"
+    codes = [h["code"] for h in done["history"]]
+    assert "ConnectionError" in codes and codes[-1] == "done"
+    assert "uncertain" in [a["code"] for a in done["audit"]]
+    assert ref.write_counts() == {task["key"]: 1}
+    assert ref.faults() == {}
