@@ -400,10 +400,14 @@ def watch(obj, as_json, interval):
 @command(main)
 @click.option("--keep", type=click.Path(file_okay=False), default=None,
               help="Run in this folder (kept) instead of a temporary one.")
-def demo(obj, as_json, keep):
+@click.option("--mcp", "over_mcp", is_flag=True,
+              help="Reach the host over MCP (`signoff host mcp`), and kill its server once.")
+def demo(obj, as_json, keep, over_mcp):
     """The whole story in a fresh home, with a real worker killed and restarted."""
     from .demo import run_demo
-    report = run_demo(keep, as_json)
+    if over_mcp:
+        _mcp_module("demo")  # a one-line refusal when the extra is missing
+    report = run_demo(keep, as_json, mcp=over_mcp)
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False, indent=2))
     sys.exit(0 if report["passed"] else 1)

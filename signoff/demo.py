@@ -39,20 +39,25 @@ class StepFailed(Exception):
         self.got = got
 
 
-def run_demo(keep=None, as_json=False):
+def run_demo(keep=None, as_json=False, mcp=False):
     """Run the demo; return the report (``report["passed"]`` is the verdict).
 
     ``keep``: run in this folder and leave it; otherwise a temporary folder is
     used and removed afterwards (kept, and named, if a step failed).
     ``as_json``: step lines go to standard error, so the caller can print the
     report as the only document on standard output.
+    ``mcp``: the host is reached over MCP (see ``signoff.mcp.demo``).
     """
     started = time.monotonic()
     if keep is not None:
         home, temporary = Path(keep).absolute(), False
     else:
         home, temporary = Path(tempfile.mkdtemp(prefix="signoff-demo-")), True
-    demo = Demo(home, as_json)
+    if mcp:
+        from .mcp.demo import McpDemo as story_class
+    else:
+        story_class = Demo
+    demo = story_class(home, as_json)
     if keep is not None:
         demo.say(f"signoff demo in {home} (kept)")
     try:
@@ -217,13 +222,13 @@ class Demo:
     def task(self):
         return self.ok("tasks", "show", self.key)
 
-    def enqueue(self, event_id):
+    def enqueue(self, event_id, record_id=RECORD_ID, monitor="default"):
         event = {"event_id": event_id, "name": "comment.created", "document": DOCUMENT,
-                 "record_id": RECORD_ID, "occurred": int(time.time()),
+                 "record_id": record_id, "occurred": int(time.time()),
                  "text": "please add the demo date"}
         path = self.home / f"{event_id}.json"
         path.write_text(json.dumps(event) + "\n", encoding="utf-8")
-        lines = self.ok("enqueue", str(path))
+        lines = self.ok("enqueue", "--monitor", monitor, str(path))
         if not (len(lines) == 1 and lines[0]["accepted"]):
             raise StepFailed(f"event not accepted: {_show(lines)}")
 

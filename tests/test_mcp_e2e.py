@@ -103,3 +103,21 @@ def test_server_dies_right_after_the_write(mcp_rt, home):
     assert "uncertain" in [a["code"] for a in done["audit"]]
     assert ref.write_counts() == {task["key"]: 1}
     assert ref.faults() == {}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_demo_over_mcp(tmp_path):
+    keep = tmp_path / "demo"
+    proc = subprocess.run(signoff_cmd(tmp_path, "demo", "--mcp", "--keep", str(keep), "--json"),
+                          cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=360)
+    assert "Traceback" not in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["passed"] is True and all(s["ok"] for s in report["steps"])
+    counts = report["counts"]
+    assert counts["worker_kills"] == 1 and counts["mcp_server_kills"] == 1
+    assert counts["results_on_host"] == 2 and counts["tasks"] == {"done": 2}
+    assert counts["uncertain_recovered"] == 2
+    config = (keep / "signoff.toml").read_text(encoding="utf-8")
+    assert 'factory = "signoff.hosts.mcp:McpHost"' in config
