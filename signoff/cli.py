@@ -417,9 +417,14 @@ def demo(obj, as_json, keep, over_mcp):
 @click.option("--events", "n_events", type=click.IntRange(min=1), default=2000, show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--growth", is_flag=True, help="Also measure ingest with 100,000 finished tasks present.")
-def bench(obj, as_json, n_events, workers, growth):
+@click.option("--mcp", "over_mcp", is_flag=True,
+              help="Instead: the host in-process against the host over MCP (in this process).")
+def bench(obj, as_json, n_events, workers, growth, over_mcp):
     """Measure signoff against plain Huey on this machine, in one run."""
     from .bench import run_bench
-    report = run_bench(n_events=n_events, workers=workers, growth=growth, as_json=as_json)
+    if over_mcp:
+        report = _mcp_module("bench").run_mcp_bench(n_events, as_json)
+    else:
+        report = run_bench(n_events=n_events, workers=workers, growth=growth, as_json=as_json)
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False, indent=2))

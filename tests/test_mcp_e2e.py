@@ -121,3 +121,19 @@ def test_demo_over_mcp(tmp_path):
     assert counts["uncertain_recovered"] == 2
     config = (keep / "signoff.toml").read_text(encoding="utf-8")
     assert 'factory = "signoff.hosts.mcp:McpHost"' in config
+
+
+def test_bench_over_mcp_counts_the_calls_per_event(tmp_path):
+    done = subprocess.run(signoff_cmd(tmp_path, "bench", "--mcp", "--events", "5", "--json"),
+                          cwd=tmp_path, env=child_env(), capture_output=True, timeout=180,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    report = json.loads(done.stdout)
+    # Per event: get + read_material; context + get at approval; receipt, submit,
+    # receipt. Plus one context read per batch (one batch of 5 per phase).
+    assert report["mcp"]["calls_per_event"] == {"ingest": 2.2, "approve": 1.2, "submit": 3.2,
+                                                "total": 6.6}
+    for side in ("reference", "mcp"):
+        assert all(report[side][f"{p}_per_s"] > 0 for p in ("ingest", "approve", "submit",
+                                                           "pipeline"))
+    assert report["mcp"]["connect_s"] > 0
