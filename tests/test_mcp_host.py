@@ -10,12 +10,14 @@ keys). Writes are counted by SQLite triggers in ``host.db`` (the
 
 import os
 import signal
+import socket
+import subprocess
 import sys
 import threading
 
 import pytest
 
-from conftest import PLUGINS, ROOT, wait_for
+from conftest import PLUGINS, ROOT, child_env, wait_for
 from signoff.errors import Blocked, ConfigError
 from signoff.hosts.mcp import McpHost, McpToolError, tool_map
 from signoff.hosts.reference import ReferenceHost
@@ -330,3 +332,48 @@ def test_default_tool_names_are_signoffs():
         "context": "get_context", "get": "get_record", "read_material": "read_material",
         "submit": "submit_result", "receipt": "get_receipt"}
     assert mapping["submit"][1] == {"key": "key", "expected": "expected", "result": "result"}
+
+
+# -- streamable HTTP -------------------------------------------------------------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_http_server(home, port):
+    proc = subprocess.Popen([sys.executable, "-m", "mcp_renamed", str(home), str(port)],
+                            env=child_env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def listening():
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+    wait_for(listening, timeout=60, what="the HTTP server to listen")
+    return proc
+
+
+@pytest.mark.slow
+def test_streamable_http_and_a_server_that_went_away(renamed):
+    # Over HTTP a server that went away mid-session shows as a timeout.
+    home, ref, _ = renamed
+    record = fresh_record(ref, "h-1")
+    port = free_port()
+    server = start_http_server(home, port)
+    host = McpHost(home, url=f"http://127.0.0.1:{port}/mcp", tools=RENAMED, timeout_s=4)
+    try:
+        assert patiently(host.get, "h-1") == record
+        host.submit("op-http", record, result_for(record))
+        server.kill()
+        server.wait(10)
+        with pytest.raises((ConnectionError, TimeoutError)):
+            host.receipt("op-http")
+        server = start_http_server(home, port)
+        assert patiently(host.receipt, "op-http") == result_for(record)
+        assert host.session.starts >= 2
+    finally:
+        host.close()
+        server.kill()
+        server.wait(10)
+    assert ref.write_counts()["op-http"] == 1

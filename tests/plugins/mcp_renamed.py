@@ -1,6 +1,7 @@
 """A third-party-style MCP server over a reference host, with its own names.
 
-Run as ``python -m mcp_renamed HOME``. It uses the SDK's plain ``MCPServer``
+Run as ``python -m mcp_renamed HOME`` (stdio) or ``python -m mcp_renamed HOME
+PORT`` (streamable HTTP on 127.0.0.1:PORT, path ``/mcp``). It uses the SDK's plain ``MCPServer``
 (no strict arguments) and answers as many servers do: JSON text instead of
 structured content, a business error as ``isError`` with a JSON text body,
 and no content at all when a suggestion is not found. Tool and argument
@@ -83,4 +84,7 @@ def find_suggestion(operation_key: str):
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    if len(sys.argv) > 2:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")
