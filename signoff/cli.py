@@ -162,7 +162,8 @@ def host_results(obj, as_json):
 @command(host, "mcp")
 def host_mcp(obj, as_json):
     """Serve the reference host as an MCP stdio server (for `signoff.hosts.mcp:McpHost`)."""
-    _mcp_module("hostserver").serve(obj.reference_host())
+    reference = obj.reference_host()  # no home: refused before the SDK is imported
+    _mcp_module("hostserver").serve(reference)
 
 
 def _mcp_module(name):
@@ -297,8 +298,8 @@ def mcp_agents(obj, as_json, monitor_id):
 
     There is no tool that approves, rejects or cancels: approval stays with people.
     """
-    module = _mcp_module("agents")
-    module.serve(obj.open(), monitor_id)
+    rt = obj.open()  # no home: refused before the SDK is imported
+    _mcp_module("agents").serve(rt, monitor_id)
 
 
 # -- tasks and the human channel -------------------------------------------------

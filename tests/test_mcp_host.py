@@ -8,6 +8,7 @@ keys). Writes are counted by SQLite triggers in ``host.db`` (the
 ``RecordingHost`` instrumentation), not by the code under test.
 """
 
+import json
 import os
 import signal
 import socket
@@ -232,6 +233,17 @@ def test_mapping_to_other_tool_and_argument_names(renamed):
         host.submit("op-1", record, result_for(record, "other"))
     assert conflict.value.code == "idempotency_conflict"
     assert ref.write_counts()["op-1"] == 1
+
+
+def test_the_server_gets_only_the_safe_variables_and_env(renamed):
+    from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
+    _, _, host = renamed
+    answer = host.session.call("environment", {})
+    names = set(json.loads(answer.content[0].text)["names"])
+    assert "PYTHONPATH" in names  # from env
+    assert "PYTEST_CURRENT_TEST" in os.environ and "PYTEST_CURRENT_TEST" not in names
+    # Python itself may add LC_CTYPE (locale coercion) in the child.
+    assert names - set(DEFAULT_INHERITED_ENV_VARS) - {"PYTHONPATH", "LC_CTYPE"} == set()
 
 
 @pytest.fixture(scope="module")

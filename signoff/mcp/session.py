@@ -135,7 +135,12 @@ class McpSession:
         while item is not _CLOSE:
             # A session ends with the item it could not serve (the server had
             # died), the next item, or the close request.
-            item = await self._session(item)
+            try:
+                item = await self._session(item)
+            except Exception as exc:  # the owner must outlive any one session
+                log.exception("mcp session failed")
+                item.fail(ConnectionError(f"mcp: the session failed: {_describe(exc)}"))
+                item = None
             if item is None:
                 item = await self._queue.get()
 

@@ -11,9 +11,12 @@ mapping. A few tools misbehave on purpose, for the error mapping:
 * ``whoami_slowly``: writes ``HOME/in-call``, then sleeps (a hung call);
 * ``broken_fetch``: raises (``isError`` without a code);
 * ``busy``: answers ``isError`` with the transient code ``unavailable``.
+
+``environment`` answers the names of the variables the server was started with.
 """
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -81,6 +84,11 @@ def post_suggestion(operation_key: str, expect: dict, body: dict):
 @server.tool()
 def find_suggestion(operation_key: str):
     return host.receipt(operation_key)
+
+
+@server.tool()
+def environment():
+    return {"names": sorted(os.environ)}
 
 
 if __name__ == "__main__":
