@@ -198,7 +198,8 @@ class McpSession:
             return True
         try:
             if item.name is None:
-                result = (await client.list_tools()).tools
+                with anyio.fail_after(remaining):
+                    result = (await client.list_tools()).tools
             else:
                 result = await client.call_tool(item.name, item.arguments,
                                                 read_timeout_seconds=remaining)
@@ -211,6 +212,9 @@ class McpSession:
                 return False
             item.fail(McpCallError(f"mcp: {item.name}: error {exc.code}: {exc.message}"))
             return True
+        except TimeoutError:  # before BROKEN: TimeoutError is an OSError too
+            item.fail(TimeoutError(f"mcp: {item.name} timed out after {self.timeout_s:g}s"))
+            return False
         except BROKEN as exc:
             item.fail(ConnectionError(f"mcp: {item.name}: {_describe(exc)}"))
             return False
