@@ -151,6 +151,19 @@ def test_transient_codes_raise_what_signoff_retries(served):
     assert host.receipt("k-lost-ack") == result_for(record)  # written; only the ack was lost
 
 
+def test_bad_receipt_fault_works_through_the_server(served):
+    _, ref, host = served
+    record = fresh_record(ref, "c-bad-receipt")
+    result = result_for(record)
+    host.submit("k-bad-receipt", record, result)
+    ref.set_fault("bad-receipt")
+    try:
+        assert host.receipt("k-bad-receipt")["draft"] == result["draft"] + " [altered]"
+    finally:
+        ref.clear_faults()
+    assert host.receipt("k-bad-receipt") == result
+
+
 def test_server_killed_right_after_a_write(served):
     _, ref, host = served
     record = fresh_record(ref, "c-crash")
