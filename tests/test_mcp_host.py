@@ -21,7 +21,6 @@ import pytest
 from conftest import PLUGINS, ROOT, child_env, wait_for
 from signoff.errors import Blocked, ConfigError
 from signoff.hosts.mcp import McpHost, McpToolError, tool_map
-from signoff.hosts.reference import ReferenceHost
 
 if str(PLUGINS) not in sys.path:
     sys.path.insert(0, str(PLUGINS))
@@ -193,8 +192,12 @@ def test_a_restart_with_the_same_key_returns_the_original_outcome(served):
         with pytest.raises(Blocked):
             again.submit("k-restart", record, dict(result, draft="changed by a model"))
     finally:
+        process = again.session.process
         again.close()
     assert ref.write_counts()["k-restart"] == 1
+    assert process.returncode is not None  # close() stopped (and reaped) the server
+    with pytest.raises(ConnectionError):
+        again.context()
 
 
 def test_the_task_key_is_the_only_idempotency_key(served):
@@ -206,18 +209,6 @@ def test_the_task_key_is_the_only_idempotency_key(served):
     assert host.receipt("k-task") == result
     assert host.receipt("k-chosen-by-a-model") is None
     assert set(ref.write_counts()) >= {"k-task"} and "k-chosen-by-a-model" not in ref.write_counts()
-
-
-def test_close_stops_the_server(tmp_path):
-    (tmp_path / "signoff.toml").write_text("", encoding="utf-8")
-    ReferenceHost(tmp_path).close()
-    host = reference_mcp_host(tmp_path)
-    host.context()
-    process = host.session.process
-    host.close()
-    assert process.returncode is not None
-    with pytest.raises(ConnectionError):
-        host.context()
 
 
 # -- a server with other names ------------------------------------------------
@@ -265,7 +256,7 @@ def faulty(renamed):
     tools = dict(RENAMED, context={"name": "whoami_slowly"}, get={
         "name": "broken_fetch", "args": {"record_id": "comment_id"}},
         read_material={"name": "busy", "args": {"document": "doc"}})
-    host = renamed_mcp_host(home, tools=tools, timeout_s=4)
+    host = renamed_mcp_host(home, tools=tools, timeout_s=2.5)
     patiently(host.receipt, "warm-up")  # connected: the tests' calls do not pay for the start
     yield home, host
     host.close()
