@@ -59,6 +59,18 @@ def mcp_rt(home):
     rt.database.close()
 
 
+def test_a_worker_with_a_mistyped_server_command_does_not_start(home):
+    configure_mcp_home(home)
+    config = home / "signoff.toml"
+    config.write_text(re.sub(r"(?m)^command = .*$", 'command = "/nonexistent/python"',
+                             config.read_text(encoding="utf-8")), encoding="utf-8")
+    done = subprocess.run(signoff_cmd(home, "worker", "--drain"), env=child_env(),
+                          capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1
+    lines = done.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: bad_config: host.options.command")
+
+
 def drain(home):
     done = subprocess.run(signoff_cmd(home, "worker", "--drain", "--workers", "1"),
                           env=child_env(), capture_output=True, timeout=DRAIN_TIMEOUT,

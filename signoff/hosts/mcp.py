@@ -13,6 +13,7 @@ a record, an event or a result.
 
 import json
 import re
+import shutil
 import weakref
 
 from ..errors import Blocked, ConfigError
@@ -51,7 +52,7 @@ class McpHost:
         else:
             env = _table(env, "env")
             self.session = McpSession(
-                stdio_params(_string(command, "command"), _strings(args, "args"), env),
+                stdio_params(_executable(command), _strings(args, "args"), env),
                 timeout_s=timeout_s)
         self._finalizer = weakref.finalize(self, self.session.close)
 
@@ -169,6 +170,15 @@ def _string(value, what):
     if not isinstance(value, str) or not value:
         raise ConfigError("bad_config", f"host.options.{what} must be a non-empty string")
     return value
+
+
+def _executable(command):
+    # Refused now, so a worker with a mistyped command does not start at all
+    # (instead of failing every attempt into the dead letters).
+    if shutil.which(_string(command, "command")) is None:
+        raise ConfigError("bad_config", f"host.options.command: {command!r} is not an executable "
+                                        "on PATH")
+    return command
 
 
 def _strings(values, what):
