@@ -256,7 +256,7 @@ def faulty(renamed):
     tools = dict(RENAMED, context={"name": "whoami_slowly"}, get={
         "name": "broken_fetch", "args": {"record_id": "comment_id"}},
         read_material={"name": "busy", "args": {"document": "doc"}})
-    host = renamed_mcp_host(home, tools=tools, timeout_s=2.5)
+    host = renamed_mcp_host(home, tools=tools, timeout_s=3)
     patiently(host.receipt, "warm-up")  # connected: the tests' calls do not pay for the start
     yield home, host
     host.close()
@@ -279,7 +279,8 @@ def test_a_hung_call_times_out_and_the_server_is_replaced(faulty):
         host.context()
     wait_for(lambda: hung.returncode is not None, what="the hung server to be killed")
     assert patiently(host.receipt, "after-timeout") is None
-    assert host.session.starts == starts + 1
+    # Started again (more than once if a start on a busy machine ran out of time).
+    assert host.session.starts > starts and host.session.process.pid != hung.pid
 
 
 def test_server_killed_mid_call(faulty):
