@@ -196,7 +196,7 @@ def host_grant(obj, as_json, tenant, user, docs, actions, revision):
 @click.argument("name")
 @click.option("--times", type=click.IntRange(min=1, max=INT64_MAX), default=1, show_default=True)
 def host_fault(obj, as_json, name, times):
-    """Arm a fault (read-timeout, lose-ack, bad-receipt), or `clear` them all."""
+    """Arm a fault (read-timeout, lose-ack, bad-receipt, crash-after-write), or `clear` them all."""
     ref = obj.reference_host()
     faults = ref.clear_faults() if name == "clear" else ref.set_fault(name, times)
     emit({"faults": faults}, as_json)
@@ -208,6 +208,23 @@ def host_results(obj, as_json):
     emit(obj.reference_host().results(), as_json,
          lambda rows: table([{"key": r["key"], "result": r["result"]} for r in rows],
                             ["key", "result"]))
+
+
+@command(host, "mcp")
+def host_mcp(obj, as_json):
+    """Serve the reference host as an MCP stdio server (for `signoff.hosts.mcp:McpHost`)."""
+    reference = obj.reference_host()  # no home: refused before the SDK is imported
+    _mcp_module("hostserver").serve(reference)
+
+
+def _mcp_module(name):
+    """``signoff.mcp.NAME``, or a one-line refusal when the ``mcp`` extra is missing."""
+    import importlib
+    from .errors import ConfigError
+    try:
+        return importlib.import_module(f"signoff.mcp.{name}")
+    except ImportError as exc:
+        raise ConfigError("missing_extra", f"install signoff[mcp] for MCP: {exc}") from None
 
 
 # -- monitors --------------------------------------------------------------
@@ -437,6 +454,17 @@ def events(obj, as_json, status, limit):
         "last_code"], status=status, short=("task_key",), hint=KEY_HINT)
 
 
+@command(main, "mcp")
+@click.option("--monitor", "monitor_id", required=True, help="The monitor events are reported to.")
+def mcp_agents(obj, as_json, monitor_id):
+    """Serve signoff to agents over MCP stdio: report_event, list_tasks, show_task.
+
+    There is no tool that approves, rejects or cancels: approval stays with people.
+    """
+    rt = obj.open()  # no home: refused before the SDK is imported
+    _mcp_module("agents").serve(rt, monitor_id)
+
+
 # -- tasks and the human channel -------------------------------------------------
 
 @main.group()
@@ -616,10 +644,14 @@ def watch(obj, as_json, interval):
 @command(main)
 @click.option("--keep", type=click.Path(file_okay=False), default=None,
               help="Run in this folder (kept) instead of a temporary one.")
-def demo(obj, as_json, keep):
+@click.option("--mcp", "over_mcp", is_flag=True,
+              help="Reach the host over MCP (`signoff host mcp`), and kill its server once.")
+def demo(obj, as_json, keep, over_mcp):
     """The whole story in a fresh home, with a real worker killed and restarted."""
     from .demo import run_demo
-    report = run_demo(keep, as_json)
+    if over_mcp:
+        _mcp_module("demo")  # a one-line refusal when the extra is missing
+    report = run_demo(keep, as_json, mcp=over_mcp)
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False, indent=2))
     sys.exit(0 if report["passed"] else 1)
@@ -629,9 +661,14 @@ def demo(obj, as_json, keep):
 @click.option("--events", "n_events", type=click.IntRange(min=1), default=2000, show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--growth", is_flag=True, help="Also measure ingest with 100,000 finished tasks present.")
-def bench(obj, as_json, n_events, workers, growth):
+@click.option("--mcp", "over_mcp", is_flag=True,
+              help="Instead: the host in-process against the host over MCP (in this process).")
+def bench(obj, as_json, n_events, workers, growth, over_mcp):
     """Measure signoff against plain Huey on this machine, in one run."""
     from .bench import run_bench
-    report = run_bench(n_events=n_events, workers=workers, growth=growth, as_json=as_json)
+    if over_mcp:
+        report = _mcp_module("bench").run_mcp_bench(n_events, as_json)
+    else:
+        report = run_bench(n_events=n_events, workers=workers, growth=growth, as_json=as_json)
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False, indent=2))

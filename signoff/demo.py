@@ -43,7 +43,7 @@ class StepFailed(Exception):
         self.got = got
 
 
-def run_demo(keep=None, as_json=False):
+def run_demo(keep=None, as_json=False, mcp=False):
     """Run the demo; return the report (``report["passed"]`` is the verdict).
 
     ``keep``: run in this folder and leave it. Otherwise a new temporary folder
@@ -52,13 +52,18 @@ def run_demo(keep=None, as_json=False):
     printed at the end and is in the report (``report``).
     ``as_json``: step lines go to standard error, so the caller can print the
     report as the only document on standard output.
+    ``mcp``: the host is reached over MCP (see ``signoff.mcp.demo``).
     """
     started = time.monotonic()
     if keep is not None:
         home, temporary = Path(keep).absolute(), False
     else:
         home, temporary = Path(tempfile.mkdtemp(prefix="signoff-demo-")), True
-    demo = Demo(home, as_json)
+    if mcp:
+        from .mcp.demo import McpDemo as story_class
+    else:
+        story_class = Demo
+    demo = story_class(home, as_json)
     demo.say(f"signoff demo in {home}" + (" (kept)" if keep is not None else ""))
     try:
         demo.run()
@@ -239,14 +244,14 @@ class Demo:
     def task(self):
         return self.ok("tasks", "show", self.key)
 
-    def enqueue(self, event_id):
+    def enqueue(self, event_id, record_id=RECORD_ID, monitor="default"):
         event = {"event_id": event_id, "name": "comment.created", "document": DOCUMENT,
-                 "record_id": RECORD_ID, "occurred": int(time.time()),
+                 "record_id": record_id, "occurred": int(time.time()),
                  "text": "please add the demo date"}
         path = self.home / f"{event_id}.json"
         with private_file(path) as out:
             out.write(json.dumps(event) + "\n")
-        lines = self.ok("enqueue", str(path))
+        lines = self.ok("enqueue", "--monitor", monitor, str(path))
         if not (len(lines) == 1 and lines[0]["accepted"]):
             raise StepFailed(f"event not accepted: {_show(lines)}")
 

@@ -5,6 +5,8 @@ idempotency checks, and fault switches that persist across processes.
 """
 
 import json
+import os
+import signal
 import sqlite3
 import time
 from pathlib import Path
@@ -13,7 +15,7 @@ from ..canonical import canonical
 from ..errors import Blocked, Refused
 
 FILENAME = "host.db"
-FAULTS = ("read-timeout", "lose-ack", "bad-receipt")
+FAULTS = ("read-timeout", "lose-ack", "bad-receipt", "crash-after-write")
 ALWAYS = -1  # a fault that stays on until cleared
 
 DEFAULT_GRANT = {"tenant": "demo-tenant", "user": "demo-owner", "docs": ["doc-demo"],
@@ -105,6 +107,10 @@ class ReferenceHost:
                     raise Blocked("source_changed", "the record changed since it was read")
             self.conn.execute("INSERT INTO results VALUES (?, ?, strftime('%s','now'))",
                               (key, canonical(result)))
+        if self._fire("crash-after-write"):
+            # The process serving the host dies with the write committed and
+            # unanswered (over MCP: the server process, not the worker).
+            os.kill(os.getpid(), signal.SIGKILL)
         if self._fire("lose-ack"):
             raise TimeoutError("reference host: simulated lost acknowledgement")
 

@@ -1,0 +1,76 @@
+"""``signoff mcp --monitor ID``: signoff as an MCP stdio server for agents.
+
+An agent may report events and read tasks, for the one monitor fixed when the
+server starts. There is no tool that approves, rejects, cancels or changes a
+grant: approval stays with people (the CLI and the Python API).
+
+``report_event`` takes the event's fields as arguments and runs them through
+the same validation as ``signoff enqueue`` (the values as sent, unconverted);
+``text`` is accepted and dropped before anything is stored, as everywhere.
+"""
+
+import threading
+from typing import Any
+
+from ..errors import Refused, SignoffError
+from ..models import Monitor, Task
+from ..views import task_row
+from .strict import StrictServer, error_result
+
+LIST_LIMIT = 1000
+INSTRUCTIONS = ("signoff turns change events into drafts a person approves. Report events with "
+                "report_event; read what became of them with list_tasks and show_task. "
+                "Approving, rejecting and cancelling are not available here.")
+
+
+def build(rt, monitor_id):
+    """The agents' MCP server for ``monitor_id``; ``unknown_monitor`` if there is none."""
+    if Monitor.get_or_none(Monitor.id == monitor_id) is None:
+        raise Refused("unknown_monitor", f"no monitor {monitor_id!r}: bind it first")
+    server = StrictServer("signoff", instructions=INSTRUCTIONS, log_level="WARNING")
+    lock = threading.Lock()
+
+    def report(event):
+        with lock:
+            line = rt.enqueue_events([event], monitor_id)[0]
+        return {"accepted": line.accepted, "event_id": line.event_id,
+                "delivery": line.delivery, "code": line.code, "reason": line.reason}
+
+    # Served through ``raw_tools`` with the values as sent; this signature is
+    # what the tool listing shows.
+    @server.tool()
+    def report_event(event_id: str, name: str, document: str, record_id: str, occurred: int,
+                     text: str | None = None) -> dict[str, Any]:
+        """Report one change event to signoff (text is never stored; the host is re-read)."""
+        return report({"event_id": event_id, "name": name, "document": document,
+                       "record_id": record_id, "occurred": occurred, "text": text})
+
+    server.raw_tools["report_event"] = report
+
+    @server.tool()
+    def list_tasks(status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """This monitor's tasks, oldest first (``status`` to filter; at most ``limit``)."""
+        if not 1 <= limit <= LIST_LIMIT:
+            return error_result("invalid_arguments", f"limit: must be 1-{LIST_LIMIT}")
+        query = Task.select().where(Task.monitor == monitor_id)
+        if status is not None:
+            query = query.where(Task.status == status)
+        return [task_row(t.__data__) for t in query.order_by(Task.created_at, Task.key).limit(limit)]
+
+    @server.tool()
+    def show_task(key: str) -> dict[str, Any]:
+        """One task of this monitor: record, result, digests and history."""
+        try:
+            detail = rt.task(key)
+        except SignoffError as exc:
+            return error_result(exc.code)
+        if detail["monitor"] != monitor_id:
+            return error_result("unknown_task")
+        return detail
+
+    return server
+
+
+def serve(rt, monitor_id):
+    """Serve agents on standard input and output until EOF."""
+    build(rt, monitor_id).run("stdio")

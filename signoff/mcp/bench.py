@@ -1,0 +1,128 @@
+"""``signoff bench --mcp``: the same work with the host in-process and over MCP.
+
+Two fresh homes in one run on this machine: one whose host is the reference
+host in the process, one whose host is ``McpHost`` on ``signoff host mcp``
+(one stdio session, started before the clock runs; its start is reported
+apart). Each runs N events through ingest (event → ``ready``), bulk approval
+and submit (→ ``done``, receipt confirmed) in this process, single-threaded,
+so the difference is the host calls. MCP calls are counted by the session.
+
+Run: ``signoff bench --mcp [--events N] [--json]`` or
+``python -m signoff.mcp.bench [N]``.
+"""
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+from ..app import Signoff
+from ..hosts.reference import ReferenceHost
+
+PHASES = ("ingest", "approve", "submit")
+
+
+def run_mcp_bench(n_events=200, as_json=False):
+    """Measure both homes; the report dict (printed as lines unless ``as_json``)."""
+    with tempfile.TemporaryDirectory(prefix="signoff-bench-mcp-") as tmp:
+        reference = measure(Path(tmp) / "reference", n_events, over_mcp=False)
+        over_mcp = measure(Path(tmp) / "mcp", n_events, over_mcp=True)
+    report = {"events": n_events, "reference": reference, "mcp": over_mcp,
+              "mcp_over_reference": {f"{p}_per_s": round(
+                  over_mcp[f"{p}_per_s"] / reference[f"{p}_per_s"], 3)
+                  for p in (*PHASES, "pipeline")}}
+    if not as_json:
+        for line in describe(report):
+            click.echo(line)
+    return report
+
+
+def measure(home, n_events, over_mcp):
+    """Events per second of each phase in a fresh ``home`` (and MCP calls per event)."""
+    home.mkdir(parents=True)
+    if over_mcp:
+        _configure_mcp(home)
+    rt = Signoff.init(home)
+    _records(home, n_events)
+    host = rt.host()
+    started = time.monotonic()
+    host.context()  # an MCP session starts here, before any phase is timed
+    out = {"connect_s": round(time.monotonic() - started, 3)} if over_mcp else {}
+    rt.bind("doc-demo", window_s=3600)
+    now = int(time.time())
+    phases = {
+        "ingest": lambda: (rt.enqueue_events([_event(i, now) for i in range(n_events)]),
+                           rt.run_until_idle()),
+        "approve": lambda: rt.approve_many([(t["key"], rt.task(t["key"])["digest"])
+                                            for t in rt.tasks("ready")]),
+        "submit": rt.run_until_idle,
+    }
+    seconds = {}
+    for name, run in phases.items():
+        calls = _calls(host)
+        started = time.monotonic()
+        run()
+        seconds[name] = time.monotonic() - started
+        if over_mcp:
+            out.setdefault("calls_per_event", {})[name] = round(
+                (_calls(host) - calls) / n_events, 3)
+    done = len(rt.tasks("done"))
+    if done != n_events:
+        raise RuntimeError(f"bench: {done} of {n_events} tasks done")
+    for name, s in seconds.items():
+        out[f"{name}_per_s"] = round(n_events / s, 1)
+    out["pipeline_per_s"] = round(n_events / sum(seconds.values()), 1)
+    if over_mcp:
+        out["calls_per_event"]["total"] = round(sum(out["calls_per_event"].values()), 3)
+        host.close()
+    rt.database.close()
+    return out
+
+
+def describe(report):
+    """The report as lines for people."""
+    ref, mcp = report["reference"], report["mcp"]
+    ratio = report["mcp_over_reference"]
+    yield f"{report['events']} events, one thread, in this process"
+    yield f"MCP session start: {mcp['connect_s']}s (not in the figures below)"
+    for phase in (*PHASES, "pipeline"):
+        yield (f"{phase:>8}: reference {ref[phase + '_per_s']:>8}/s   over MCP "
+               f"{mcp[phase + '_per_s']:>8}/s   ({ratio[phase + '_per_s']} ×)")
+    calls = mcp["calls_per_event"]
+    yield ("MCP calls per event: " + ", ".join(f"{k} {v}" for k, v in calls.items()))
+
+
+def _configure_mcp(home):
+    package_root = str(Path(__file__).resolve().parent.parent.parent)
+    args = ["-m", "signoff", "--home", str(home), "host", "mcp"]
+    (home / "signoff.toml").write_text(
+        f'[host]\nfactory = "signoff.hosts.mcp:McpHost"\n[host.options]\n'
+        f"command = {json.dumps(sys.executable)}\nargs = {json.dumps(args)}\n"
+        f"env = {{ PYTHONPATH = {json.dumps(package_root)} }}\ntimeout_s = 30\n",
+        encoding="utf-8")
+
+
+def _records(home, n_events):
+    ref = ReferenceHost(home)
+    for i in range(n_events):
+        ref.put_record(f"comment-{i}", document="doc-demo", text="add the date")
+    ref.put_material("doc-demo", "2026-11-01")
+    ref.close()
+
+
+def _event(i, now):
+    return {"event_id": f"evt-{i}", "name": "comment.created", "document": "doc-demo",
+            "record_id": f"comment-{i}", "occurred": now}
+
+
+def _calls(host):
+    session = getattr(host, "session", None)
+    return session.calls if session is not None else 0
+
+
+if __name__ == "__main__":
+    events = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    print(json.dumps(run_mcp_bench(events, as_json=True), indent=2))

@@ -1,0 +1,98 @@
+"""A third-party-style MCP server over a reference host, with its own names.
+
+Run as ``python -m mcp_renamed HOME`` (stdio) or ``python -m mcp_renamed HOME
+PORT`` (streamable HTTP on 127.0.0.1:PORT, path ``/mcp``). It uses the SDK's plain ``MCPServer``
+(no strict arguments) and answers as many servers do: JSON text instead of
+structured content, a business error as ``isError`` with a JSON text body,
+and no content at all when a suggestion is not found. Tool and argument
+names differ from signoff's, so ``McpHost`` reaches it through a ``tools``
+mapping. A few tools misbehave on purpose, for the error mapping:
+
+* ``whoami_slowly``: writes ``HOME/in-call``, then sleeps (a hung call);
+* ``broken_fetch``: raises (``isError`` without a code);
+* ``busy``: answers ``isError`` with the transient code ``unavailable``.
+
+``environment`` answers the names of the variables the server was started with.
+"""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, TextContent
+
+from signoff.errors import Blocked
+from signoff.hosts.reference import ReferenceHost
+
+HOME = Path(sys.argv[1])
+host = ReferenceHost(HOME)
+server = MCPServer("renamed-suggestions", log_level="WARNING")
+
+
+def refused(code):
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(
+        {"ok": False, "error": code}))], is_error=True)
+
+
+def answer(call):
+    try:
+        return call()
+    except Blocked as exc:
+        return refused(exc.code)
+
+
+@server.tool()
+def whoami():
+    return host.context()
+
+
+@server.tool()
+def whoami_slowly():
+    (HOME / "in-call").write_text("1", encoding="utf-8")
+    time.sleep(60)
+    return host.context()
+
+
+@server.tool()
+def fetch_comment(comment_id: str):
+    return answer(lambda: host.get(comment_id))
+
+
+@server.tool()
+def broken_fetch(comment_id: str):
+    raise RuntimeError("this server has a bug")
+
+
+@server.tool()
+def fetch_material(doc: str):
+    return answer(lambda: host.read_material(doc))
+
+
+@server.tool()
+def busy(doc: str):
+    return refused("unavailable")
+
+
+@server.tool()
+def post_suggestion(operation_key: str, expect: dict, body: dict):
+    return answer(lambda: host.submit(operation_key, expect, body) or {"posted": operation_key})
+
+
+@server.tool()
+def find_suggestion(operation_key: str):
+    return host.receipt(operation_key)
+
+
+@server.tool()
+def environment():
+    return {"names": sorted(os.environ)}
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")
