@@ -70,7 +70,7 @@ def _store(rt, monitor_id, chunk):
             insert_rows(Audit, [{"at": now, "monitor": monitor_id, "event_id": None,
                                  "task_key": None, "code": "invalid_event"}] * len(bad))
     if good:
-        rt.wakers.ingest(min(-(-len(good) // rt.config.batch_size), 2))
+        rt.wakers.wake("ingest", len(good))
     by_line = {n: ev for n, ev in bad}
     id_of = {n: i for (n, _), i in zip(good, ids)}
     for n, ev in chunk:
