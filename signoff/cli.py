@@ -3,6 +3,7 @@
 import functools
 import itertools
 import json
+import logging
 import math
 import sys
 
@@ -89,6 +90,23 @@ def command(group, name=None, **kwargs):
 def main(ctx, home):
     """signoff: durable, human-approved, exactly-once actions on change events."""
     ctx.obj = Ctx(home)
+    _warnings_to_stderr()
+
+
+class _WarningLine(logging.Handler):
+    """Prints a warning as one ``warning: CODE: ...`` line on stderr."""
+
+    def emit(self, record):
+        click.echo(f"warning: {record.getMessage()}", err=True)
+
+
+def _warnings_to_stderr():
+    # A wake-up that cannot be sent after a commit is a warning, not a failure
+    # of the command: the answers stand, this line tells the operator.
+    wakeups = logging.getLogger("signoff.wakeups")
+    if not any(isinstance(h, _WarningLine) for h in wakeups.handlers):
+        wakeups.addHandler(_WarningLine(logging.WARNING))
+        wakeups.propagate = False
 
 
 @command(main)
