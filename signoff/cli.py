@@ -400,13 +400,51 @@ def demo(obj, as_json, keep):
     sys.exit(0 if report["passed"] else 1)
 
 
+class ProcessCounts(click.ParamType):
+    """A comma-separated list of worker-process counts, e.g. ``1,2,4``."""
+
+    name = "counts"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (list, tuple)):
+            return value
+        try:
+            counts = [int(part) for part in value.split(",")]
+        except ValueError:
+            self.fail(f"{value!r} is not a comma-separated list of numbers", param, ctx)
+        if not counts or min(counts) < 1 or max(counts) > 64 or len(set(counts)) != len(counts):
+            self.fail(f"{value!r}: each count must be 1 to 64, each once", param, ctx)
+        return counts
+
+
 @command(main)
 @click.option("--events", "n_events", type=click.IntRange(min=1), default=2000, show_default=True)
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--growth", is_flag=True, help="Also measure ingest with 100,000 finished tasks present.")
-def bench(obj, as_json, n_events, workers, growth):
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Threads per worker process.")
+@click.option("--processes", type=ProcessCounts(), default="1", show_default=True,
+              help="Worker-process counts to measure, e.g. 1,2,4.")
+@click.option("--database-url", default=None, help="PostgreSQL server for the state "
+              "(a database is created for the run and dropped after it); default SQLite.")
+@click.option("--queue-url", default=None, help="Redis or PostgreSQL server for the queue "
+              "(a queue name of its own per run); default SQLite.")
+@click.option("--growth", is_flag=True, help="Also measure ingest with finished tasks present.")
+@click.option("--growth-rows", type=click.IntRange(min=1000), default=100_000, show_default=True,
+              help="Finished tasks present for --growth.")
+def bench(obj, as_json, n_events, workers, processes, database_url, queue_url, growth,
+          growth_rows):
     """Measure signoff against plain Huey on this machine, in one run."""
     from .bench import run_bench
-    report = run_bench(n_events=n_events, workers=workers, growth=growth, as_json=as_json)
+    from .bench_backends import kind_of
+    for option, url, kinds in (("--database-url", database_url, ("postgresql",)),
+                               ("--queue-url", queue_url, ("redis", "postgresql"))):
+        try:
+            ok = url is None or kind_of(url) in kinds
+        except ValueError:
+            ok = False
+        if not ok:
+            raise click.BadParameter(f"unsupported url {url!r}", param_hint=option)
+    report = run_bench(n_events=n_events, workers=workers, growth=growth, as_json=as_json,
+                       processes=processes, database_url=database_url, queue_url=queue_url,
+                       growth_rows=growth_rows)
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False, indent=2))
