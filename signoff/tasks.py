@@ -57,7 +57,9 @@ class Wakers:
             _drain_for_a_while(runtime.submit_batch, lambda: self.wake("submit"))
 
         self._ingest, self._submit = ingest, submit
-        self._kind_of = {ingest.name: "ingest", submit.name: "submit"}
+        # Messages name their task as Huey's registry does: read it off one.
+        self._kind_of = {queue.serializer.deserialize(queue.serialize_task(task.s())).name: kind
+                         for task, kind in ((ingest, "ingest"), (submit, "submit"))}
 
     def wake(self, kind, rows=1):
         """Make sure wake-ups are waiting for ``rows`` newly claimable rows of ``kind``."""
@@ -93,8 +95,10 @@ class Wakers:
     def pending_by_kind(self, limit):
         """``{kind: wake-ups waiting}`` among the next ``limit`` messages of the queue."""
         counts = dict.fromkeys(self._kind_of.values(), 0)
-        for message in self.queue.pending(limit):
-            kind = self._kind_of.get(message.name)
+        for data in self.queue.storage.enqueued_items(limit):
+            # The message's name only: a task this process does not know (another
+            # version's) is counted as nothing instead of logged as broken.
+            kind = self._kind_of.get(self.queue.serializer.deserialize(data).name)
             if kind is not None:
                 counts[kind] += 1
         return counts
