@@ -86,7 +86,7 @@ HISTORY = 100_000
 SETTLE_S = 1.0  # let a freshly started consumer reach its idle polling first
 BASELINE_ROUNDS = 3
 COUNTED_HUEY_ITEMS = 1000
-CLAIM_ROUNDS = 20
+CLAIM_ROUNDS = 40
 POLL_S = 0.01
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,9 +20,8 @@ def event(n, event_id=None):
 
 
 @pytest.fixture
-def live(tmp_path):
+def live(home):
     """A home on the real clock with records ``comment-0`` … ``comment-199``, bound."""
-    home = tmp_path / "home"
     rt = Signoff.init(home)
     host = rt.host()
     for n in range(200):
@@ -75,9 +74,15 @@ def test_a_batch_gets_one_wake_up_per_batch_up_to_the_cap_and_the_reaper_only_to
 # -- a queue that cannot be reached after the commit -----------------------------------
 
 def set_queue(home, line):
+    """Replace the ``[queue]`` table of the home's config with ``line`` (or none)."""
     config = home / "signoff.toml"
-    text = config.read_text().split("\n[queue]\n")[0]
-    config.write_text(text + (f"\n[queue]\n{line}\n" if line else ""))
+    kept, in_queue = [], False
+    for row in config.read_text().splitlines():
+        if row.startswith("["):
+            in_queue = row.strip() == "[queue]"
+        if not in_queue:
+            kept.append(row)
+    config.write_text("\n".join(kept) + (f"\n[queue]\n{line}\n" if line else "\n"))
 
 
 def run_cli(home, *args):
