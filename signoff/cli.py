@@ -417,15 +417,34 @@ class ProcessCounts(click.ParamType):
         return counts
 
 
+class BackendUrl(click.ParamType):
+    """A database or queue URL of one of ``kinds`` (see ``bench_backends.kind_of``)."""
+
+    name = "url"
+
+    def __init__(self, *kinds):
+        self.kinds = kinds
+
+    def convert(self, value, param, ctx):
+        from .bench_backends import kind_of
+        try:
+            ok = kind_of(value) in self.kinds
+        except ValueError:
+            ok = False
+        if not ok:
+            self.fail(f"unsupported url {value!r} (wanted {' or '.join(self.kinds)})", param, ctx)
+        return value
+
+
 @command(main)
 @click.option("--events", "n_events", type=click.IntRange(min=1), default=2000, show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="Threads per worker process.")
 @click.option("--processes", type=ProcessCounts(), default="1", show_default=True,
               help="Worker-process counts to measure, e.g. 1,2,4.")
-@click.option("--database-url", default=None, help="PostgreSQL server for the state "
+@click.option("--database-url", type=BackendUrl("postgresql"), default=None, help="PostgreSQL server for the state "
               "(a database is created for the run and dropped after it); default SQLite.")
-@click.option("--queue-url", default=None, help="Redis or PostgreSQL server for the queue "
+@click.option("--queue-url", type=BackendUrl("redis", "postgresql"), default=None, help="Redis or PostgreSQL server for the queue "
               "(a queue name of its own per run); default SQLite.")
 @click.option("--growth", is_flag=True, help="Also measure ingest with finished tasks present.")
 @click.option("--growth-rows", type=click.IntRange(min=1000), default=100_000, show_default=True,
@@ -434,15 +453,6 @@ def bench(obj, as_json, n_events, workers, processes, database_url, queue_url, g
           growth_rows):
     """Measure signoff against plain Huey on this machine, in one run."""
     from .bench import run_bench
-    from .bench_backends import kind_of
-    for option, url, kinds in (("--database-url", database_url, ("postgresql",)),
-                               ("--queue-url", queue_url, ("redis", "postgresql"))):
-        try:
-            ok = url is None or kind_of(url) in kinds
-        except ValueError:
-            ok = False
-        if not ok:
-            raise click.BadParameter(f"unsupported url {url!r}", param_hint=option)
     report = run_bench(n_events=n_events, workers=workers, growth=growth, as_json=as_json,
                        processes=processes, database_url=database_url, queue_url=queue_url,
                        growth_rows=growth_rows)
