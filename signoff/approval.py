@@ -116,7 +116,7 @@ def approve_many(rt, items, by, audit_code="approved"):
             out[i] = Refused("not_ready", "the task moved on while it was being approved")
     done = [i for i in moves if not isinstance(out[i], Refused)]
     if done:
-        rt.wakers.submit(max(1, min(4, len(done) // rt.config.batch_size)))
+        rt.wakers.wake("submit", len(done))
         fresh = {t.key: t for t in Task.select(Task.key, Task.status, Task.approved_digest).where(
             Task.key.in_([items[i][0] for i in done]))}
         for i in done:
@@ -218,7 +218,7 @@ def retry(rt, key):
             audit(now, "retry", task.monitor, task_key=key)
     except Fenced:
         raise Refused("not_retryable", f"task is {get_task(key).status}") from None
-    rt.wakers.submit()
+    rt.wakers.wake("submit")
     return answer(get_task(key))
 
 

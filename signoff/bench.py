@@ -45,6 +45,20 @@ How the figures are taken:
   once the queue is empty again.
 - Worker peak RSS is the worker child's ``VmHWM`` in the timed pass.
 
+- ``--processes 1,2,4`` measures each count in turn: that many worker
+  processes on one home, and plain Huey with that many consumer processes.
+- Each count also runs signoff with one enqueue call per event (as webhooks
+  send them); ``per_event_ratio`` is its enqueue → done rate over the batch
+  run's, both timed in this process from the first enqueue call to the last
+  ``done`` with one bulk approval in between.
+- ``--database-url`` / ``--queue-url`` put state and queue on PostgreSQL and
+  Redis or PostgreSQL (see ``bench_backends``): a database per home, created
+  and dropped by the run, and a queue name per home and baseline. Commits are
+  counted on SQLite only (the counter traces SQLite connections).
+- ``--growth`` runs ingest again with ``--growth-rows`` finished tasks present
+  and compares the median claim of a full batch (``claim_probe``, timed
+  before the workers start) with the empty database's.
+
 ``python -m signoff.bench ...`` is the child side (worker and Huey
 consumers); it is not meant to be run by hand.
 """
@@ -64,20 +78,26 @@ import threading
 import time
 from pathlib import Path
 
+from .bench_backends import BenchBackend, kind_of
+
 DOC = "doc-demo"
 MONITOR = "bench"
 HISTORY = 100_000
 SETTLE_S = 1.0  # let a freshly started consumer reach its idle polling first
 BASELINE_ROUNDS = 3
 COUNTED_HUEY_ITEMS = 1000
+CLAIM_ROUNDS = 40
 POLL_S = 0.01
 ROOT = Path(__file__).resolve().parent.parent
 
-KEYS = ("events", "workers", "huey_noop_per_s", "huey_chain_per_s", "enqueue_per_s",
-        "ingest_per_s", "ingest_p50_ms", "ingest_p99_ms", "pipeline_per_s",
+KEYS = ("events", "workers", "backend", "processes", "huey_noop_per_s", "huey_chain_per_s",
+        "enqueue_per_s", "ingest_per_s", "ingest_p50_ms", "ingest_p99_ms", "pipeline_per_s",
         "approve_done_p50_ms", "approve_done_p99_ms", "commits_per_event",
-        "commits_breakdown", "worker_peak_rss_mb", "ingest_ratio", "pipeline_ratio")
-GROWTH_KEYS = ("ingest_growth_per_s", "ingest_growth_ratio")
+        "commits_breakdown", "worker_peak_rss_mb", "ingest_ratio", "pipeline_ratio",
+        "batch_flow_per_s", "per_event_enqueue_per_s", "per_event_flow_per_s",
+        "per_event_ratio", "by_processes")
+GROWTH_KEYS = ("growth_rows", "ingest_growth_per_s", "ingest_growth_ratio", "claim_ms_p50",
+               "claim_growth_ms_p50", "claim_growth_ratio")
 
 
 # -- counting commits ---------------------------------------------------------
@@ -283,14 +303,26 @@ def _host_conn(path):
     return conn
 
 
-def plain_huey(queue_path, host_path=None, times=None):
+def baseline_queue(spec):
+    """The plain-Huey queue for ``spec``: signoff's settings on the same backend."""
+    from huey import RedisHuey, SqliteHuey
+    from huey.api import PostgresHuey
+    url = spec.get("url")
+    if url is None:
+        return SqliteHuey(name="bench", filename=spec["path"], fsync=False, results=False,
+                          timeout=30)
+    if kind_of(url) == "redis":
+        return RedisHuey(name=spec["name"], url=url, results=False)
+    return PostgresHuey(name=spec["name"], dsn=url, results=False,
+                        create_tables=spec.get("create_tables", False))
+
+
+def plain_huey(queue_spec, host_path=None, times=None):
     """The plain-Huey baseline: a queue with signoff's settings and its tasks."""
-    from huey import SqliteHuey
     from .canonical import canonical
     from .drafting import template
 
-    huey = SqliteHuey(name="bench", filename=str(queue_path), fsync=False, results=False,
-                      timeout=30)
+    huey = baseline_queue(queue_spec)
     times = times if times is not None else {}
     noop_done = times.setdefault("noop", [])
     chain_start = times.setdefault("chain_start", [])
@@ -308,6 +340,11 @@ def plain_huey(queue_path, host_path=None, times=None):
                 material.update(json.loads(row[0]))
         return conn
 
+    def materials():
+        # A draft may run in a process that has not run a read yet.
+        host()
+        return material
+
     @huey.task(name="bench.noop")
     def noop():
         noop_done.append(time.time())
@@ -320,7 +357,7 @@ def plain_huey(queue_path, host_path=None, times=None):
 
     @huey.task(name="bench.draft")
     def draft(key, record):
-        drafted = drafter(record, material)
+        drafted = drafter(record, materials())
         submit(key, {"record_id": record["id"], "version": record["version"],
                      "draft": drafted["draft"], "sources": list(drafted["sources"])})
 
@@ -331,6 +368,21 @@ def plain_huey(queue_path, host_path=None, times=None):
         chain_done.append(time.time())
 
     return huey, {"noop": noop, "read": read}
+
+
+def _hand_over(huey, messages):
+    """Put ``messages`` on the queue the cheapest way its storage allows."""
+    from huey.storage import RedisStorage, SqliteStorage
+    storage = huey.storage
+    if isinstance(storage, SqliteStorage):
+        with storage.db(commit=True) as curs:  # one commit, as signoff's batch enqueue
+            curs.executemany("INSERT INTO task (queue, data, priority) VALUES (?, ?, ?)",
+                             [(storage.name, m, 0) for m in messages])
+    elif isinstance(storage, RedisStorage):
+        storage.conn.lpush(storage.queue_key, *messages)
+    else:
+        for message in messages:
+            storage.enqueue(message)
 
 
 def _huey_child(cfg, reporter):
@@ -444,19 +496,59 @@ class _Child:
         return data
 
 
-def _wait(predicate, timeout, what, child=None):
+def _wait(predicate, timeout, what, children=()):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
-        if child is not None and child.proc.poll() is not None:
-            child._fail(f"exited while waiting for {what}")
+        for child in children:
+            if child.proc.poll() is not None:
+                child._fail(f"exited while waiting for {what}")
         time.sleep(POLL_S)
-    raise RuntimeError(f"bench: timed out after {timeout:.0f}s waiting for {what}")
+    said = "\n".join(line for child in children for line in child.lines[-5:])
+    raise RuntimeError(f"bench: timed out after {timeout:.0f}s waiting for {what}"
+                       + (f"; the children said:\n{said}" if said else ""))
 
 
 def _budget(n):
     return 60.0 + n / 50.0
+
+
+def _merged(reports):
+    """One report for several children: their timings joined, commits summed, peak RSS the max."""
+    extra = {}
+    for report in reports:
+        for key, values in report["extra"].items():
+            extra.setdefault(key, []).extend(values)
+    peaks = [r["memory"]["peak_kb"] for r in reports if r["memory"]["peak_kb"] is not None]
+    return {"extra": extra, "commits": _plus(*(r["commits"] for r in reports)),
+            "memory": {"peak_kb": max(peaks) if peaks else None}}
+
+
+class _Group:
+    """Bench children started together and read as one."""
+
+    def __init__(self, children):
+        self.children = children
+
+    def wait_ready(self):
+        """Wait for every child to start; returns their merged first report (or None)."""
+        firsts = [c.wait_ready() for c in self.children]
+        return None if None in firsts else _merged(firsts)
+
+    def snapshot(self):
+        """Every child's counts now, merged."""
+        return _merged([c.snapshot() for c in self.children])
+
+    def stop(self):
+        """Stop every child; their merged final reports."""
+        return _merged([c.stop() for c in self.children])
+
+    def kill(self):
+        """Kill whatever is still running (after a failure)."""
+        for child in self.children:
+            if child.proc.poll() is None:
+                child.proc.kill()
 
 
 # -- figures -----------------------------------------------------------------------
@@ -496,21 +588,37 @@ def _fill_host(host, n):
     host.put_material(DOC, "2026-11-01")
 
 
-def _bulk(model, rows):
-    """Insert dicts into ``model``'s table with one executemany (no per-row ORM work)."""
-    from peewee import BooleanField, JSONField
-    from .models import db
-    if not rows:
-        return
-    fields = [model._meta.fields[name] for name in rows[0]]
-    columns = ", ".join(f'"{f.column_name}"' for f in fields)
-    sql = (f'INSERT INTO "{model._meta.table_name}" ({columns}) '
-           f'VALUES ({", ".join("?" * len(fields))})')
-    conv = [(f.name, json.dumps if isinstance(f, JSONField) else
-             (lambda v: None if v is None else int(v)) if isinstance(f, BooleanField) else None)
-            for f in fields]
-    db.connection().executemany(sql, ([c(r[name]) if c else r[name] for name, c in conv]
-                                      for r in rows))
+def _finished_task(i, at, tenant, draft, material, grant_digest):
+    """The delivery, inbox, task and audit rows one finished task leaves behind."""
+    from .canonical import digest, task_key
+    record = {"id": f"old-{i}", "document": DOC, "version": 1, "status": "open",
+              "kind": "review", "tenant": tenant, "text": "please add the demo date",
+              "source": f"reference://{DOC}/old-{i}"}
+    drafted = draft(record, material)
+    result = {"record_id": record["id"], "version": 1, "draft": drafted["draft"],
+              "sources": list(drafted["sources"])}
+    key = task_key(MONITOR, grant_digest, record["id"], 1)
+    event_id = f"old-evt-{i}"
+    delivery = {
+        "monitor": MONITOR, "event_id": event_id, "name": "comment.created", "document": DOC,
+        "record_id": record["id"], "occurred": int(at), "status": "done", "outcome": "ready",
+        "task_key": key, "attempts": 1, "failures": {}, "last_code": "ready", "next_at": at,
+        "lease_owner": None, "lease_until": None, "lease_token": None, "accepted_at": at,
+        "updated_at": at + 0.1}
+    inbox = {"monitor": MONITOR, "event_id": event_id, "outcome": "ready", "task_key": key,
+             "at": at + 0.1}
+    result_digest = digest(result)
+    task = {
+        "key": key, "monitor": MONITOR, "record_id": record["id"], "version": 1,
+        "status": "done", "code": None, "parked": False, "outcome_unknown": False,
+        "write_possible": True, "record": record, "result": result, "digest": result_digest,
+        "approved_digest": result_digest, "approved_by": "operator", "approved_at": at + 60,
+        "approval_deadline": None, "attempts": 1, "failures": {}, "next_at": at + 60,
+        "lease_owner": None, "lease_until": None, "lease_token": None,
+        "created_at": at + 0.1, "updated_at": at + 61}
+    audits = [{"at": at + t, "monitor": MONITOR, "event_id": e, "task_key": key, "code": c}
+              for t, e, c in ((0.1, event_id, "ready"), (60, None, "approved"), (61, None, "done"))]
+    return delivery, inbox, task, audits
 
 
 def add_history(rt, count=HISTORY):
@@ -519,9 +627,8 @@ def add_history(rt, count=HISTORY):
     Per task: a done delivery, its inbox row, a done task with record and
     result, a delivery and a task attempt, and three audit rows.
     """
-    from .canonical import digest, task_key
-    from .models import Attempt, Audit, Delivery, Inbox, Monitor, Task, db
-    monitor = Monitor.get_by_id(MONITOR)
+    from .models import Attempt, Audit, Delivery, Inbox, Monitor, Task, db, insert_rows, is_sqlite
+    grant_digest = Monitor.get_by_id(MONITOR).grant_digest
     tenant = rt.host().context()["tenant"]
     draft = rt.drafter()
     material = {"document": DOC, "demo_date": "2026-11-01", "source": f"reference://materials/{DOC}"}
@@ -529,105 +636,98 @@ def add_history(rt, count=HISTORY):
     step = 1000
     with db.atomic():
         for lo in range(0, count, step):
-            deliveries, inbox, tasks, attempts, audits = [], [], [], [], []
-            for i in range(lo, min(count, lo + step)):
-                at = t0 + i * 0.5
-                record = {"id": f"old-{i}", "document": DOC, "version": 1, "status": "open",
-                          "kind": "review", "tenant": tenant, "text": "please add the demo date",
-                          "source": f"reference://{DOC}/old-{i}"}
-                drafted = draft(record, material)
-                result = {"record_id": record["id"], "version": 1, "draft": drafted["draft"],
-                          "sources": list(drafted["sources"])}
-                key = task_key(MONITOR, monitor.grant_digest, record["id"], 1)
-                event_id = f"old-evt-{i}"
-                deliveries.append({
-                    "id": i + 1, "monitor": MONITOR, "event_id": event_id,
-                    "name": "comment.created", "document": DOC, "record_id": record["id"],
-                    "occurred": int(at), "status": "done", "outcome": "ready", "task_key": key,
-                    "attempts": 1, "failures": {}, "last_code": "ready", "next_at": at,
-                    "lease_owner": None, "lease_until": None, "lease_token": None,
-                    "accepted_at": at, "updated_at": at + 0.1})
-                inbox.append({"monitor": MONITOR, "event_id": event_id, "outcome": "ready",
-                              "task_key": key, "at": at + 0.1})
-                result_digest = digest(result)
-                tasks.append({
-                    "key": key, "monitor": MONITOR, "record_id": record["id"], "version": 1,
-                    "status": "done", "code": None, "parked": False, "outcome_unknown": False,
-                    "write_possible": True, "record": record, "result": result,
-                    "digest": result_digest, "approved_digest": result_digest,
-                    "approved_by": "operator", "approved_at": at + 60,
-                    "approval_deadline": None, "attempts": 1, "failures": {},
-                    "next_at": at + 60, "lease_owner": None, "lease_until": None,
-                    "lease_token": None, "created_at": at + 0.1, "updated_at": at + 61})
-                attempts.append({"kind": "delivery", "ref": str(i + 1), "at": at + 0.1,
+            made = [_finished_task(i, t0 + i * 0.5, tenant, draft, material, grant_digest)
+                    for i in range(lo, min(count, lo + step))]
+            ids = insert_rows(Delivery, [m[0] for m in made], returning=("id",))
+            insert_rows(Inbox, [m[1] for m in made])
+            insert_rows(Task, [m[2] for m in made])
+            insert_rows(Audit, [a for m in made for a in m[3]])
+            attempts = []
+            for (did,), (delivery, _, task, _) in zip(ids, made):
+                attempts.append({"kind": "delivery", "ref": str(did), "at": delivery["updated_at"],
                                  "step": "draft", "code": "ready", "worker": "bench:1:Worker"})
-                attempts.append({"kind": "task", "ref": key, "at": at + 61, "step": "confirm",
-                                 "code": "done", "worker": "bench:1:Worker"})
-                audits.append({"at": at + 0.1, "monitor": MONITOR, "event_id": event_id,
-                               "task_key": key, "code": "ready"})
-                audits.append({"at": at + 60, "monitor": MONITOR, "event_id": None,
-                               "task_key": key, "code": "approved"})
-                audits.append({"at": at + 61, "monitor": MONITOR, "event_id": None,
-                               "task_key": key, "code": "done"})
-            for model, rows in ((Delivery, deliveries), (Inbox, inbox), (Task, tasks),
-                                (Attempt, attempts), (Audit, audits)):
-                _bulk(model, rows)
-    db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+                attempts.append({"kind": "task", "ref": task["key"], "at": task["updated_at"],
+                                 "step": "confirm", "code": "done", "worker": "bench:1:Worker"})
+            insert_rows(Attempt, attempts)
+    if is_sqlite():
+        db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     db.execute_sql("ANALYZE")
 
 
 # -- the measurements -----------------------------------------------------------------------
 
-def bench_huey(folder, kind, n, workers, counter=None, rounds=BASELINE_ROUNDS):
+def bench_huey(folder, kind, n, workers, counter=None, rounds=BASELINE_ROUNDS, processes=1,
+               backend=None):
     """Plain Huey: ``kind`` is ``noop`` or ``chain``; ``rounds`` batches of ``n``.
 
     Two thread workers on one SqliteHuey connection contend for its lock and the
     GIL: a batch runs at about 6,000 no-ops a second, or at the one-thread rate
     (about 13,000) when one thread happens to sleep through most of it. The
-    baseline is the median of ``rounds`` batches run one after the other.
+    baseline is the median of ``rounds`` batches run one after the other, by
+    ``processes`` consumer processes on the queue backend of ``backend``.
     With a ``counter`` (installed) the child and this process count commits.
     """
     count, counter = counter is not None, counter or _NoCounter()
-    from .canonical import task_key
-    from .hosts.reference import ReferenceHost
     folder.mkdir(parents=True)
-    queue_path, host_path = folder / "queue.db", folder / "host.db"
+    host_path = folder / "host.db"
     if kind == "chain":
+        from .hosts.reference import ReferenceHost
         ref = ReferenceHost(None, path=host_path)
         _fill_host(ref, n)
         ref.close()
-    huey, tasks = plain_huey(queue_path, host_path)
-    cfg = {"queue": str(queue_path), "host": str(host_path), "workers": workers}
-    child = _Child(["huey", str(folder / "stats.json"), json.dumps(cfg)], folder / "stats.json",
-                   count)
+    spec = _baseline_spec(folder, backend)
+    huey, tasks = plain_huey(dict(spec, create_tables=True), host_path)
+    cfg = {"queue": spec, "host": str(host_path), "workers": workers}
+    group = _Group([_Child(["huey", str(folder / f"stats-{i}.json"), json.dumps(cfg)],
+                           folder / f"stats-{i}.json", count) for i in range(processes)])
     probe = _host_conn(str(host_path)) if kind == "chain" else None
-    handed = {}
     try:
-        first = child.wait_ready()
+        first = group.wait_ready()
         time.sleep(SETTLE_S)
-        for r in range(rounds):
-            if kind == "noop":
-                messages = [huey.serialize_task(tasks["noop"].s()) for _ in range(n)]
-            else:
-                messages = [huey.serialize_task(tasks["read"].s(
-                    task_key("plain", str(r), f"r-{i}", 1), f"r-{i}")) for i in range(n)]
-            before = counter.snapshot()
-            with huey.storage.db(commit=True) as curs:  # one commit, as signoff's batch enqueue
-                curs.executemany("INSERT INTO task (queue, data, priority) VALUES (?, ?, ?)",
-                                 [(huey.storage.name, m, 0) for m in messages])
-            handed = _plus(handed, _minus(counter.snapshot(), before))
-            if kind == "chain":
-                _wait(lambda: probe.execute("SELECT count(*) FROM results").fetchone()[0]
-                      >= (r + 1) * n, _budget(n), "the three-task chains", child)
-            _wait(lambda: huey.storage.queue_size() == 0, _budget(n), "the tasks", child)
-            time.sleep(0.1)  # the last task of the batch finishes
-        final = child.stop()
+        handed = _huey_rounds(huey, tasks, kind, n, rounds, counter, probe, group)
+        final = group.stop()
     finally:
-        if child.proc.poll() is None:
-            child.proc.kill()
-        huey.storage.close()
+        group.kill()
+        _close_queue(huey)
         if probe is not None:
             probe.close()
+    return _huey_figures(kind, n, rounds, first, final, handed)
+
+
+def _baseline_spec(folder, backend):
+    if backend is None or backend.queue == "sqlite":
+        return {"path": str(folder / "queue.db")}
+    return {"url": backend.queue_url_for_run(), "name": backend.queue_name(folder.name)}
+
+
+def _close_queue(huey):
+    close = getattr(huey.storage, "close", None)
+    if close is not None:
+        close()
+
+
+def _huey_rounds(huey, tasks, kind, n, rounds, counter, probe, group):
+    """Hand ``rounds`` batches of ``n`` over, one after the other; the commits that took."""
+    from .canonical import task_key
+    handed = {}
+    for r in range(rounds):
+        if kind == "noop":
+            messages = [huey.serialize_task(tasks["noop"].s()) for _ in range(n)]
+        else:
+            messages = [huey.serialize_task(tasks["read"].s(
+                task_key("plain", str(r), f"r-{i}", 1), f"r-{i}")) for i in range(n)]
+        before = counter.snapshot()
+        _hand_over(huey, messages)
+        handed = _plus(handed, _minus(counter.snapshot(), before))
+        if kind == "chain":
+            _wait(lambda: probe.execute("SELECT count(*) FROM results").fetchone()[0]
+                  >= (r + 1) * n, _budget(n), "the three-task chains", group.children)
+        _wait(lambda: huey.storage.queue_size() == 0, _budget(n), "the tasks", group.children)
+        time.sleep(0.1)  # the last task of the batch finishes
+    return handed
+
+
+def _huey_figures(kind, n, rounds, first, final, handed):
     times = final["extra"]
     done = sorted(times["noop" if kind == "noop" else "chain"])
     starts = sorted(done if kind == "noop" else times["chain_start"])
@@ -640,145 +740,255 @@ def bench_huey(folder, kind, n, workers, counter=None, rounds=BASELINE_ROUNDS):
             "commits": commits, "peak_kb": final["memory"]["peak_kb"]}
 
 
-def bench_signoff(folder, n, workers, counter=None, history=0, pipeline=True, say=None):
+def bench_signoff(folder, n, workers, counter=None, history=0, pipeline=True, say=None,
+                  processes=1, per_event=False, backend=None):
     """signoff end to end (or ingest only): figures and memory.
 
-    With a ``counter`` (installed before this call, so the connections opened
-    here are traced) the worker child counts too, and ``steps`` has the commits.
+    ``processes`` worker processes of ``workers`` threads each share the home;
+    ``per_event`` enqueues one API call per event (as webhooks send them)
+    instead of one call for all. With a ``counter`` (installed before this
+    call, so the connections opened here are traced) the worker children count
+    too, and ``steps`` has the commits.
     """
-    from .app import Signoff
-    from .lifecycle import DELIVERY_PENDING, TASK_ACTIVE
-    from .models import Delivery, Task, db
     say = say or (lambda msg: None)
     count, counter = counter is not None, counter or _NoCounter()
-    rt = Signoff.init(folder)
-    out = {}
+    rt = _signoff_home(folder, n, history, backend, say)
     try:
-        _fill_host(rt.host(), n)
-        rt.bind(DOC, MONITOR, window_s=24 * 3600)
-        if history:
-            say(f"  adding {history:,} finished tasks")
-            add_history(rt, history)
-        first_id = (Delivery.select(Delivery.id).order_by(Delivery.id.desc()).limit(1).scalar() or 0) + 1
-        now = int(time.time())
-        lines = b"".join(json.dumps({"event_id": f"evt-{i}", "name": "comment.created",
-                                     "document": DOC, "record_id": f"r-{i}", "occurred": now,
-                                     "text": "wake only"}).encode() + b"\n" for i in range(n))
-        stats = folder / "worker-stats.json"
-        child = _Child(["worker", str(stats), "--home", str(folder), "worker",
-                        "--workers", str(workers)], stats, count, ready_line="worker started")
+        claim_ms = claim_probe(rt)
+        group = _Group([_Child(["worker", str(folder / f"worker-{i}.json"), "--home", str(folder),
+                                "worker", "--workers", str(workers)],
+                               folder / f"worker-{i}.json", count, ready_line="worker started")
+                        for i in range(processes)])
         try:
-            child.wait_ready()
+            group.wait_ready()
             time.sleep(SETTLE_S)
-            w0 = child.snapshot()
-            # enqueue: the API call the CLI makes, timed in this process
-            p0 = counter.snapshot()
-            t0 = time.perf_counter()
-            results = list(rt.enqueue(io.BytesIO(lines), MONITOR))
-            out["enqueue_s"] = time.perf_counter() - t0
-            c_enqueue = _minus(counter.snapshot(), p0)
-            if sum(r.accepted for r in results) != n:
-                raise RuntimeError("bench: not every event was accepted")
-            mine = Delivery.id >= first_id
-            _wait(lambda: not Delivery.select().where(
-                mine, Delivery.status.in_(list(DELIVERY_PENDING))).exists(),
-                _budget(n), "ingest", child)
-            w1 = child.snapshot()
-            rows = list(Delivery.select(Delivery.accepted_at, Delivery.updated_at,
-                                        Delivery.outcome).where(mine).tuples())
-            bad = [o for _, _, o in rows if o != "ready"]
-            if bad or len(rows) != n:
-                raise RuntimeError(f"bench: ingest ended with {sorted(set(bad))} for {len(bad)} events")
-            lat = [(u - a) * 1000 for a, u, _ in rows]
-            out["ingest_per_s"] = _batch_rate(w1["extra"]["ingest"], n)
-            out["ingest_p50_ms"], out["ingest_p99_ms"] = _percentile(lat, 50), _percentile(lat, 99)
-            c_ingest = _minus(w1["commits"], w0["commits"])
-            if pipeline:
-                items = [(k, d) for k, d in Task.select(Task.key, Task.digest).where(
-                    Task.status == "ready").tuples()]
-                p1 = counter.snapshot()
-                t0 = time.perf_counter()
-                answers = rt.approve_many(items, by="bench")
-                out["approve_s"] = time.perf_counter() - t0
-                c_approve = _minus(counter.snapshot(), p1)
-                refused = [a for a in answers if not isinstance(a, dict)]
-                if refused or len(items) != n:
-                    raise RuntimeError(f"bench: {len(refused)} approvals refused, {len(items)} tasks ready")
-                _wait(lambda: not Task.select().where(Task.status.in_(list(TASK_ACTIVE))).exists(),
-                      _budget(n), "submit", child)
-                _wait(lambda: rt.wakers.pending() == 0, 30, "an empty queue", child)
-                time.sleep(0.2)
-                w2 = child.snapshot()
-                rows = list(Task.select(Task.status, Task.approved_at, Task.updated_at).tuples())
-                bad = [s for s, _, _ in rows if s != "done"]
-                if bad:
-                    raise RuntimeError(f"bench: submit ended with {sorted(set(bad))} for {len(bad)} tasks")
-                lat = [(u - a) * 1000 for _, a, u in rows]
-                batches = [b for b in w2["extra"]["submit"]]
-                out["submit_per_s"] = _batch_rate(batches, n)
-                out["approve_per_s"] = n / out["approve_s"]
-                out["approve_done_p50_ms"] = _percentile(lat, 50)
-                out["approve_done_p99_ms"] = _percentile(lat, 99)
-                c_submit = _minus(w2["commits"], w1["commits"])
-                out["steps"] = {"enqueue": c_enqueue, "ingest": c_ingest,
-                                "approve": c_approve, "submit": c_submit}
-            final = child.stop()
+            out = _run_events(rt, group, n, counter, pipeline, per_event)
+            final = group.stop()
         finally:
-            if child.proc.poll() is None:
-                child.proc.kill()
+            group.kill()
         out["peak_kb"] = final["memory"]["peak_kb"]
-        out["enqueue_per_s"] = n / out["enqueue_s"]
+        out["claim_ms"] = claim_ms
     finally:
-        rt.host().close()
-        rt.queue.storage.close()
-        db.close()
+        _close_home(rt)
     return out
 
 
+def claim_probe(rt):
+    """Median milliseconds of one claim of a full batch, timed here before any worker runs.
+
+    Claims ``CLAIM_ROUNDS`` batches of probe deliveries one after the other,
+    with nothing else writing, then deletes the probe rows: the claim
+    statement's own cost as the tables grow, without lock waits in it.
+    """
+    from .leases import claim_deliveries
+    from .models import Delivery
+    size, now = rt.config.batch_size, int(time.time())
+    lines = b"".join(json.dumps({"event_id": f"probe-{i}", "name": "comment.created",
+                                 "document": DOC, "record_id": f"probe-{i}",
+                                 "occurred": now}).encode() + b"\n"
+                     for i in range(size * CLAIM_ROUNDS))
+    ids = [r.delivery for r in rt.enqueue(io.BytesIO(lines), MONITOR)]
+    times = []
+    for _ in range(CLAIM_ROUNDS):
+        start = time.perf_counter()
+        claim_deliveries(rt.clock.now(), "bench-probe", 60.0, size)
+        times.append((time.perf_counter() - start) * 1000)
+    Delivery.delete().where(Delivery.id.in_(ids)).execute()
+    return statistics.median(times)
+
+
+def _signoff_home(folder, n, history, backend, say):
+    from .app import Signoff
+    (backend or BenchBackend()).write_config(folder, folder.name)
+    rt = Signoff.init(folder)
+    _fill_host(rt.host(), n)
+    rt.bind(DOC, MONITOR, window_s=24 * 3600)
+    if history:
+        say(f"  adding {history:,} finished tasks")
+        add_history(rt, history)
+    return rt
+
+
+def _close_home(rt):
+    rt.host().close()
+    _close_queue(rt.queue)
+    rt.database.close()
+
+
+def _event_lines(n):
+    now = int(time.time())
+    return [json.dumps({"event_id": f"evt-{i}", "name": "comment.created", "document": DOC,
+                        "record_id": f"r-{i}", "occurred": now, "text": "wake only"}).encode()
+            + b"\n" for i in range(n)]
+
+
+def _enqueue(rt, lines, per_event):
+    """Accept ``lines`` through the API: ``(accepted, wake-ups this process sent)``."""
+    sent, send = [], rt.wakers.send
+    rt.wakers.send = lambda kind, count: (sent.append(count), send(kind, count))
+    try:
+        if per_event:
+            accepted = sum(r.accepted for line in lines
+                           for r in rt.enqueue(io.BytesIO(line), MONITOR))
+        else:
+            accepted = sum(r.accepted for r in rt.enqueue(io.BytesIO(b"".join(lines)), MONITOR))
+    finally:
+        del rt.wakers.send  # the class's own again
+    return accepted, sum(sent)
+
+
+def _run_events(rt, group, n, counter, pipeline, per_event):
+    """Enqueue, ingest and (with ``pipeline``) approve and submit ``n`` events; the figures."""
+    from .models import Delivery
+    first_id = (Delivery.select(Delivery.id).order_by(Delivery.id.desc()).limit(1).scalar() or 0) + 1
+    lines = _event_lines(n)
+    w0 = group.snapshot()
+    p0 = counter.snapshot()
+    t0 = time.perf_counter()
+    accepted, wakeups = _enqueue(rt, lines, per_event)
+    out = {"enqueue_s": time.perf_counter() - t0, "enqueue_wakeups": wakeups}
+    c_enqueue = _minus(counter.snapshot(), p0)
+    if accepted != n:
+        raise RuntimeError("bench: not every event was accepted")
+    out["enqueue_per_s"] = n / out["enqueue_s"]
+    w1 = _await_ingest(rt, group, n, first_id, out)
+    out["steps"] = {"enqueue": c_enqueue, "ingest": _minus(w1["commits"], w0["commits"])}
+    if pipeline:
+        _approve_and_submit(rt, group, n, counter, w1, out)
+        # Event to done as the producer sees it: enqueue, ingest, one bulk approval, submit.
+        done_at = out.pop("done_at")
+        out["flow_per_s"] = n / (done_at - t0)
+        out["after_enqueue_s"] = done_at - t0 - out["enqueue_s"]  # what waiting wake-ups delay
+    return out
+
+
+def _await_ingest(rt, group, n, first_id, out):
+    from .lifecycle import DELIVERY_PENDING
+    from .models import Delivery
+    mine = Delivery.id >= first_id
+    _wait(lambda: not Delivery.select().where(mine, Delivery.status.in_(list(DELIVERY_PENDING))).exists(),
+          _budget(n), "ingest", group.children)
+    w1 = group.snapshot()
+    rows = list(Delivery.select(Delivery.accepted_at, Delivery.updated_at,
+                                Delivery.outcome).where(mine).tuples())
+    bad = [o for _, _, o in rows if o != "ready"]
+    if bad or len(rows) != n:
+        raise RuntimeError(f"bench: ingest ended with {sorted(set(bad))} for {len(bad)} events")
+    lat = [(u - a) * 1000 for a, u, _ in rows]
+    out["ingest_per_s"] = _batch_rate(w1["extra"]["ingest"], n)
+    out["ingest_p50_ms"], out["ingest_p99_ms"] = _percentile(lat, 50), _percentile(lat, 99)
+    out["ingest_batches"] = len(w1["extra"]["ingest"])
+    return w1
+
+
+def _approve_and_submit(rt, group, n, counter, w1, out):
+    from .lifecycle import TASK_ACTIVE
+    from .models import Task
+    items = [(k, d) for k, d in Task.select(Task.key, Task.digest).where(
+        Task.status == "ready").tuples()]
+    p1 = counter.snapshot()
+    t0 = time.perf_counter()
+    answers = rt.approve_many(items, by="bench")
+    out["approve_s"] = time.perf_counter() - t0
+    c_approve = _minus(counter.snapshot(), p1)
+    refused = [a for a in answers if not isinstance(a, dict)]
+    if refused or len(items) != n:
+        raise RuntimeError(f"bench: {len(refused)} approvals refused, {len(items)} tasks ready")
+    _wait(lambda: not Task.select().where(Task.status.in_(list(TASK_ACTIVE))).exists(),
+          _budget(n), "submit", group.children)
+    out["done_at"] = time.perf_counter()
+    _wait(lambda: rt.wakers.pending() == 0, 30, "an empty queue", group.children)
+    time.sleep(0.2)
+    w2 = group.snapshot()
+    rows = list(Task.select(Task.status, Task.approved_at, Task.updated_at).tuples())
+    bad = [s for s, _, _ in rows if s != "done"]
+    if bad:
+        raise RuntimeError(f"bench: submit ended with {sorted(set(bad))} for {len(bad)} tasks")
+    lat = [(u - a) * 1000 for _, a, u in rows]
+    out["submit_per_s"] = _batch_rate(w2["extra"]["submit"], n)
+    out["approve_per_s"] = n / out["approve_s"]
+    out["approve_done_p50_ms"] = _percentile(lat, 50)
+    out["approve_done_p99_ms"] = _percentile(lat, 99)
+    out["steps"].update(approve=c_approve, submit=_minus(w2["commits"], w1["commits"]))
+    out["pipeline_per_s"] = 1 / (1 / out["ingest_per_s"] + 1 / out["approve_per_s"]
+                                 + 1 / out["submit_per_s"])
 # -- the run ------------------------------------------------------------------------------------
 
 def _per_event(snap, n, key="commits"):
     return {name: round(row[key] / n, 3) for name, row in sorted(snap.items()) if row[key]}
 
 
-def run_bench(n_events=2000, workers=2, growth=False, as_json=False):
-    """Run every measurement once; print a table unless ``as_json``; return the figures."""
-    n = int(n_events)
+def run_bench(n_events=2000, workers=2, growth=False, as_json=False, processes=(1,),
+              database_url=None, queue_url=None, growth_rows=HISTORY):
+    """Run every measurement once; print a table unless ``as_json``; return the figures.
+
+    ``processes`` lists worker-process counts to measure (plain Huey with as
+    many consumer processes each time); the top-level figures are the first's.
+    """
+    n, processes = int(n_events), [int(p) for p in processes]
     say = (lambda msg: None) if as_json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     tmp = Path(tempfile.mkdtemp(prefix="signoff-bench-"))
+    backend = BenchBackend(database_url, queue_url)
     try:
-        # Timed passes first, with nothing traced (tracing every statement costs
-        # signoff 10-15 % and batch enqueue a third), then the counted passes.
-        say(f"plain Huey: {BASELINE_ROUNDS} x {n} no-op tasks, {workers} workers")
-        noop = bench_huey(tmp / "huey-noop", "noop", n, workers)
-        say(f"plain Huey: {BASELINE_ROUNDS} x {n} read → draft → submit chains")
-        chain = bench_huey(tmp / "huey-chain", "chain", n, workers)
-        say(f"signoff: {n} events → ready → approved → done")
-        main = bench_signoff(tmp / "home", n, workers, say=say)
+        runs = {p: _timed_run(tmp, backend, n, workers, p, say) for p in processes}
         grown = None
         if growth:
-            say(f"signoff: ingest of {n} events with {HISTORY:,} finished tasks present")
-            grown = bench_signoff(tmp / "home-grown", n, workers, history=HISTORY,
-                                  pipeline=False, say=say)
-        say("counting commits: the same signoff run again, and plain Huey")
-        counter = CommitCounter()
-        counter.install()
-        try:
-            counted = bench_signoff(tmp / "home-counted", n, workers, counter)
-            few = min(n, COUNTED_HUEY_ITEMS)  # a Huey task's commits do not depend on load
-            noop_c = bench_huey(tmp / "huey-noop-counted", "noop", few, workers, counter, 1)
-            chain_c = bench_huey(tmp / "huey-chain-counted", "chain", few, workers, counter, 1)
-        finally:
-            counter.uninstall()
+            say(f"signoff: ingest of {n} events with {growth_rows:,} finished tasks present")
+            grown = bench_signoff(tmp / "home-grown", n, workers, history=growth_rows,
+                                  pipeline=False, say=say, processes=processes[0],
+                                  backend=backend)
+        # SQLite files are what the commit counter traces.
+        counted = _counted_run(tmp, n, workers, say) if backend.label == "sqlite/sqlite" else None
     finally:
+        backend.close()
         shutil.rmtree(tmp, ignore_errors=True)
+    report = _report(n, workers, backend, runs, counted)
+    if grown is not None:
+        _add_growth(report, grown, runs[processes[0]]["main"], growth_rows)
+    report["targets"] = _targets(report)
+    if not as_json:
+        print(render(report))
+    return report
 
-    steps = counted["steps"]
-    total = _plus(*steps.values())
-    pipeline = 1 / (1 / main["ingest_per_s"] + 1 / main["approve_per_s"] + 1 / main["submit_per_s"])
-    report = {
-        "events": n,
-        "workers": workers,
+
+def _timed_run(tmp, backend, n, workers, processes, say):
+    # Timed passes first, with nothing traced (tracing every statement costs
+    # signoff 10-15 % and batch enqueue a third); the counted pass comes later.
+    tag = f"{processes}p"
+    say(f"[{backend.label}, {processes} worker process(es) x {workers} threads]")
+    say(f"plain Huey: {BASELINE_ROUNDS} x {n} no-op tasks")
+    noop = bench_huey(tmp / f"huey-noop-{tag}", "noop", n, workers, processes=processes,
+                      backend=backend)
+    say(f"plain Huey: {BASELINE_ROUNDS} x {n} read → draft → submit chains")
+    chain = bench_huey(tmp / f"huey-chain-{tag}", "chain", n, workers, processes=processes,
+                       backend=backend)
+    say(f"signoff: {n} events in one enqueue call → ready → approved → done")
+    main = bench_signoff(tmp / f"home-{tag}", n, workers, say=say, processes=processes,
+                         backend=backend)
+    say(f"signoff: the same with one enqueue call per event")
+    single = bench_signoff(tmp / f"home-single-{tag}", n, workers, say=say, processes=processes,
+                           per_event=True, backend=backend)
+    return {"noop": noop, "chain": chain, "main": main, "per_event": single}
+
+
+def _counted_run(tmp, n, workers, say):
+    say("counting commits: the same signoff run again, and plain Huey")
+    counter = CommitCounter()
+    counter.install()
+    try:
+        counted = bench_signoff(tmp / "home-counted", n, workers, counter)
+        few = min(n, COUNTED_HUEY_ITEMS)  # a Huey task's commits do not depend on load
+        noop = bench_huey(tmp / "huey-noop-counted", "noop", few, workers, counter, 1)
+        chain = bench_huey(tmp / "huey-chain-counted", "chain", few, workers, counter, 1)
+    finally:
+        counter.uninstall()
+    return {"signoff": counted, "noop": noop, "chain": chain}
+
+
+def _figures(run):
+    """The figures of one process count, rounded."""
+    main, noop, chain, single = run["main"], run["noop"], run["chain"], run["per_event"]
+    return {
         "huey_noop_per_s": round(noop["per_s"], 1),
         "huey_chain_per_s": round(chain["per_s"], 1),
         "huey_rounds_per_s": {"noop": [round(v, 1) for v in noop["rounds"]],
@@ -789,57 +999,100 @@ def run_bench(n_events=2000, workers=2, growth=False, as_json=False):
         "ingest_p99_ms": round(main["ingest_p99_ms"], 1),
         "approve_per_s": round(main["approve_per_s"], 1),
         "submit_per_s": round(main["submit_per_s"], 1),
-        "pipeline_per_s": round(pipeline, 1),
+        "pipeline_per_s": round(main["pipeline_per_s"], 1),
         "approve_done_p50_ms": round(main["approve_done_p50_ms"], 1),
         "approve_done_p99_ms": round(main["approve_done_p99_ms"], 1),
-        "commits_per_event": round(_total(total) / n, 3),
-        "commits_breakdown": {
-            "by_file": _per_event(total, n),
-            "by_step": {step: round(_total(snap) / n, 3) for step, snap in steps.items()},
-            "with_changes": round(_total(total, "with_changes") / n, 3),
-            "huey_chain_per_item": round(_total(chain_c["commits"]) / chain_c["items"], 3),
-            "huey_noop_per_item": round(_total(noop_c["commits"]) / noop_c["items"], 3),
-        },
         "worker_peak_rss_mb": round(main["peak_kb"] / 1024, 1),
         "huey_worker_peak_rss_mb": round(noop["peak_kb"] / 1024, 1),
         "ingest_ratio": round(main["ingest_per_s"] / noop["per_s"], 3),
-        "pipeline_ratio": round(pipeline / chain["per_s"], 3),
+        "pipeline_ratio": round(main["pipeline_per_s"] / chain["per_s"], 3),
+        "batch_flow_per_s": round(main["flow_per_s"], 1),
+        "per_event_enqueue_per_s": round(single["enqueue_per_s"], 1),
+        "per_event_ingest_batches": single["ingest_batches"],
+        "per_event_enqueue_wakeups": single["enqueue_wakeups"],
+        "per_event_flow_per_s": round(single["flow_per_s"], 1),
+        "per_event_ratio": round(single["flow_per_s"] / main["flow_per_s"], 3),
+        "batch_after_enqueue_s": round(main["after_enqueue_s"], 3),
+        "per_event_after_enqueue_s": round(single["after_enqueue_s"], 3),
     }
-    if grown is not None:
-        report["ingest_growth_per_s"] = round(grown["ingest_per_s"], 1)
-        report["ingest_growth_ratio"] = round(grown["ingest_per_s"] / main["ingest_per_s"], 3)
-        report["growth_worker_peak_rss_mb"] = round(grown["peak_kb"] / 1024, 1)
-    report["targets"] = _targets(report)
-    if not as_json:
-        print(render(report))
+
+
+def _report(n, workers, backend, runs, counted):
+    first = next(iter(runs))
+    report = {"events": n, "workers": workers, "backend": backend.label, "processes": first}
+    report.update(_figures(runs[first]))
+    report["by_processes"] = {str(p): _figures(run) for p, run in runs.items()}
+    if 1 in runs:
+        for p, figures in report["by_processes"].items():
+            figures["ingest_scaling"] = round(figures["ingest_per_s"]
+                                              / report["by_processes"]["1"]["ingest_per_s"], 3)
+            figures["pipeline_scaling"] = round(figures["pipeline_per_s"]
+                                                / report["by_processes"]["1"]["pipeline_per_s"], 3)
+    report["commits_per_event"] = report["commits_breakdown"] = None
+    if counted is not None:
+        _add_commits(report, counted, n)
     return report
 
 
-def _targets(r):
-    def check(value, op, limit, label):
-        ok = value >= limit if op == ">=" else value <= limit
-        return {"target": label, "value": value, "pass": bool(ok)}
-
-    out = {
-        "ingest_ratio": check(r["ingest_ratio"], ">=", 0.5, ">= 0.5 x plain Huey no-op (aim >= 1.0)"),
-        "pipeline_ratio": check(r["pipeline_ratio"], ">=", 0.7, ">= 0.7 x plain Huey 3-task chain"),
-        "commits_per_event": check(r["commits_per_event"], "<=", 8, "<= 8 SQLite commits per event"),
-        "enqueue_per_s": check(r["enqueue_per_s"], ">=", 20_000, ">= 20,000 events/s"),
-        "worker_peak_rss_mb": check(r["worker_peak_rss_mb"], "<=", 60, "<= 60 MB"),
+def _add_commits(report, counted, n):
+    steps = counted["signoff"]["steps"]
+    total = _plus(*steps.values())
+    report["commits_per_event"] = round(_total(total) / n, 3)
+    report["commits_breakdown"] = {
+        "by_file": _per_event(total, n),
+        "by_step": {step: round(_total(snap) / n, 3) for step, snap in steps.items()},
+        "with_changes": round(_total(total, "with_changes") / n, 3),
+        "huey_chain_per_item": round(_total(counted["chain"]["commits"]) / counted["chain"]["items"], 3),
+        "huey_noop_per_item": round(_total(counted["noop"]["commits"]) / counted["noop"]["items"], 3),
     }
+
+
+def _add_growth(report, grown, main, rows):
+    report["growth_rows"] = rows
+    report["ingest_growth_per_s"] = round(grown["ingest_per_s"], 1)
+    report["ingest_growth_ratio"] = round(grown["ingest_per_s"] / main["ingest_per_s"], 3)
+    report["claim_ms_p50"] = round(main["claim_ms"], 3)
+    report["claim_growth_ms_p50"] = round(grown["claim_ms"], 3)
+    report["claim_growth_ratio"] = round(grown["claim_ms"] / max(main["claim_ms"], 1e-6), 3)
+    report["growth_worker_peak_rss_mb"] = round(grown["peak_kb"] / 1024, 1)
+
+
+def _check(value, op, limit, label):
+    ok = value >= limit if op == ">=" else value <= limit
+    return {"target": label, "value": value, "pass": bool(ok)}
+
+
+def _targets(r):
+    out = {
+        "ingest_ratio": _check(r["ingest_ratio"], ">=", 0.5, ">= 0.5 x plain Huey no-op (aim >= 1.0)"),
+        "pipeline_ratio": _check(r["pipeline_ratio"], ">=", 0.7, ">= 0.7 x plain Huey 3-task chain"),
+        "enqueue_per_s": _check(r["enqueue_per_s"], ">=", 20_000, ">= 20,000 events/s"),
+        "worker_peak_rss_mb": _check(r["worker_peak_rss_mb"], "<=", 60, "<= 60 MB"),
+    }
+    if r["commits_per_event"] is not None:
+        out["commits_per_event"] = _check(r["commits_per_event"], "<=", 8,
+                                          "<= 8 SQLite commits per event")
+    for p, figures in r["by_processes"].items():
+        out[f"per_event_ratio_{p}p"] = _check(figures["per_event_ratio"], ">=", 0.8,
+                                              ">= 0.8 x batch enqueue, event → done")
+    if "2" in r["by_processes"] and "ingest_scaling" in r["by_processes"]["2"] \
+            and not r["backend"].startswith("sqlite"):
+        out["ingest_scaling_2p"] = _check(r["by_processes"]["2"]["ingest_scaling"], ">=", 1.4,
+                                          ">= 1.4 x one worker process")
     if "ingest_growth_ratio" in r:
-        out["ingest_growth_ratio"] = check(r["ingest_growth_ratio"], ">=", 0.9,
-                                           ">= 0.9 x empty-database ingest")
+        out["ingest_growth_ratio"] = _check(r["ingest_growth_ratio"], ">=", 0.9,
+                                            ">= 0.9 x empty-database ingest")
+        out["claim_growth_ratio"] = _check(r["claim_growth_ratio"], "<=", 1.25,
+                                           "<= 1.25 x empty-database claim time")
     return out
 
 
-def render(r):
-    """The human table: figures, then each target with pass or MISS."""
-    bd = r["commits_breakdown"]
+def _rows(r):
     rows = [
         ("plain Huey no-op", f"{r['huey_noop_per_s']:,.0f} tasks/s"),
         ("plain Huey 3-task chain", f"{r['huey_chain_per_s']:,.0f} items/s"),
         ("enqueue (API, batch)", f"{r['enqueue_per_s']:,.0f} events/s"),
+        ("enqueue (API, one call per event)", f"{r['per_event_enqueue_per_s']:,.0f} events/s"),
         ("ingest: event → ready", f"{r['ingest_per_s']:,.0f} events/s"),
         ("  acceptance → ready p50 / p99", f"{r['ingest_p50_ms']:,.0f} / {r['ingest_p99_ms']:,.0f} ms"),
         ("approve_many", f"{r['approve_per_s']:,.0f} tasks/s"),
@@ -847,22 +1100,51 @@ def render(r):
         ("pipeline: event → done", f"{r['pipeline_per_s']:,.0f} events/s"),
         ("  approve → done p50 / p99",
          f"{r['approve_done_p50_ms']:,.0f} / {r['approve_done_p99_ms']:,.0f} ms"),
-        ("commits per event", f"{r['commits_per_event']:.2f}"
-                              f" ({bd['with_changes']:.2f} changed rows)"),
-        ("  by file", ", ".join(f"{k} {v:.2f}" for k, v in bd["by_file"].items())),
-        ("  by step", ", ".join(f"{k} {v:.2f}" for k, v in bd["by_step"].items())),
-        ("  plain Huey, per item", f"no-op {bd['huey_noop_per_item']:.2f}, "
-                                   f"chain {bd['huey_chain_per_item']:.2f}"),
-        ("worker peak RSS", f"{r['worker_peak_rss_mb']:.1f} MB "
-                            f"(plain Huey {r['huey_worker_peak_rss_mb']:.1f} MB)"),
+        ("enqueue → done, batch / one call per event",
+         f"{r['batch_flow_per_s']:,.0f} / {r['per_event_flow_per_s']:,.0f} events/s"
+         f" ({r['per_event_enqueue_wakeups']} wake-ups sent by the one-call enqueuer,"
+         f" {r['per_event_ingest_batches']} ingest batches)"),
+        ("  last enqueue call → all done, batch / per event",
+         f"{r['batch_after_enqueue_s']:.2f} / {r['per_event_after_enqueue_s']:.2f} s"),
     ]
+    bd = r["commits_breakdown"]
+    if bd is not None:
+        rows += [
+            ("commits per event", f"{r['commits_per_event']:.2f} ({bd['with_changes']:.2f} changed rows)"),
+            ("  by file", ", ".join(f"{k} {v:.2f}" for k, v in bd["by_file"].items())),
+            ("  by step", ", ".join(f"{k} {v:.2f}" for k, v in bd["by_step"].items())),
+            ("  plain Huey, per item", f"no-op {bd['huey_noop_per_item']:.2f}, "
+                                       f"chain {bd['huey_chain_per_item']:.2f}"),
+        ]
+    rows.append(("worker peak RSS", f"{r['worker_peak_rss_mb']:.1f} MB "
+                                    f"(plain Huey {r['huey_worker_peak_rss_mb']:.1f} MB)"))
     if "ingest_growth_per_s" in r:
-        rows.append((f"ingest, {HISTORY:,} finished tasks present",
-                     f"{r['ingest_growth_per_s']:,.0f} events/s "
-                     f"(worker peak RSS {r['growth_worker_peak_rss_mb']:.1f} MB)"))
+        rows.append((f"ingest, {r['growth_rows']:,} finished tasks present",
+                     f"{r['ingest_growth_per_s']:,.0f} events/s; claim p50 "
+                     f"{r['claim_growth_ms_p50']:.2f} ms (empty {r['claim_ms_p50']:.2f} ms)"))
+    return rows
+
+
+def _process_table(r):
+    lines = ["", "processes  huey no-op  signoff ingest  ratio  huey chain  signoff pipeline"
+                 "  ratio  enqueue→done batch / per event"]
+    for p, f in r["by_processes"].items():
+        lines.append(f"{p:>9}  {f['huey_noop_per_s']:>10,.0f}  {f['ingest_per_s']:>14,.0f}  "
+                     f"{f['ingest_ratio']:>5.2f}  {f['huey_chain_per_s']:>10,.0f}  "
+                     f"{f['pipeline_per_s']:>16,.0f}  {f['pipeline_ratio']:>5.2f}  "
+                     f"{f['batch_flow_per_s']:,.0f} / {f['per_event_flow_per_s']:,.0f}"
+                     f" ({f['per_event_ratio']:.2f})")
+    return lines
+
+
+def render(r):
+    """The human table: figures, then each target with pass or MISS."""
+    rows = _rows(r)
     width = max(len(label) for label, _ in rows)
-    lines = [f"signoff bench: {r['events']} events, {r['workers']} workers", ""]
+    lines = [f"signoff bench: {r['events']} events, {r['backend']}, {r['processes']} worker "
+             f"process(es) x {r['workers']} threads", ""]
     lines += [f"{label.ljust(width)}  {value}" for label, value in rows]
+    lines += _process_table(r)
     lines += ["", "targets"]
     kwidth = max(len(k) for k in r["targets"])
     for key, t in r["targets"].items():

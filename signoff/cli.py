@@ -4,6 +4,7 @@ import contextlib
 import functools
 import itertools
 import json
+import logging
 import math
 import signal
 import sys
@@ -140,6 +141,23 @@ def _home_option(ctx, param, value):
 def main(ctx, home):
     """signoff: durable, human-approved, exactly-once actions on change events."""
     ctx.obj = Ctx(home)
+    _warnings_to_stderr()
+
+
+class _WarningLine(logging.Handler):
+    """Prints a warning as one ``warning: CODE: ...`` line on stderr."""
+
+    def emit(self, record):
+        click.echo(f"warning: {record.getMessage()}", err=True)
+
+
+def _warnings_to_stderr():
+    # A wake-up that cannot be sent after a commit is a warning, not a failure
+    # of the command: the answers stand, this line tells the operator.
+    wakeups = logging.getLogger("signoff.wakeups")
+    if not any(isinstance(h, _WarningLine) for h in wakeups.handlers):
+        wakeups.addHandler(_WarningLine(logging.WARNING))
+        wakeups.propagate = False
 
 
 @command(main)
@@ -657,18 +675,66 @@ def demo(obj, as_json, keep, over_mcp):
     sys.exit(0 if report["passed"] else 1)
 
 
+class ProcessCounts(click.ParamType):
+    """A comma-separated list of worker-process counts, e.g. ``1,2,4``."""
+
+    name = "counts"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (list, tuple)):
+            return value
+        try:
+            counts = [int(part) for part in value.split(",")]
+        except ValueError:
+            self.fail(f"{value!r} is not a comma-separated list of numbers", param, ctx)
+        if not counts or min(counts) < 1 or max(counts) > 64 or len(set(counts)) != len(counts):
+            self.fail(f"{value!r}: each count must be 1 to 64, each once", param, ctx)
+        return counts
+
+
+class BackendUrl(click.ParamType):
+    """A database or queue URL of one of ``kinds`` (see ``bench_backends.kind_of``)."""
+
+    name = "url"
+
+    def __init__(self, *kinds):
+        self.kinds = kinds
+
+    def convert(self, value, param, ctx):
+        from .bench_backends import kind_of
+        try:
+            ok = kind_of(value) in self.kinds
+        except ValueError:
+            ok = False
+        if not ok:
+            self.fail(f"unsupported url {value!r} (wanted {' or '.join(self.kinds)})", param, ctx)
+        return value
+
+
 @command(main)
 @click.option("--events", "n_events", type=click.IntRange(min=1), default=2000, show_default=True)
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--growth", is_flag=True, help="Also measure ingest with 100,000 finished tasks present.")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Threads per worker process.")
+@click.option("--processes", type=ProcessCounts(), default="1", show_default=True,
+              help="Worker-process counts to measure, e.g. 1,2,4.")
+@click.option("--database-url", type=BackendUrl("postgresql"), default=None, help="PostgreSQL server for the state "
+              "(a database is created for the run and dropped after it); default SQLite.")
+@click.option("--queue-url", type=BackendUrl("redis", "postgresql"), default=None, help="Redis or PostgreSQL server for the queue "
+              "(a queue name of its own per run); default SQLite.")
+@click.option("--growth", is_flag=True, help="Also measure ingest with finished tasks present.")
+@click.option("--growth-rows", type=click.IntRange(min=1000), default=100_000, show_default=True,
+              help="Finished tasks present for --growth.")
 @click.option("--mcp", "over_mcp", is_flag=True,
               help="Instead: the host in-process against the host over MCP (in this process).")
-def bench(obj, as_json, n_events, workers, growth, over_mcp):
+def bench(obj, as_json, n_events, workers, processes, database_url, queue_url, growth,
+          growth_rows, over_mcp):
     """Measure signoff against plain Huey on this machine, in one run."""
     from .bench import run_bench
     if over_mcp:
         report = _mcp_module("bench").run_mcp_bench(n_events, as_json)
     else:
-        report = run_bench(n_events=n_events, workers=workers, growth=growth, as_json=as_json)
+        report = run_bench(n_events=n_events, workers=workers, growth=growth, as_json=as_json,
+                           processes=processes, database_url=database_url, queue_url=queue_url,
+                           growth_rows=growth_rows)
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False, indent=2))

@@ -44,8 +44,5 @@ def replay(rt, letter_id):
                 DeadLetter.id == letter_id).execute()
     except Fenced:
         raise Refused("not_dead", "this dead letter was replayed already and is in progress") from None
-    if letter.kind == "delivery":
-        rt.wakers.ingest()
-    else:
-        rt.wakers.submit()
+    rt.wakers.wake("ingest" if letter.kind == "delivery" else "submit")
     return row(DeadLetter.get_by_id(letter_id))

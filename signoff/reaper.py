@@ -10,8 +10,6 @@ from .lifecycle import RELEASED, Fenced, audit, bury, move_delivery, move_task, 
 from .models import Delivery, Monitor, Task, db
 from .retry import decide
 
-WAKE_CAP = 4
-
 
 def reap(rt):
     """One pass; returns counts of what it changed and woke."""
@@ -88,30 +86,39 @@ def _still_expired(model, which, token, now):
 
 
 def _expire(now):
+    # Read first, write only when something is due: an idle pass every second
+    # must not queue for the write lock behind the workers' batches.
+    deadline_passed = Task.select(Task.key, Task.monitor).where(
+        Task.status == "ready", Task.approval_deadline <= now)
+    gone = [m.id for m in Monitor.select(Monitor.id).where(Monitor.expires_at <= now,
+                                                           Monitor.active == True)]  # noqa: E712
+    orphans = _orphans(gone) if gone else None
+    if not (deadline_passed.exists() or (orphans is not None and orphans.exists())):
+        return 0, 0
     expired = parked = 0
     with db.atomic():
-        for task in Task.select(Task.key, Task.monitor).where(
-                Task.status == "ready", Task.approval_deadline <= now):
+        for task in deadline_passed:
             if _try(lambda: move_task(task.key, ["ready"], "expired", now, code="expired")):
                 expired += 1
                 audit(now, "expired", task.monitor, task_key=task.key)
-        gone = [m.id for m in Monitor.select(Monitor.id).where(Monitor.expires_at <= now,
-                                                               Monitor.active == True)]  # noqa: E712
-        if gone:
-            for task in Task.select().where(Task.monitor.in_(gone),
-                                            Task.status.in_(["ready", "approved", "uncertain"]),
-                                            Task.lease_token.is_null()):
-                if task.status == "uncertain" or task.write_possible:
-                    # It may have been written: say so and leave it to a human.
-                    if not task.parked:
-                        parked += _try(lambda: update_task(task.key, now, [task.status],
-                                                           parked=True, code="expired"))
-                else:
-                    if _try(lambda: move_task(task.key, [task.status], "expired", now,
-                                              code="expired")):
-                        expired += 1
-                        audit(now, "expired", task.monitor, task_key=task.key)
+        for task in (orphans if orphans is not None else []):
+            if task.status == "uncertain" or task.write_possible:
+                # It may have been written: say so and leave it to a human.
+                parked += _try(lambda: update_task(task.key, now, [task.status],
+                                                   parked=True, code="expired"))
+            elif _try(lambda: move_task(task.key, [task.status], "expired", now, code="expired")):
+                expired += 1
+                audit(now, "expired", task.monitor, task_key=task.key)
     return expired, parked
+
+
+def _orphans(gone):
+    """Open, unleased tasks of expired monitors that a pass still has to end or park."""
+    may_be_written = (Task.status == "uncertain") | (Task.write_possible == True)  # noqa: E712
+    return Task.select().where(Task.monitor.in_(gone),
+                               Task.status.in_(["ready", "approved", "uncertain"]),
+                               Task.lease_token.is_null(),
+                               ~(may_be_written & (Task.parked == True)))  # noqa: E712
 
 
 def _try(move):
@@ -124,11 +131,4 @@ def _try(move):
 
 def _wake(rt, now):
     deliveries, tasks = claimable_counts(now)
-    if not (deliveries or tasks) or rt.wakers.pending():
-        return 0
-    batch = rt.config.batch_size
-    ingest = min(-(-deliveries // batch), WAKE_CAP)
-    submit = min(-(-tasks // batch), WAKE_CAP)
-    rt.wakers.ingest(ingest)
-    rt.wakers.submit(submit)
-    return ingest + submit
+    return rt.wakers.top_up({"ingest": deliveries, "submit": tasks})

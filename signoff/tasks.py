@@ -13,6 +13,7 @@ import time
 from huey import RedisHuey, SqliteHuey
 
 from .errors import ConfigError
+from .wakeups import WakePolicy
 
 # How long one wake-up keeps claiming batches before yielding its thread.
 SLICE_S = 1.0
@@ -37,20 +38,45 @@ def worker_name():
 
 
 class Wakers:
-    """The two Huey tasks bound to one runtime, and how to send wake-ups."""
+    """The two Huey tasks bound to one runtime, and the wake-up policy that sends them.
+
+    Callers ask for wake-ups with ``wake`` / ``top_up`` (see ``signoff.wakeups``);
+    ``ingest`` and ``submit`` send unconditionally and are the policy's own.
+    """
 
     def __init__(self, queue, runtime):
         self.queue = queue
+        self.policy = WakePolicy(self, lambda: runtime.config.batch_size)
 
         @queue.task(name="signoff.ingest")
         def ingest():
-            _drain_for_a_while(runtime.ingest_batch, self.ingest)
+            _drain_for_a_while(runtime.ingest_batch, lambda: self.wake("ingest"))
 
         @queue.task(name="signoff.submit")
         def submit():
-            _drain_for_a_while(runtime.submit_batch, self.submit)
+            _drain_for_a_while(runtime.submit_batch, lambda: self.wake("submit"))
 
         self._ingest, self._submit = ingest, submit
+        # Messages name their task as Huey's registry does: read it off one.
+        self._kind_of = {queue.serializer.deserialize(queue.serialize_task(task.s())).name: kind
+                         for task, kind in ((ingest, "ingest"), (submit, "submit"))}
+
+    def wake(self, kind, rows=1):
+        """Make sure wake-ups are waiting for ``rows`` newly claimable rows of ``kind``."""
+        return self.policy.wake(kind, rows)
+
+    def top_up(self, backlog):
+        """Make sure wake-ups are waiting for ``{kind: claimable rows}``."""
+        return self.policy.top_up(backlog)
+
+    @property
+    def unreachable(self):
+        """Why the last send failed, while the queue cannot be reached; else ``None``."""
+        return self.policy.unreachable
+
+    def send(self, kind, count):
+        """Send ``count`` wake-ups of ``kind`` (ingest or submit)."""
+        getattr(self, kind)(count)
 
     def ingest(self, count=1):
         """Send ``count`` wake-ups for waiting deliveries."""
@@ -65,6 +91,17 @@ class Wakers:
     def pending(self):
         """Wake-ups waiting in the queue."""
         return self.queue.pending_count()
+
+    def pending_by_kind(self, limit):
+        """``{kind: wake-ups waiting}`` among the next ``limit`` messages of the queue."""
+        counts = dict.fromkeys(self._kind_of.values(), 0)
+        for data in self.queue.storage.enqueued_items(limit):
+            # The message's name only: a task this process does not know (another
+            # version's) is counted as nothing instead of logged as broken.
+            kind = self._kind_of.get(self.queue.serializer.deserialize(data).name)
+            if kind is not None:
+                counts[kind] += 1
+        return counts
 
 
 def _drain_for_a_while(batch, wake_again):

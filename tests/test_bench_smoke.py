@@ -1,35 +1,85 @@
-"""`signoff bench --events 50 --json` runs end to end and reports every figure."""
+"""`signoff bench --json` runs end to end with small N and reports every figure."""
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 from conftest import child_env
 
-from signoff.bench import KEYS
+from signoff.bench import GROWTH_KEYS, KEYS
 
 TARGETS = ("ingest_ratio", "pipeline_ratio", "commits_per_event", "enqueue_per_s",
-           "worker_peak_rss_mb")
+           "worker_peak_rss_mb", "per_event_ratio_1p", "per_event_ratio_2p",
+           "ingest_growth_ratio", "claim_growth_ratio")
+NOT_RATES = ("events", "workers", "backend", "processes", "commits_breakdown", "by_processes")
+
+
+def bench(tmp_path, *args):
+    done = subprocess.run([sys.executable, "-m", "signoff", "bench", "--json", *args],
+                          cwd=tmp_path, env=child_env(), capture_output=True, timeout=240)
+    return done
 
 
 def test_bench_json_has_every_key(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "signoff", "bench", "--events", "50", "--json"],
-                          cwd=tmp_path, env=child_env(), capture_output=True, timeout=120)
+    done = bench(tmp_path, "--events", "40", "--processes", "1,2", "--growth",
+                 "--growth-rows", "1000")
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     report = json.loads(done.stdout)
-    for key in KEYS:
+    for key in KEYS + GROWTH_KEYS:
         assert key in report, key
-    assert report["events"] == 50 and report["workers"] == 2
-    for key in KEYS:
-        if key not in ("events", "workers", "commits_breakdown"):
+    assert (report["events"], report["workers"], report["processes"]) == (40, 2, 1)
+    assert report["backend"] == "sqlite/sqlite" and report["growth_rows"] == 1000
+    for key in KEYS + GROWTH_KEYS:
+        if key not in NOT_RATES:
             assert isinstance(report[key], (int, float)) and report[key] > 0, (key, report[key])
+    assert set(report["by_processes"]) == {"1", "2"}
+    for figures in report["by_processes"].values():
+        for key in ("ingest_per_s", "pipeline_per_s", "huey_noop_per_s", "huey_chain_per_s",
+                    "per_event_ratio", "ingest_scaling"):
+            assert figures[key] > 0, (key, figures)
+    assert report["by_processes"]["1"]["ingest_scaling"] == 1.0
     breakdown = report["commits_breakdown"]
     assert set(breakdown["by_file"]) >= {"signoff.db", "host.db"}
     assert set(breakdown["by_step"]) == {"enqueue", "ingest", "approve", "submit"}
     assert sum(breakdown["by_step"].values()) == pytest.approx(report["commits_per_event"], abs=0.01)
+    assert set(report["targets"]) == set(TARGETS)
     for key in TARGETS:
         target = report["targets"][key]
-        assert isinstance(target["pass"], bool) and target["value"] == report[key]
-    assert "ingest_growth_per_s" not in report
+        value = (report["by_processes"][key[-2]]["per_event_ratio"]
+                 if key.startswith("per_event_ratio") else report[key])
+        assert isinstance(target["pass"], bool) and target["value"] == value
 
+
+@pytest.mark.parametrize("args", [["--processes", "0"], ["--processes", "1,x"],
+                                  ["--processes", "2,2"], ["--queue-url", "mysql://h/db"],
+                                  ["--database-url", "redis://127.0.0.1:6379/0"]])
+def test_bench_refuses_bad_flags_as_usage_errors(tmp_path, args):
+    done = bench(tmp_path, *args)
+    assert done.returncode == 2, done
+    assert b"Traceback" not in done.stderr
+
+
+DATABASE_URL = os.environ.get("SIGNOFF_TEST_DATABASE_URL")
+QUEUE_URL = os.environ.get("SIGNOFF_TEST_QUEUE_URL")
+
+
+@pytest.mark.skipif(not (DATABASE_URL or QUEUE_URL),
+                    reason="SIGNOFF_TEST_DATABASE_URL / SIGNOFF_TEST_QUEUE_URL not set")
+def test_bench_on_the_test_backends_leaves_no_database_behind(tmp_path):
+    args = ["--events", "30"]
+    args += ["--database-url", DATABASE_URL] if DATABASE_URL else []
+    args += ["--queue-url", QUEUE_URL] if QUEUE_URL else []
+    done = bench(tmp_path, *args)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    report = json.loads(done.stdout)
+    assert report["backend"] != "sqlite/sqlite"
+    assert report["commits_per_event"] is None  # only SQLite files are traced
+    assert report["by_processes"]["1"]["per_event_flow_per_s"] > 0
+    if DATABASE_URL:
+        import psycopg
+        with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
+            left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE "
+                                "'signoff_bench_%%'").fetchall()
+        assert left == []

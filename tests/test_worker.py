@@ -52,12 +52,11 @@ def test_drain_is_not_held_by_a_parked_task(live_home):
     rt.approve(key, rt.task(key)["digest"])
     # The grant loses submit_review: the gate parks the task at submit time.
     rt.host().put_grant(actions=["read", "draft"])
-    start = time.monotonic()
+    # A drain held by the parked task would never exit: the timeout would fail the test.
     done = subprocess.run(signoff_cmd(home, "worker", "--drain", "--json"), env=child_env(),
-                          capture_output=True, timeout=30)
+                          capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
     assert json.loads(done.stdout)["stopped"] == "drained"
-    assert time.monotonic() - start < 20
     task = rt.task(key)
     assert (task["status"], task["parked"]) == ("approved", True)
     assert task["code"] == "scope_changed"
@@ -86,19 +85,24 @@ def test_a_worker_whose_host_plugin_does_not_import_refuses_to_start(live_home):
 
 
 def test_watch_json_prints_snapshots_until_interrupted(live_home):
-    home, _ = live_home
+    home, rt = live_home
     proc = subprocess.Popen(signoff_cmd(home, "watch", "--json", "--interval", "0.2"),
                             env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         first = json.loads(proc.stdout.readline())
-        second = json.loads(proc.stdout.readline())
+        rt.reject(rt.tasks()[0]["key"])
+        # A later snapshot shows the change: watch keeps reading the rows.
+        later = first
+        while later["tasks"] != {"rejected": 1}:
+            line = proc.stdout.readline()
+            assert line, "watch stopped printing"
+            later = json.loads(line)
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=10)
     finally:
         proc.kill()
     assert proc.returncode == 0
     assert first["tasks"] == {"ready": 1}
-    assert second["at"] > first["at"]
     assert set(first) >= {"deliveries", "tasks", "in_flight", "retries_waiting", "uncertain",
                           "dead_letters", "stale_event_gaps"}
 

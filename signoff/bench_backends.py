@@ -1,0 +1,93 @@
+"""Where one ``signoff bench`` run keeps its state and queue.
+
+SQLite files in each bench home by default. With a PostgreSQL database URL
+every home gets a database of its own, created for the run and dropped after
+it; with a PostgreSQL queue URL the run gets one queue database. Every home
+and every plain-Huey baseline uses a queue name of its own, so a run shares
+nothing with other runs or deployments on the same servers.
+"""
+
+import os
+import uuid
+from urllib.parse import urlsplit, urlunsplit
+
+from .config import write_default
+
+POSTGRES = ("postgres://", "postgresql://")
+REDIS = ("redis://", "rediss://", "unix://")
+
+
+def kind_of(url):
+    """``sqlite``, ``postgresql`` or ``redis`` for a database or queue URL (``None``: SQLite)."""
+    if url is None:
+        return "sqlite"
+    if url.startswith(POSTGRES):
+        return "postgresql"
+    if url.startswith(REDIS):
+        return "redis"
+    raise ValueError(f"unsupported url {url!r}")
+
+
+def _with_database(url, name):
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+class BenchBackend:
+    """The state and queue backends of one bench run, and the databases it made."""
+
+    def __init__(self, database_url=None, queue_url=None):
+        self.database_url, self.queue_url = database_url, queue_url
+        self.state, self.queue = kind_of(database_url), kind_of(queue_url)
+        self.run_id = f"{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        self._created = []  # (server url, database name), dropped by close()
+        self._queue_database = None
+
+    @property
+    def label(self):
+        """``state/queue``, e.g. ``sqlite/sqlite`` or ``postgresql/redis``."""
+        return f"{self.state}/{self.queue}"
+
+    def queue_name(self, home):
+        """A queue name no other run or home uses."""
+        return f"bench-{self.run_id}-{home}"
+
+    def queue_url_for_run(self):
+        """The queue URL homes and baselines use (a fresh database on PostgreSQL)."""
+        if self.queue != "postgresql":
+            return self.queue_url
+        if self._queue_database is None:
+            self._queue_database = self._create(self.queue_url, f"signoff_bench_{self.run_id}_queue")
+        return self._queue_database
+
+    def write_config(self, folder, home):
+        """Create ``folder``'s ``signoff.toml`` pointing at this run's backends for ``home``."""
+        write_default(folder)
+        extra = ""
+        if self.state == "postgresql":
+            url = self._create(self.database_url, f"signoff_bench_{self.run_id}_{home}")
+            extra += f'\n[database]\nurl = "{url}"\n'
+        if self.queue != "sqlite":
+            extra += (f'\n[queue]\nurl = "{self.queue_url_for_run()}"\n'
+                      f'name = "{self.queue_name(home)}"\n')
+        if extra:
+            path = folder / "signoff.toml"
+            path.write_text(path.read_text(encoding="utf-8") + extra, encoding="utf-8")
+
+    def _create(self, server_url, name):
+        import psycopg
+        name = name.replace("-", "_").lower()
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        self._created.append((server_url, name))
+        return _with_database(server_url, name)
+
+    def close(self):
+        """Drop every database this run created."""
+        if not self._created:
+            return
+        import psycopg
+        for server_url, name in reversed(self._created):
+            with psycopg.connect(server_url, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self._created = []
