@@ -1,30 +1,45 @@
 """``Signoff``: one home folder opened for use; the Python API the CLI is built on."""
 
+import functools
 import io
 import json
 import threading
 
-from . import approval, deadletters, ingest, intake, monitors, reaper, submit, views
+from . import approval, deadletters, ingest, intake, monitors, reaper, storage, submit, views
 from .clock import Clock
 from .config import load_config, load_plugin, resolve_home, write_default
 from .errors import ConfigError
-from .models import create_schema, open_database
+from .models import MODELS
 from .tasks import Wakers, make_queue
+
+
+def _own_database(method):
+    # Every call runs against this object's own database (see storage.bind),
+    # so two homes open in one process never see each other's rows.
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        with storage.session(self.database):
+            return method(self, *args, **kwargs)
+    return call
 
 
 class Signoff:
     """A signoff home: configuration, state database, queue, host and drafter.
 
+    The object owns its database: every method runs against it, whatever else
+    is open in the process. ``close()`` (or a ``with`` block) releases it.
     Hosts are made one per thread (a host need not be thread-safe); the drafter
     is shared.
     """
 
-    def __init__(self, home=None, clock=None):
+    def __init__(self, home=None, clock=None, create=False):
         self.home = resolve_home(home)
         self.config = load_config(self.home)
         self.clock = clock or Clock()
-        self.database = open_database(self.config)
-        self.queue = make_queue(self.config)
+        self.database = storage.open_database(self.config, create=create)
+        if not create:
+            storage.check_schema(self.database)
+        self.queue = make_queue(self.config, create=create)
         self.wakers = Wakers(self.queue, self)
         self._local = threading.local()
         self._drafter = None
@@ -32,13 +47,36 @@ class Signoff:
 
     @classmethod
     def init(cls, home=None, clock=None):
-        """Create the home, its config and databases if missing; never reset data."""
+        """Create the home, its config and databases if missing; never reset data.
+
+        Safe when several processes run it at once on one database.
+        """
         path = resolve_home(home)
         write_default(path)
-        rt = cls(path, clock=clock)
-        create_schema()
+        rt = cls(path, clock=clock, create=True)
+        storage.create_schema(rt.database, MODELS)
         rt.host()  # a host that keeps files (the reference host) creates them now
         return rt
+
+    def close(self):
+        """Close this thread's connection to the database (reopened on next use)."""
+        storage.drop_connection(self.database)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _steps(self, stream):
+        # A generator's steps run later, in the caller's loop: bind each one.
+        while True:
+            with storage.session(self.database):
+                try:
+                    item = next(stream)
+                except StopIteration:
+                    return
+            yield item
 
     # -- plug-ins ----------------------------------------------------------
 
@@ -67,42 +105,50 @@ class Signoff:
 
     # -- monitors and intake -------------------------------------------------
 
+    @_own_database
     def bind(self, document, monitor_id="default", **options):
         """Bind a monitor from the host's current grant (see ``monitors.bind``)."""
         return monitors.bind(self, document, monitor_id, **options)
 
+    @_own_database
     def cancel(self, monitor_id):
         """Cancel a monitor and end its open tasks."""
         return monitors.cancel(self, monitor_id)
 
+    @_own_database
     def monitors(self):
         """Every monitor."""
         return monitors.listing()
 
     def enqueue(self, stream, monitor_id="default", progress=None):
         """Accept JSON Lines from a binary stream; yields one result per line."""
-        return intake.enqueue(self, stream, monitor_id, progress)
+        return self._steps(intake.enqueue(self, stream, monitor_id, progress))
 
+    @_own_database
     def enqueue_events(self, events, monitor_id="default"):
         """Accept a list of event dicts (or raw values); returns the line results."""
         lines = b"\n".join(json.dumps(e, ensure_ascii=False).encode("utf-8", "surrogatepass")
                            for e in events) + b"\n"
-        return list(intake.enqueue(self, io.BytesIO(lines), monitor_id))
+        return list(self.enqueue(io.BytesIO(lines), monitor_id))
 
     # -- the worker's steps (Huey tasks call these) ---------------------------
 
+    @_own_database
     def ingest_batch(self, owner):
-        """Claim and process one batch of deliveries."""
-        return ingest.ingest_batch(self, owner)
+        """Claim and process one batch of deliveries (again on a new connection if one dies)."""
+        return storage.retrying(self.database, lambda: ingest.ingest_batch(self, owner))
 
+    @_own_database
     def submit_batch(self, owner):
-        """Claim and process one batch of approved or uncertain tasks."""
-        return submit.submit_batch(self, owner)
+        """Claim and process one batch of approved or uncertain tasks (retried likewise)."""
+        return storage.retrying(self.database, lambda: submit.submit_batch(self, owner))
 
+    @_own_database
     def reap(self):
-        """One reaper pass."""
-        return reaper.reap(self)
+        """One reaper pass (again on a new connection if one dies)."""
+        return storage.retrying(self.database, lambda: reaper.reap(self))
 
+    @_own_database
     def run_until_idle(self, owner="inline", max_batches=10_000):
         """Process everything due now in this thread; for tests and scripts."""
         for _ in range(max_batches):
@@ -114,48 +160,60 @@ class Signoff:
 
     # -- the human channel ---------------------------------------------------
 
+    @_own_database
     def approve(self, key, digest, by="operator"):
         """Approve a ready task whose result has ``digest``."""
         return approval.approve(self, key, digest, by)
 
+    @_own_database
     def approve_many(self, items, by="operator"):
         """Approve many ``(key, digest)`` pairs at once; a result or Refused for each."""
         return approval.approve_many(self, items, by)
 
+    @_own_database
     def reject(self, key, reason=None):
         """Reject a ready task."""
         return approval.reject(self, key, reason)
 
+    @_own_database
     def retry(self, key):
         """Queue a parked, approved or uncertain task again."""
         return approval.retry(self, key)
 
+    @_own_database
     def replay(self, letter_id):
         """Replay a dead letter with a fresh budget."""
         return deadletters.replay(self, letter_id)
 
     # -- views ---------------------------------------------------------------
 
+    @_own_database
     def events(self, **kw):
         """Deliveries and their outcomes (``limit``, ``status`` to filter)."""
         return views.events(**kw)
 
+    @_own_database
     def tasks(self, status=None):
         """Task rows, optionally of one status."""
         return views.tasks(status)
 
+    @_own_database
     def task(self, key):
         """One task with its record, result, digests and history."""
         return views.task_detail(key)
 
+    @_own_database
     def dead_letters(self):
         """Every dead letter."""
         return deadletters.listing()
 
+    @_own_database
     def audit(self, **kw):
         """Audit rows (``limit``, ``after``, ``latest``)."""
         return views.audit(**kw)
 
+    @_own_database
     def stats(self):
-        """The operator's numbers, as ``signoff stats`` prints them."""
-        return views.stats(self.clock.now())
+        """The operator's numbers, as ``signoff stats`` prints them: one snapshot."""
+        with storage.read_snapshot(self.database):
+            return views.stats(self.clock.now())

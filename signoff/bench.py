@@ -141,7 +141,7 @@ class CommitCounter:
 
         def connect(database, *args, **kwargs):
             conn = original(database, *args, **kwargs)
-            stats = _Conn(conn, Path(str(database)).name or str(database))
+            stats = _Conn(conn, Path(str(database).split("?")[0]).name or str(database))
             conn.set_trace_callback(stats.trace)
             self.conns.append(stats)
             return conn

@@ -75,8 +75,10 @@ def command(group, name=None, **kwargs):
             except Exception as exc:
                 # One line, never a traceback: the command failed (exit 1).
                 from peewee import DatabaseError
-                code = "database_error" if isinstance(exc, DatabaseError) else "internal_error"
-                fail(code, f"{type(exc).__name__}: {exc}", as_json)
+                if isinstance(exc, DatabaseError):
+                    from .storage import db, describe
+                    fail(*describe(exc, db.obj), as_json)
+                fail("internal_error", f"{type(exc).__name__}: {exc}", as_json)
         return run
     return wrap
 

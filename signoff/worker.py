@@ -11,13 +11,17 @@ import threading
 import time
 from dataclasses import replace
 
+from . import storage
 from .app import Signoff
+from .config import load_config, resolve_home
+from .errors import StorageError
 from .lifecycle import DELIVERY_PENDING, TASK_ACTIVE
-from .models import Delivery, Task, db, is_sqlite
+from .models import Delivery, Task
 
 REAP_INTERVAL_S = 1.0
 HEALTH_INTERVAL_S = 10.0
 IDLE_POLL_S = 0.5  # Huey's idle polling cap; its default of 10 s is too slow a wake-up
+UNREACHABLE_S = 30.0  # how long `--drain` waits for a database it cannot reach
 
 log = logging.getLogger("signoff.worker")
 
@@ -38,16 +42,33 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
 
     Returns a summary dict; the process exit code is 0 either way.
     """
-    rt = Signoff(home, clock=clock)
+    rt = _open(home, clock)
     if lease_ttl is not None:
         rt.config = replace(rt.config, lease_ttl_s=float(lease_ttl))
     # A plug-in that does not load is the operator's to fix: say so now, once,
     # instead of failing every attempt into the dead letters.
     rt.host()
     rt.drafter()
-    if is_sqlite():
-        # Batches commit without checkpointing; this loop checkpoints instead.
-        rt.database.pragma("wal_autocheckpoint", 0, permanent=True)
+    with storage.bind(rt.database):
+        return _loop(rt, workers, drain)
+
+
+def _open(home, clock):
+    # A database that is down at start is waited for (a restart takes a few
+    # seconds), then refused with database_unavailable.
+    try:
+        return Signoff(home, clock=clock)
+    except StorageError as exc:
+        if exc.code != "database_unavailable":
+            raise
+    database = storage.open_database(load_config(resolve_home(home)))
+    storage.wait_until_reachable(database, UNREACHABLE_S)
+    database.close()
+    return Signoff(home, clock=clock)
+
+
+def _loop(rt, workers, drain):
+    storage.prepare_worker(rt.database)
     logging.getLogger("huey").setLevel(logging.WARNING)
     consumer = rt.queue.create_consumer(workers=workers, worker_type="thread", periodic=False,
                                         max_delay=IDLE_POLL_S, initial_delay=0.05,
@@ -66,12 +87,18 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
         signal.signal(signum, on_signal)
     log.info("worker started: %d threads, lease %.0fs, home %s", workers,
              rt.config.lease_ttl_s, rt.home)
-    idle, health_at = 0, time.monotonic() + HEALTH_INTERVAL_S
+    idle, health_at, reachable_at = 0, time.monotonic() + HEALTH_INTERVAL_S, time.monotonic()
     while not stop.wait(REAP_INTERVAL_S if not drain else IDLE_POLL_S):
         reaped += _reap(rt)
-        _safe(_checkpoint, None)
+        _safe(lambda: storage.checkpoint(rt.database), None)
         if drain:
-            idle = 0 if _safe(can_progress, True) else idle + 1
+            progress = _safe(lambda: storage.retrying(rt.database, can_progress, 0), None)
+            if progress is None and time.monotonic() - reachable_at > UNREACHABLE_S:
+                consumer.stop(graceful=True)
+                raise StorageError("database_unavailable", f"{storage.label(rt.database)} "
+                                   f"unreachable for {UNREACHABLE_S:.0f}s; worker stopped")
+            reachable_at = time.monotonic() if progress is not None else reachable_at
+            idle = 0 if progress is not False else idle + 1
             if idle >= 2:  # twice in a row: a batch between two checks is not missed
                 reason["why"] = "drained"
                 break
@@ -82,15 +109,6 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
     log.info("worker stopped (%s)", reason["why"])
     return {"stopped": reason["why"], "seconds": round(time.monotonic() - started, 3),
             "reaper_changes": reaped}
-
-
-def _checkpoint():
-    # Copy the WAL into the database file here, off the batches' commits: the
-    # copy runs in SQLite with the GIL released while the batches go on. PASSIVE
-    # never waits for readers or writers; what it cannot copy now it copies next
-    # time. Durability is the WAL's (synchronous=full) either way.
-    if is_sqlite():
-        db.execute_sql("PRAGMA wal_checkpoint(PASSIVE)")
 
 
 def _reap(rt):
