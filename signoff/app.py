@@ -59,8 +59,9 @@ class Signoff:
         return rt
 
     def close(self):
-        """Close this thread's connection to the database (reopened on next use)."""
+        """Close this thread's connections to the database and queue (reopened on next use)."""
         storage.drop_connection(self.database)
+        self.queue.storage.close()
 
     def __enter__(self):
         return self

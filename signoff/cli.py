@@ -43,7 +43,9 @@ class Ctx:
     def open(self):
         """The home as a ``Signoff`` (refuses with ``no_home`` if it is missing)."""
         from .app import Signoff
-        return Signoff(self.home)
+        rt = Signoff(self.home)
+        click.get_current_context().call_on_close(rt.close)
+        return rt
 
     def reference_host(self):
         """The reference host of an existing home."""
@@ -98,6 +100,7 @@ def init(obj, as_json):
     """Create the home, its config and databases (idempotent; never resets data)."""
     from .app import Signoff
     rt = Signoff.init(obj.home)
+    click.get_current_context().call_on_close(rt.close)
     emit({"home": str(rt.home), "config": str(rt.home / "signoff.toml")}, as_json,
          lambda d: f"signoff home ready at {d['home']}")
 

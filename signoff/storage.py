@@ -75,9 +75,10 @@ def bind(database):
 # -- lossless strings ------------------------------------------------------------
 
 # PostgreSQL's text and jsonb refuse NUL and lone surrogates, which hosts,
-# drafters and people may send. On PostgreSQL such characters are escaped
-# reversibly behind ESCAPE (a private-use character, itself escaped when it
-# occurs), so every string reads back exactly as it was written.
+# drafters and people may send (and SQLite's driver refuses lone surrogates in
+# text). Such characters are escaped reversibly behind ESCAPE (a private-use
+# character, itself escaped when it occurs), so every string reads back
+# exactly as it was written.
 ESCAPE = "\U000F0000"
 _UNSAFE = re.compile("[\x00\ud800-\udfff\U000F0000]")
 _ESCAPED = re.compile("\U000F0000(?:(E)|(0)|s([0-9a-f]{4}))")
@@ -119,13 +120,12 @@ def _walk(value, convert):
 
 
 class Text(TextField):
-    """Free-form text of any length, lossless on every engine."""
+    """Free-form text of any length, lossless on every engine (SQLite's driver
+    refuses lone surrogates too, so it is escaped everywhere)."""
 
     def db_value(self, value):
         value = super().db_value(value)
-        if isinstance(value, str) and not is_sqlite(self.model._meta.database):
-            return escape_text(value)
-        return value
+        return escape_text(value) if isinstance(value, str) else value
 
     def python_value(self, value):
         return unescape_text(value) if isinstance(value, str) else value
@@ -135,9 +135,7 @@ class JSON(JSONField):
     """JSON (jsonb on PostgreSQL) whose strings are stored losslessly."""
 
     def db_value(self, value):
-        if value is not None and not is_sqlite(self.model._meta.database):
-            value = _walk(value, escape_text)
-        return super().db_value(value)
+        return super().db_value(None if value is None else _walk(value, escape_text))
 
     def python_value(self, value):
         return _walk(super().python_value(value), unescape_text)
@@ -474,7 +472,8 @@ def insert_rows(model, rows, ignore_conflicts=False, returning=()):
         if is_sqlite(database) and isinstance(f, JSONField):
             # As JSONField stores on SQLite: json(text), JSON-typed; None is NULL.
             holders.append(f"json({database.param})")
-            convert.append(lambda v, dumps=f._dumps: None if v is None else dumps(v))
+            convert.append(lambda v, dumps=f._dumps: None if v is None
+                           else dumps(_walk(v, escape_text)))
         else:
             holders.append(database.param)
             convert.append(f.db_value)

@@ -15,7 +15,7 @@ import sqlite3
 from huey import PostgresHuey, RedisHuey, SqliteHuey
 
 from .errors import ConfigError, StorageError
-from .storage import is_postgres_url
+from .storage import SCHEMA_LOCK, is_postgres_url
 
 # How long one wake-up keeps claiming batches before yielding its thread.
 SLICE_S = 1.0
@@ -39,9 +39,21 @@ def make_queue(config, create=False):
     if url.startswith(("redis://", "rediss://", "unix://")):
         return RedisHuey(name=name, url=url, results=False)
     if is_postgres_url(url):
-        return PostgresHuey(name=name, dsn=url, results=False, create_tables=create,
-                            connect_timeout=5, application_name="signoff-queue")
+        queue = PostgresHuey(name=name, dsn=url, results=False, create_tables=False,
+                             connect_timeout=5, application_name="signoff-queue")
+        if create:
+            _create_postgres_queue(queue)
+        return queue
     raise ConfigError("bad_config", f"unsupported queue url {url!r}")
+
+
+def _create_postgres_queue(queue):
+    # Several `init`s at once would race on CREATE TABLE: take turns on the
+    # same advisory lock the state schema uses (held by this connection).
+    import psycopg
+    with psycopg.connect(queue.storage.dsn, autocommit=True, connect_timeout=5) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
+        queue.storage.initialize_schema()
 
 
 def _sqlite_queue_ready(path):
