@@ -37,9 +37,13 @@ class Signoff:
         self.config = load_config(self.home)
         self.clock = clock or Clock()
         self.database = storage.open_database(self.config, create=create)
-        if not create:
-            storage.check_schema(self.database)
-        self.queue = make_queue(self.config, create=create)
+        try:
+            if not create:
+                storage.check_schema(self.database)
+            self.queue = make_queue(self.config, create=create)
+        except BaseException:
+            storage.drop_connection(self.database)
+            raise
         self.wakers = Wakers(self.queue, self)
         self._local = threading.local()
         self._drafter = None
@@ -54,8 +58,12 @@ class Signoff:
         path = resolve_home(home)
         write_default(path)
         rt = cls(path, clock=clock, create=True)
-        storage.create_schema(rt.database, MODELS)
-        rt.host()  # a host that keeps files (the reference host) creates them now
+        try:
+            storage.create_schema(rt.database, MODELS)
+            rt.host()  # a host that keeps files (the reference host) creates them now
+        except BaseException:
+            rt.close()
+            raise
         return rt
 
     def close(self):

@@ -12,6 +12,7 @@ process. So two homes opened in one process each use their own database.
 """
 
 import contextvars
+import functools
 import logging
 import os
 import time
@@ -165,9 +166,16 @@ def _open_sqlite(path, create):
     if not create and not path.exists():
         raise NoHome("no_home", f"{path} is missing: run `signoff init`")
     writable = create or os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
-    # mode=rw: a read never creates a missing file; mode=ro lets a read-only
-    # home be read.
-    mode = "rwc" if create else ("rw" if writable else "ro")
+    # mode=rw: a read never creates a missing file. A read-only home is read
+    # with mode=ro; when no write-ahead log is left (its last writer closed
+    # cleanly) the file alone is the whole state, and immutable=1 lets SQLite
+    # read it without the -shm file it could not create.
+    if create:
+        mode = "rwc"
+    elif writable:
+        mode = "rw"
+    else:
+        mode = "ro" if path.with_name(path.name + "-wal").exists() else "ro&immutable=1"
     pragmas = {"busy_timeout": 30_000, "foreign_keys": 1}
     if writable:
         pragmas.update(journal_mode="wal", synchronous="full")
@@ -315,6 +323,19 @@ def retrying(database, call, budget_s=RECONNECT_S):
                         str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
             time.sleep(delay)
             delay = min(1.0, delay * 2)
+
+
+def retried(unit):
+    """Decorate a function that is one transaction: run again after a transient failure.
+
+    For a batch's writes: fenced by their lease token, so a second run after a
+    failed commit writes each row at most once, and the lease is not lost to a
+    dropped connection.
+    """
+    @functools.wraps(unit)
+    def run(*args, **kwargs):
+        return retrying(db.obj, lambda: unit(*args, **kwargs))
+    return run
 
 
 def wait_until_reachable(database, budget_s):

@@ -61,6 +61,8 @@ def _sqlite_queue_ready(path):
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
             names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.OperationalError:
+        return True  # unreadable here (a read-only home): a write will say why
     except sqlite3.DatabaseError as exc:
         raise StorageError("database_error", f"{path} is not a queue file ({exc}): "
                            "move it away and run `signoff init`") from None

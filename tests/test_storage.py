@@ -5,11 +5,14 @@ PostgreSQL/Redis and PostgreSQL/PostgreSQL. A few are about one engine only
 and say so.
 """
 
+import json
+import shutil
 import subprocess
+import time
 
 import pytest
 
-from conftest import T0, child_env, make_event, signoff_cmd
+from conftest import T0, child_env, make_event, signoff_cmd, start_worker, wait_for
 from signoff import storage
 from signoff.app import Signoff
 from signoff.errors import Blocked, StorageError
@@ -256,3 +259,97 @@ def test_a_blocked_host_code_of_any_text_is_kept(rt, host, monkeypatch):
     rt.run_until_idle()
     [event] = rt.events()
     assert event["outcome"] == strange
+
+
+# -- a read-only home (root is made to respect file modes by dropping its capabilities) --
+
+NO_OVERRIDE = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner",
+               "--inh-caps", "-dac_override,-dac_read_search,-fowner"]
+
+
+def read_only_cli(home, *args, stdin=None):
+    done = subprocess.run([*NO_OVERRIDE, *signoff_cmd(home, *args, "--json")], input=stdin,
+                          env=child_env(), capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+def test_a_read_only_home_is_read_and_writes_are_refused_as_read_only_home(
+        tmp_path, sqlite_only):
+    home = tmp_path / "home"
+    with Signoff.init(home) as rt:
+        rt.host().put_record("comment-1", document="doc-demo", text="t")
+        rt.host().put_material("doc-demo", "2026-11-01")
+        rt.bind("doc-demo")
+        rt.enqueue_events([make_event(occurred=int(time.time()))])
+        rt.run_until_idle()
+        [task] = rt.tasks()
+        digest = rt.task(task["key"])["digest"]
+    paths = sorted(home.iterdir())
+    try:
+        for path in paths:
+            path.chmod(0o444)
+        home.chmod(0o555)
+        for args in (["tasks", "list"], ["events"], ["stats"]):
+            code, out, err = read_only_cli(home, *args)
+            assert code == 0, (args, out, err)
+        assert [t["key"] for t in json.loads(read_only_cli(home, "tasks", "list")[1])] == [
+            task["key"]]
+        for args in (["approve", task["key"], "--digest", digest], ["enqueue"]):
+            code, out, err = read_only_cli(home, *args, stdin=json.dumps(make_event()) + "\n")
+            assert code == 1, (args, out, err)
+            assert json.loads(out)["error"] == "read_only_home", (args, out)
+            assert "Traceback" not in err
+    finally:
+        home.chmod(0o755)
+        for path in paths:
+            path.chmod(0o644)
+    with Signoff(home) as rt:
+        assert rt.tasks()[0]["status"] == "ready"  # nothing changed
+
+
+def test_a_worker_process_rides_out_every_connection_being_terminated(home, backend):
+    if backend is None or not backend.database_url:
+        pytest.skip("a PostgreSQL connection fault")
+    config = home / "signoff.toml"
+    config.write_text(config.read_text(encoding="utf-8").replace("lease_ttl_s = 30.0",
+                                                                 "lease_ttl_s = 2.0"))
+    rt = Signoff.init(home)
+    host = rt.host()
+    for n in range(90):
+        host.put_record(f"comment-{n}", document="doc-demo", text="t")
+    host.put_material("doc-demo", "2026-11-01")
+    rt.bind("doc-demo", window_s=600)
+    events = [make_event(event_id=f"e{n}", record_id=f"comment-{n}", occurred=int(time.time()))
+              for n in range(90)]
+    worker = start_worker(home, "--workers", "2")
+
+    def finished():
+        return sum(e["status"] == "done" for e in rt.events())
+
+    def others(action):
+        return rt.database.execute_sql(
+            f"SELECT count({action}) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()[0]
+
+    try:
+        for wave in range(3):
+            if wave:  # every connection the worker holds dies; it must go on without them
+                wait_for(lambda: others("pid"), 30, what="the worker's connections")
+                rt.queue.storage.close()  # this process's own queue connection is not the target
+                assert others("pg_terminate_backend(pid)") >= 1
+            rt.enqueue_events(events[30 * wave:30 * (wave + 1)])
+            wait_for(lambda: finished() == 30 * (wave + 1), 60, what=f"wave {wave} done")
+            assert worker.poll() is None
+    finally:
+        worker.terminate()
+        out, err = worker.communicate(timeout=60)
+        rt.close()
+    assert worker.returncode == 0, err.decode()[-2000:]
+    assert "retrying on a new connection" in err.decode()  # the fault was met, and survived
+    # Huey logs its own queue connection's death (a PostgreSQL queue) and reconnects; no
+    # other traceback is allowed.
+    log = err.decode()
+    assert log.count("Traceback") == log.count("Error reading from queue"), log[-4000:]
+    assert {e["outcome"] for e in rt.events()} == {"ready"}
+    assert len(rt.tasks()) == 90
