@@ -21,8 +21,8 @@ from urllib.parse import quote, unquote, urlsplit
 
 import re
 
-from peewee import (DatabaseError, DatabaseProxy, InterfaceError, JSONField, OperationalError,
-                    PostgresqlDatabase, SqliteDatabase, TextField)
+from peewee import (DatabaseError, DatabaseProxy, InterfaceError, JSONField, Node,
+                    OperationalError, PostgresqlDatabase, SqliteDatabase, TextField)
 
 from .errors import ConfigError, NoHome, StorageError
 
@@ -133,13 +133,31 @@ class Text(TextField):
 
 
 class JSON(JSONField):
-    """JSON (jsonb on PostgreSQL) whose strings are stored losslessly."""
+    """JSON (jsonb on PostgreSQL) whose strings are stored losslessly.
+
+    Peewee adapts a JSONField to the engine last given to the proxy; this one
+    adapts each value to the engine of the database in use, so homes on two
+    engines can be open in one process.
+    """
+
+    _codecs = {}  # engine class -> (wrap, read)
+
+    def _codec(self):
+        database = getattr(self.model._meta.database, "obj", None)
+        engine = type(database)
+        if engine not in self._codecs:
+            helper = database.json_methods(database)
+            self._codecs[engine] = (helper.make_value_wrapper(self._dumps),
+                                    helper.make_value_reader(self._loads))
+        return self._codecs[engine]
 
     def db_value(self, value):
-        return super().db_value(None if value is None else _walk(value, escape_text))
+        if value is None or isinstance(value, Node):
+            return value
+        return self._codec()[0](_walk(value, escape_text))
 
     def python_value(self, value):
-        return _walk(super().python_value(value), unescape_text)
+        return None if value is None else _walk(self._codec()[1](value), unescape_text)
 
 
 # -- opening -------------------------------------------------------------------

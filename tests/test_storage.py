@@ -353,3 +353,25 @@ def test_a_worker_process_rides_out_every_connection_being_terminated(home, back
     assert log.count("Traceback") == log.count("Error reading from queue"), log[-4000:]
     assert {e["outcome"] for e in rt.events()} == {"ready"}
     assert len(rt.tasks()) == 90
+
+
+def test_homes_on_two_engines_in_one_process_keep_apart(tmp_path, clock, backend, monkeypatch):
+    if backend is None or not backend.database_url:
+        pytest.skip("needs a PostgreSQL server beside SQLite")
+    on_server = Signoff.init(tmp_path / "server", clock=clock)
+    for name in ("SIGNOFF_DATABASE_URL", "SIGNOFF_QUEUE_URL", "SIGNOFF_QUEUE_NAME"):
+        monkeypatch.delenv(name)
+    on_file = Signoff.init(tmp_path / "file", clock=clock)
+    with on_server, on_file:
+        assert storage.is_sqlite(on_file.database) and not storage.is_sqlite(on_server.database)
+        for rt in (on_server, on_file, on_server):
+            rt.host().put_record("comment-1", document="doc-demo", text="t")
+            rt.host().put_material("doc-demo", "2026-11-01")
+            if not rt.monitors():
+                rt.bind("doc-demo")
+            rt.enqueue_events([make_event(event_id=f"e{len(rt.events())}")])
+            rt.run_until_idle()
+        assert len(on_server.events()) == 2 and len(on_file.events()) == 1
+        for rt in (on_server, on_file):
+            [task] = rt.tasks()
+            assert rt.task(task["key"])["result"]["sources"]  # JSON read back on each engine
