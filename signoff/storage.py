@@ -257,9 +257,13 @@ def check_schema(database):
         with bind(database):
             tables = set(database.get_tables())
             if SCHEMA_TABLE not in tables:
-                if tables:
-                    raise StorageError("schema_mismatch", f"{where} has tables but no signoff "
+                if {"delivery", "task"} <= tables:  # made before versions were recorded
+                    raise StorageError("schema_mismatch", f"{where} has signoff tables but no "
                                        "schema version: run `signoff init` to record it")
+                if tables:
+                    raise StorageError("database_error", f"{where} is not a signoff database "
+                                       "(it holds other tables): point signoff elsewhere, "
+                                       "or move it away and run `signoff init`")
                 raise NoHome("no_home", f"{where} holds no signoff schema: run `signoff init`")
             found = [v for (v,) in database.execute_sql(f"SELECT version FROM {SCHEMA_TABLE}")]
     except DatabaseError as exc:

@@ -87,28 +87,45 @@ def _loop(rt, workers, drain):
         signal.signal(signum, on_signal)
     log.info("worker started: %d threads, lease %.0fs, home %s", workers,
              rt.config.lease_ttl_s, rt.home)
-    idle, health_at, reachable_at = 0, time.monotonic() + HEALTH_INTERVAL_S, time.monotonic()
-    while not stop.wait(REAP_INTERVAL_S if not drain else IDLE_POLL_S):
-        reaped += _reap(rt)
-        _safe(lambda: storage.checkpoint(rt.database), None)
-        if drain:
-            progress = _safe(lambda: storage.retrying(rt.database, can_progress, 0), None)
-            if progress is None and time.monotonic() - reachable_at > UNREACHABLE_S:
-                consumer.stop(graceful=True)
-                raise StorageError("database_unavailable", f"{storage.label(rt.database)} "
-                                   f"unreachable for {UNREACHABLE_S:.0f}s; worker stopped")
-            reachable_at = time.monotonic() if progress is not None else reachable_at
-            idle = 0 if progress is not False else idle + 1
-            if idle >= 2:  # twice in a row: a batch between two checks is not missed
+    health_at, drained = time.monotonic() + HEALTH_INTERVAL_S, _Drain(rt)
+    try:
+        while not stop.wait(REAP_INTERVAL_S if not drain else IDLE_POLL_S):
+            reaped += _reap(rt)
+            _safe(lambda: storage.checkpoint(rt.database), None)
+            if drain and drained.now():
                 reason["why"] = "drained"
                 break
-        if time.monotonic() >= health_at:
-            consumer.check_worker_health()
-            health_at = time.monotonic() + HEALTH_INTERVAL_S
-    consumer.stop(graceful=True)
+            if time.monotonic() >= health_at:
+                consumer.check_worker_health()
+                health_at = time.monotonic() + HEALTH_INTERVAL_S
+    finally:
+        consumer.stop(graceful=True)
     log.info("worker stopped (%s)", reason["why"])
     return {"stopped": reason["why"], "seconds": round(time.monotonic() - started, 3),
             "reaper_changes": reaped}
+
+
+class _Drain:
+    """When ``--drain`` may stop: nothing could progress at two checks in a row.
+
+    A database that cannot be reached for ``UNREACHABLE_S`` ends the worker
+    with ``database_unavailable`` instead of waiting forever.
+    """
+
+    def __init__(self, rt):
+        self.rt, self.idle, self.reached_at = rt, 0, time.monotonic()
+
+    def now(self):
+        progress = _safe(lambda: storage.retrying(self.rt.database, can_progress, 0), None)
+        if progress is None:  # not known: the database did not answer
+            self.idle = 0
+            if time.monotonic() - self.reached_at > UNREACHABLE_S:
+                raise StorageError("database_unavailable", f"{storage.label(self.rt.database)}"
+                                   f" unreachable for {UNREACHABLE_S:.0f}s; worker stopped")
+            return False
+        self.reached_at = time.monotonic()
+        self.idle = 0 if progress else self.idle + 1
+        return self.idle >= 2  # twice in a row: a batch between two checks is not missed
 
 
 def _reap(rt):

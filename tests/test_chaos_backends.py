@@ -18,8 +18,8 @@ from conftest import wait_for
 from signoff import storage
 from signoff.app import Signoff
 from signoff.canonical import canonical
-from signoff.models import Delivery, Inbox, Task
-from test_chaos import CONFIG, RECORDS, SEED, WAVE, Workers, approve_ready
+from signoff.models import Delivery, Task
+from test_chaos import CONFIG, RECORDS, SEED, WAVE, Workers, approve_ready, assert_each_task_ended
 
 PROCESSES = 3
 CHAOS_S = 40.0
@@ -136,13 +136,7 @@ def test_chaos_on_postgres_and_redis(tmp_path, backend, capsys):
     assert counts["kills"] >= 10 and counts["terminated"] == 2 and counts["keys_deleted"] == 1
     assert counts["sent"] == RECORDS == len(deliveries)
     assert {d.status for d in deliveries} <= {"done", "dead"}  # nothing lost
-    assert Inbox.select().where(Inbox.outcome == "ready").count() == len(tasks)
-    for task in tasks.values():
-        assert task.approved_digest == task.digest, task.key
-        if task.status == "done":
-            assert results.get(task.key) == task.result, task.key
-        else:
-            assert task.status == "dead" and (task.key not in results or task.outcome_unknown)
+    assert_each_task_ended(tasks, results)
     assert set(results) <= set(tasks) and set(writes) == set(results)
     assert all(n == 1 for n in writes.values()), writes  # nothing written twice
     rt.close()

@@ -375,3 +375,20 @@ def test_homes_on_two_engines_in_one_process_keep_apart(tmp_path, clock, backend
         for rt in (on_server, on_file):
             [task] = rt.tasks()
             assert rt.task(task["key"])["result"]["sources"]  # JSON read back on each engine
+
+
+def test_a_foreign_database_is_named_and_left_alone(tmp_path, sqlite_only):
+    import sqlite3
+    home = tmp_path / "home"
+    Signoff.init(home).close()
+    for suffix in ("", "-wal", "-shm"):
+        (home / ("signoff.db" + suffix)).unlink(missing_ok=True)
+    with sqlite3.connect(home / "signoff.db") as conn:
+        conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+    conn.close()
+    code, out, err = run_cli(home, "worker", "--drain", timeout=30)
+    assert code == 1 and err.startswith("error: database_error: ") and "signoff.db" in err, err
+    assert "other tables" in err and len(err.strip().splitlines()) == 1
+    with sqlite3.connect(home / "signoff.db") as conn:
+        assert [n for (n,) in conn.execute("SELECT name FROM sqlite_master")] == ["invoices"]
+    conn.close()
