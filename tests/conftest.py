@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from backends import Backends
+from signoff import storage
 from signoff.app import Signoff
 from signoff.clock import FakeClock
 
@@ -56,6 +57,8 @@ def backend(monkeypatch, request):
     try:
         yield settings
     finally:
+        if storage.db.obj is not None:  # models used directly reopen the last database
+            storage.drop_connection(storage.db.obj)
         BACKENDS.release(settings)
 
 
