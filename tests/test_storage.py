@@ -392,3 +392,25 @@ def test_a_foreign_database_is_named_and_left_alone(tmp_path, sqlite_only):
     with sqlite3.connect(home / "signoff.db") as conn:
         assert [n for (n,) in conn.execute("SELECT name FROM sqlite_master")] == ["invoices"]
     conn.close()
+
+
+def test_the_environment_overrides_the_backend_keys_and_empty_counts_as_unset(
+        tmp_path, monkeypatch, sqlite_only):
+    from signoff.config import load_config
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "signoff.toml").write_text(
+        '[database]\nurl = "postgresql://a@db/x"\n[queue]\nurl = "redis://q/0"\nname = "blue"\n',
+        encoding="utf-8")
+    config = load_config(home)
+    assert (config.database_url, config.queue_url, config.queue_name) == (
+        "postgresql://a@db/x", "redis://q/0", "blue")
+    monkeypatch.setenv("SIGNOFF_DATABASE_URL", "postgresql://b@db/y")
+    monkeypatch.setenv("SIGNOFF_QUEUE_URL", "")
+    monkeypatch.setenv("SIGNOFF_QUEUE_NAME", "green")
+    config = load_config(home)
+    assert (config.database_url, config.queue_url, config.queue_name) == (
+        "postgresql://b@db/y", "redis://q/0", "green")
+    (home / "signoff.toml").write_text("", encoding="utf-8")
+    monkeypatch.delenv("SIGNOFF_QUEUE_NAME")
+    assert load_config(home).queue_name == "signoff"
