@@ -1,31 +1,50 @@
 """``Signoff``: one home folder opened for use; the Python API the CLI is built on."""
 
+import functools
 import io
 import json
 import threading
 
 from . import (approval, deadletters, gaps, ingest, intake, monitors, policy, reaper, redraft,
-               submit, views)
+               storage, submit, views)
 from .clock import Clock
 from .config import (call_factory, load_config, load_plugin, make_private, resolve_home,
                      write_default)
-from .models import create_schema, open_database
+from .models import MODELS
 from .tasks import Wakers, make_queue
+
+
+def _own_database(method):
+    # Every call runs against this object's own database (see storage.bind),
+    # so two homes open in one process never see each other's rows.
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        with storage.session(self.database):
+            return method(self, *args, **kwargs)
+    return call
 
 
 class Signoff:
     """A signoff home: configuration, state database, queue, host and drafter.
 
+    The object owns its database: every method runs against it, whatever else
+    is open in the process. ``close()`` (or a ``with`` block) releases it.
     Hosts are made one per thread (a host need not be thread-safe); the drafter
     is shared.
     """
 
-    def __init__(self, home=None, clock=None):
+    def __init__(self, home=None, clock=None, create=False):
         self.home = resolve_home(home)
         self.config = load_config(self.home)
         self.clock = clock or Clock()
-        self.database = open_database(self.config)
-        self.queue = make_queue(self.config)
+        self.database = storage.open_database(self.config, create=create)
+        try:
+            if not create:
+                storage.check_schema(self.database)
+            self.queue = make_queue(self.config, create=create)
+        except BaseException:
+            storage.drop_connection(self.database)
+            raise
         self.wakers = Wakers(self.queue, self)
         self._local = threading.local()
         self._drafter = None
@@ -33,14 +52,47 @@ class Signoff:
 
     @classmethod
     def init(cls, home=None, clock=None):
-        """Create the home, its config and databases if missing; never reset data."""
+        """Create the home, its config and databases if missing; never reset data.
+
+        Safe when several processes run it at once on one database.
+        """
         path = resolve_home(home)
         write_default(path)
-        rt = cls(path, clock=clock)
-        create_schema()
-        rt.host()  # a host that keeps files (the reference host) creates them now
-        make_private(path)
+        rt = cls(path, clock=clock, create=True)
+        try:
+            storage.create_schema(rt.database, MODELS)
+            rt.host()  # a host that keeps files (the reference host) creates them now
+            make_private(path)
+        except BaseException:
+            rt.close()
+            raise
         return rt
+
+    def close(self):
+        """Close this thread's host (if it can be closed) and its connections to the
+        database and queue (reopened on next use)."""
+        host = getattr(self._local, "host", None)
+        if host is not None and callable(getattr(host, "close", None)):
+            self._local.host = None
+            host.close()
+        storage.drop_connection(self.database)
+        self.queue.storage.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _steps(self, stream):
+        # A generator's steps run later, in the caller's loop: bind each one.
+        while True:
+            with storage.session(self.database):
+                try:
+                    item = next(stream)
+                except StopIteration:
+                    return
+            yield item
 
     # -- plug-ins ----------------------------------------------------------
 
@@ -65,22 +117,27 @@ class Signoff:
 
     # -- monitors and intake -------------------------------------------------
 
+    @_own_database
     def bind(self, document, monitor_id="default", **options):
         """Bind a monitor from the host's current grant (see ``monitors.bind``)."""
         return monitors.bind(self, document, monitor_id, **options)
 
+    @_own_database
     def cancel(self, monitor_id):
         """Cancel a monitor and end its open tasks."""
         return monitors.cancel(self, monitor_id)
 
+    @_own_database
     def resume(self, monitor_id, new_id, mode, **options):
         """Bind ``new_id`` like the ended ``monitor_id`` and record the gap (``gaps.resume``)."""
         return gaps.resume(self, monitor_id, new_id, mode, **options)
 
+    @_own_database
     def gaps(self):
         """Resume gaps and stale events: what was not observed."""
         return gaps.listing()
 
+    @_own_database
     def monitors(self):
         """Every monitor."""
         return monitors.listing()
@@ -91,28 +148,33 @@ class Signoff:
         Everything accepted is committed before this returns, whether or not
         the caller looks at the answers (``intake.enqueue`` streams them).
         """
-        return list(intake.enqueue(self, stream, monitor_id, progress))
+        return list(self._steps(intake.enqueue(self, stream, monitor_id, progress)))
 
+    @_own_database
     def enqueue_events(self, events, monitor_id="default"):
         """Accept a list of event dicts (or raw values); returns the line results."""
         lines = b"\n".join(json.dumps(e, ensure_ascii=False).encode("utf-8", "surrogatepass")
                            for e in events) + b"\n"
-        return list(intake.enqueue(self, io.BytesIO(lines), monitor_id))
+        return list(self.enqueue(io.BytesIO(lines), monitor_id))
 
     # -- the worker's steps (Huey tasks call these) ---------------------------
 
+    @_own_database
     def ingest_batch(self, owner):
-        """Claim and process one batch of deliveries."""
-        return ingest.ingest_batch(self, owner)
+        """Claim and process one batch of deliveries (again on a new connection if one dies)."""
+        return storage.retrying(self.database, lambda: ingest.ingest_batch(self, owner))
 
+    @_own_database
     def submit_batch(self, owner):
-        """Claim and process one batch of approved or uncertain tasks."""
-        return submit.submit_batch(self, owner)
+        """Claim and process one batch of approved or uncertain tasks (retried likewise)."""
+        return storage.retrying(self.database, lambda: submit.submit_batch(self, owner))
 
+    @_own_database
     def reap(self):
-        """One reaper pass."""
-        return reaper.reap(self)
+        """One reaper pass (again on a new connection if one dies)."""
+        return storage.retrying(self.database, lambda: reaper.reap(self))
 
+    @_own_database
     def run_until_idle(self, owner="inline", max_batches=10_000):
         """Process everything due now in this thread; for tests and scripts."""
         for _ in range(max_batches):
@@ -124,64 +186,80 @@ class Signoff:
 
     # -- the human channel ---------------------------------------------------
 
+    @_own_database
     def approve(self, key, digest, by="operator"):
         """Approve a ready task whose result has ``digest``."""
         return approval.approve(self, key, digest, by)
 
+    @_own_database
     def approve_many(self, items, by="operator"):
         """Approve many ``(key, digest)`` pairs at once; a result or Refused for each."""
         return approval.approve_many(self, items, by)
 
+    @_own_database
     def reject(self, key, reason=None):
         """Reject a ready task."""
         return approval.reject(self, key, reason)
 
+    @_own_database
     def retry(self, key):
         """Queue a parked, approved or uncertain task again."""
         return approval.retry(self, key)
 
+    @_own_database
     def redraft(self, key):
         """Draft a ready or blocked task again from a fresh read (see ``redraft.py``)."""
         return redraft.redraft(self, key)
 
+    @_own_database
     def add_policy(self, monitor_id, ttl_s=None, max_per_hour=None, by="operator"):
         """Add a standing approval policy for a monitor (see ``policy.add``)."""
         return policy.add(self, monitor_id, ttl_s, max_per_hour, by)
 
+    @_own_database
     def policies(self):
         """Every standing approval policy."""
         return policy.listing()
 
+    @_own_database
     def revoke_policy(self, policy_id):
         """End a policy; its unwritten approvals go back to ready."""
         return policy.revoke(self, policy_id)
 
+    @_own_database
     def replay(self, letter_id):
         """Replay a dead letter with a fresh budget."""
         return deadletters.replay(self, letter_id)
 
     # -- views ---------------------------------------------------------------
 
+    @_own_database
     def events(self, **kw):
         """Deliveries and their outcomes (``limit``, ``status``, ``newest_first``)."""
         return views.events(**kw)
 
+    @_own_database
     def tasks(self, status=None, **kw):
         """Task rows, optionally of one status (``limit``, ``newest_first``)."""
         return views.tasks(status, **kw)
 
+    @_own_database
     def task(self, key):
         """One task with its record, result, digests and history."""
         return views.task_detail(key)
 
+    @_own_database
     def dead_letters(self, **kw):
         """Dead letters, oldest first (``limit``, ``newest_first``)."""
         return views.dead_letters(**kw)
 
+    @_own_database
     def audit(self, **kw):
         """Audit rows (``limit``, ``after``, ``latest``, ``newest_first``)."""
         return views.audit(**kw)
 
+    @_own_database
     def stats(self):
-        """The operator's numbers, as ``signoff stats`` prints them."""
-        return views.stats(self.clock.now())
+        """The operator's numbers, as ``signoff stats`` prints them: one snapshot."""
+        with storage.read_snapshot(self.database):
+            return views.stats(self.clock.now())

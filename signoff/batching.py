@@ -25,8 +25,9 @@ from .errors import Blocked
 from .gate import gate
 from .lifecycle import audit, key_in
 from .models import (BatchMember, Delivery, Inbox, Monitor, MonitorBatching, RecordBatch, Task,
-                     db, insert_rows, is_sqlite)
+                     db, insert_rows)
 from .retry import decide
+from .storage import lock_rows
 
 CLOSE_LIMIT = 10  # batches one pass closes; the next pass takes the rest
 
@@ -69,9 +70,7 @@ def _open_batch(monitor_id, document, now, window_s):
     query = RecordBatch.select(RecordBatch.id).where(
         RecordBatch.monitor == monitor_id, RecordBatch.document == document,
         RecordBatch.closed_at.is_null(), RecordBatch.closes_at > now).order_by(RecordBatch.id.desc())
-    if not is_sqlite():
-        query = query.for_update()
-    found = query.first()
+    found = lock_rows(query).first()
     if found is not None:
         return found.id
     return RecordBatch.create(monitor=monitor_id, document=document, opened_at=now,
@@ -143,9 +142,7 @@ def _commit(batch, members, now, task=None, kept=(), code=None):
     with db.atomic():
         query = RecordBatch.select(RecordBatch.id).where(RecordBatch.id == batch.id,
                                                          RecordBatch.closed_at.is_null())
-        if not is_sqlite():
-            query = query.for_update()
-        if query.first() is None:
+        if lock_rows(query).first() is None:
             return 0  # another worker closed it
         now_members = {(m.record_id, m.version) for m in
                        BatchMember.select().where(BatchMember.batch == batch.id)}

@@ -161,7 +161,7 @@ class CommitCounter:
 
         def connect(database, *args, **kwargs):
             conn = original(database, *args, **kwargs)
-            stats = _Conn(conn, Path(str(database)).name or str(database))
+            stats = _Conn(conn, Path(str(database).split("?")[0]).name or str(database))
             conn.set_trace_callback(stats.trace)
             self.conns.append(stats)
             return conn
@@ -627,7 +627,8 @@ def add_history(rt, count=HISTORY):
     Per task: a done delivery, its inbox row, a done task with record and
     result, a delivery and a task attempt, and three audit rows.
     """
-    from .models import Attempt, Audit, Delivery, Inbox, Monitor, Task, db, insert_rows, is_sqlite
+    from .models import Attempt, Audit, Delivery, Inbox, Monitor, Task, db, insert_rows
+    from .storage import checkpoint
     grant_digest = Monitor.get_by_id(MONITOR).grant_digest
     tenant = rt.host().context()["tenant"]
     draft = rt.drafter()
@@ -649,8 +650,7 @@ def add_history(rt, count=HISTORY):
                 attempts.append({"kind": "task", "ref": task["key"], "at": task["updated_at"],
                                  "step": "confirm", "code": "done", "worker": "bench:1:Worker"})
             insert_rows(Attempt, attempts)
-    if is_sqlite():
-        db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    checkpoint(db.obj, "TRUNCATE")
     db.execute_sql("ANALYZE")
 
 

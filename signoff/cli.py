@@ -46,7 +46,9 @@ class Ctx:
     def open(self):
         """The home as a ``Signoff`` (refuses with ``no_home`` if it is missing)."""
         from .app import Signoff
-        return Signoff(self.home)
+        rt = Signoff(self.home)
+        click.get_current_context().call_on_close(rt.close)
+        return rt
 
     def reference_host(self):
         """The reference host of an existing home."""
@@ -78,8 +80,10 @@ def command(group, name=None, json_help="Print one JSON document.", **kwargs):
             except Exception as exc:
                 # One line, never a traceback: the command failed (exit 1).
                 from peewee import DatabaseError
-                code = "database_error" if isinstance(exc, DatabaseError) else "internal_error"
-                fail(code, f"{type(exc).__name__}: {exc}", as_json)
+                if isinstance(exc, DatabaseError):
+                    from .storage import db, describe
+                    fail(*describe(exc, db.obj), as_json)
+                fail("internal_error", f"{type(exc).__name__}: {exc}", as_json)
         return run
     return wrap
 
@@ -165,6 +169,7 @@ def init(obj, as_json):
     """Create the home, its config and databases (idempotent; never resets data)."""
     from .app import Signoff
     rt = Signoff.init(obj.home)
+    click.get_current_context().call_on_close(rt.close)
     emit({"home": str(rt.home), "config": str(rt.home / "signoff.toml")}, as_json,
          lambda d: f"signoff home ready at {d['home']}")
 

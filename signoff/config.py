@@ -74,6 +74,7 @@ class Config:
     database_url: str | None = None
     queue_url: str | None = None
     retention_days: float = 30.0
+    queue_name: str = "signoff"
 
     @property
     def state_path(self):
@@ -229,9 +230,8 @@ def _build(home, raw, path):
         retry=RetryPolicy(**retry),
         lease_ttl_s=float(lease),
         batch_size=batch,
-        database_url=_typed(_table(raw, "database", path), "url", str, None, path, "database"),
-        queue_url=_typed(_table(raw, "queue", path), "url", str, None, path, "queue"),
         retention_days=_retention_days(_table(raw, "retention", path), path),
+        **_backends(raw, path),
     )
 
 
@@ -240,6 +240,25 @@ def _retention_days(table, path):
     if not days > 0:
         raise ConfigError("bad_config", f"{path}: retention.finished_days must be positive")
     return float(days)
+
+
+# The environment overrides signoff.toml for these (an empty value counts as unset).
+BACKEND_ENV = {"database_url": "SIGNOFF_DATABASE_URL", "queue_url": "SIGNOFF_QUEUE_URL",
+               "queue_name": "SIGNOFF_QUEUE_NAME"}
+
+
+def _backends(raw, path):
+    """``[database] url``, ``[queue] url`` and ``[queue] name``, environment first."""
+    database, queue = _table(raw, "database", path), _table(raw, "queue", path)
+    values = {"database_url": _typed(database, "url", str, None, path, "database"),
+              "queue_url": _typed(queue, "url", str, None, path, "queue"),
+              "queue_name": _typed(queue, "name", str, "signoff", path, "queue")}
+    for key, variable in BACKEND_ENV.items():
+        if os.environ.get(variable):
+            values[key] = os.environ[variable]
+    if not values["queue_name"] or not values["queue_name"].isprintable():
+        raise ConfigError("bad_config", f"{path}: queue.name must be a printable, non-empty name")
+    return values
 
 
 def load_plugin(spec, what):

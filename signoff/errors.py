@@ -49,3 +49,9 @@ class NoHome(SignoffError):
     """No signoff home here."""
 
     code = "no_home"
+
+
+class StorageError(SignoffError):
+    """The database cannot be used as it is."""
+
+    code = "database_error"

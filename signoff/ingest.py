@@ -17,6 +17,7 @@ from .leases import claim_deliveries
 from .lifecycle import RELEASED, Fenced, bury, move_deliveries, move_delivery, record_attempts
 from .models import Audit, Delivery, Inbox, Task, db, insert_rows
 from .retry import decide
+from .storage import retried
 
 FUTURE_TOLERANCE_S = 5
 RECORD_KEYS = ("id", "document", "version", "status", "kind")
@@ -152,6 +153,7 @@ def check_draft(drafted):
         raise TypeError("the drafter must return {'draft': str, 'sources': [str, ...]}")
 
 
+@retried
 def write_outcomes(rt, token, owner, rows, outcomes):
     """Persist a batch's outcomes in one transaction; fenced rows are skipped.
 

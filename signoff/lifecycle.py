@@ -6,35 +6,67 @@ row changed means the move did not happen (another worker, a cancel or a
 human got there first) and the caller must not act on it.
 """
 
+from enum import StrEnum
+
 from peewee import SQL
 
-from .models import Attempt, Audit, DeadLetter, Delivery, Task, db, insert_rows
+from . import storage
+from .models import Attempt, Audit, DeadLetter, Delivery, Task, db
+from .storage import insert_rows
+
+
+class DeliveryStatus(StrEnum):
+    """Where a delivery is (the values are what the database and the CLI hold)."""
+
+    QUEUED = "queued"
+    PROCESSING = "processing"
+    RETRYING = "retrying"
+    DONE = "done"
+    DEAD = "dead"
+
+
+class TaskStatus(StrEnum):
+    """Where a task is in its life cycle (SPEC section 5)."""
+
+    READY = "ready"
+    APPROVED = "approved"
+    UNCERTAIN = "uncertain"
+    DONE = "done"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    BLOCKED = "blocked"
+    CANCELLED = "cancelled"
+    DEAD = "dead"
+
+
+D, T = DeliveryStatus, TaskStatus
 
 DELIVERY_EDGES = {
-    ("queued", "processing"), ("retrying", "processing"),
-    ("processing", "done"), ("processing", "retrying"), ("processing", "dead"),
-    ("dead", "queued"),
+    (D.QUEUED, D.PROCESSING), (D.RETRYING, D.PROCESSING),
+    (D.PROCESSING, D.DONE), (D.PROCESSING, D.RETRYING), (D.PROCESSING, D.DEAD),
+    (D.DEAD, D.QUEUED),
 }
 
 TASK_EDGES = {
-    ("ready", "approved"), ("ready", "rejected"), ("ready", "expired"),
-    ("ready", "blocked"), ("ready", "cancelled"),
-    ("approved", "approved"), ("approved", "uncertain"), ("approved", "done"),
-    ("approved", "blocked"), ("approved", "cancelled"), ("approved", "dead"),
-    ("approved", "expired"),
-    ("uncertain", "uncertain"), ("uncertain", "done"), ("uncertain", "blocked"),
-    ("uncertain", "cancelled"), ("uncertain", "dead"),
-    ("dead", "approved"), ("dead", "uncertain"),
+    (T.READY, T.APPROVED), (T.READY, T.REJECTED), (T.READY, T.EXPIRED),
+    (T.READY, T.BLOCKED), (T.READY, T.CANCELLED),
+    (T.APPROVED, T.APPROVED), (T.APPROVED, T.UNCERTAIN), (T.APPROVED, T.DONE),
+    (T.APPROVED, T.BLOCKED), (T.APPROVED, T.CANCELLED), (T.APPROVED, T.DEAD),
+    (T.APPROVED, T.EXPIRED),
+    (T.UNCERTAIN, T.UNCERTAIN), (T.UNCERTAIN, T.DONE), (T.UNCERTAIN, T.BLOCKED),
+    (T.UNCERTAIN, T.CANCELLED), (T.UNCERTAIN, T.DEAD),
+    (T.DEAD, T.APPROVED), (T.DEAD, T.UNCERTAIN),
     # redraft.py: a ready or blocked task drafted again (same record version),
     # and a blocked task superseded by the task for a newer version.
-    ("ready", "ready"), ("blocked", "ready"), ("blocked", "blocked"),
-    ("approved", "ready"),  # a standing policy ended before the write started
+    (T.READY, T.READY), (T.BLOCKED, T.READY), (T.BLOCKED, T.BLOCKED),
+    (T.APPROVED, T.READY),  # a standing policy ended before the write started
 }
 
 # Statuses from which a task can still move without a human.
-TASK_ACTIVE = ("approved", "uncertain")
-TASK_OPEN = ("ready", "approved", "uncertain")
-DELIVERY_PENDING = ("queued", "processing", "retrying")
+TASK_ACTIVE = (T.APPROVED, T.UNCERTAIN)
+TASK_OPEN = (T.READY, T.APPROVED, T.UNCERTAIN)
+DELIVERY_WAITING = (D.QUEUED, D.RETRYING)
+DELIVERY_PENDING = (D.QUEUED, D.PROCESSING, D.RETRYING)
 
 
 class Fenced(Exception):
@@ -63,6 +95,20 @@ def move_delivery(delivery_id, sources, target, now, token=None, **fields):
     _check(DELIVERY_EDGES, sources, target)
     _guarded(Delivery, Delivery.id == delivery_id, sources, token, status=target,
              updated_at=now, **fields)
+
+
+def claim_rows(model, suspect, now, limit, lease):
+    """Write ``lease`` on up to ``limit`` waiting rows in one statement; the rows claimed.
+
+    A delivery moves from waiting to processing (an edge of the table); a task
+    keeps its status and only gains the lease. ``suspect`` claims only rows
+    whose last lease expired (see leases.py).
+    """
+    changes = dict(lease, updated_at=now)
+    if model is Delivery:
+        _check(DELIVERY_EDGES, DELIVERY_WAITING, D.PROCESSING)
+        changes["status"] = D.PROCESSING
+    return storage.claim(model, suspect, now, limit, changes)
 
 
 def _guarded(model, which, statuses, token, **fields):

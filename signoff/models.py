@@ -1,20 +1,18 @@
-"""Peewee models: every durable fact signoff keeps, and the database seam.
+"""Peewee models: every durable fact signoff keeps.
 
 The rows are the truth; a queue message is only a wake-up. Times are UTC epoch
 seconds stored as floats, so SQLite and PostgreSQL read back the same values.
+Ids are 64-bit; strings from hosts, drafters and people are ``Text`` (no length
+limit, stored losslessly on every engine). Opening the database, and every
+difference between engines, is ``storage.py``'s.
 """
 
-from contextlib import contextmanager
-
 from peewee import (
-    AutoField, BigAutoField, BigIntegerField, BooleanField, CharField, DatabaseProxy, DoubleField,
-    IntegerField, JSONField, Model, PostgresqlDatabase, SqliteDatabase, TextField,
-    CompositeKey,
+    BigAutoField, BigIntegerField, BooleanField, CharField, DoubleField, IntegerField,
+    Model, CompositeKey,
 )
 
-from .errors import ConfigError
-
-db = DatabaseProxy()
+from .storage import JSON, SUSPECT, Text, db, insert_rows  # noqa: F401 (insert_rows: re-exported)
 
 
 class BaseModel(Model):
@@ -26,9 +24,9 @@ class BaseModel(Model):
 class Monitor(BaseModel):
     """A standing subscription bound from the host's grant context at bind time."""
 
-    id = CharField(primary_key=True)
-    document = CharField()
-    event_names = JSONField()
+    id = Text(primary_key=True)
+    document = Text()
+    event_names = JSON()
     expires_at = DoubleField()
     window_s = DoubleField()
     approval_ttl_s = DoubleField(null=True)
@@ -41,23 +39,23 @@ class Monitor(BaseModel):
 class Delivery(BaseModel):
     """One received copy of an event: only its five identifying fields."""
 
-    id = AutoField()
-    monitor = CharField()
-    event_id = CharField()
-    name = CharField()
-    document = CharField()
-    record_id = CharField()
+    id = BigAutoField()
+    monitor = Text()
+    event_id = Text()
+    name = Text()
+    document = Text()
+    record_id = Text()
     occurred = BigIntegerField()
-    status = CharField(default="queued")  # queued, processing, retrying, done, dead
-    outcome = CharField(null=True)
+    status = Text()  # lifecycle.DeliveryStatus
+    outcome = Text(null=True)
     task_key = CharField(max_length=64, null=True)
     attempts = IntegerField(default=0)
-    failures = JSONField(default=dict)  # failed attempts per step, reset on replay
-    last_code = CharField(null=True)
+    failures = JSON(default=dict)  # failed attempts per step, reset on replay
+    last_code = Text(null=True)
     next_at = DoubleField()
-    lease_owner = CharField(null=True)
+    lease_owner = Text(null=True)
     lease_until = DoubleField(null=True)
-    lease_token = CharField(null=True)
+    lease_token = Text(null=True)
     accepted_at = DoubleField()
     updated_at = DoubleField()
 
@@ -68,9 +66,9 @@ class Delivery(BaseModel):
 class Inbox(BaseModel):
     """The first outcome per (monitor, event id): the event-id dedupe layer."""
 
-    monitor = CharField()
-    event_id = CharField()
-    outcome = CharField()
+    monitor = Text()
+    event_id = Text()
+    outcome = Text()
     task_key = CharField(max_length=64, null=True)
     at = DoubleField()
 
@@ -82,32 +80,32 @@ class Task(BaseModel):
     """The unit of work for one (monitor, record id, record version)."""
 
     key = CharField(max_length=64, primary_key=True)
-    monitor = CharField()
-    record_id = CharField()
+    monitor = Text()
+    record_id = Text()
     version = BigIntegerField()
-    status = CharField(default="ready")
-    code = CharField(null=True)
+    status = Text()  # lifecycle.TaskStatus
+    code = Text(null=True)
     parked = BooleanField(default=False)
     outcome_unknown = BooleanField(default=False)
     write_possible = BooleanField(default=False)
-    record = JSONField()
-    result = JSONField()
+    record = JSON()
+    result = JSON()
     digest = CharField(max_length=64)
     approved_digest = CharField(max_length=64, null=True)
-    approved_by = CharField(null=True)
+    approved_by = Text(null=True)
     approved_at = DoubleField(null=True)
     approval_deadline = DoubleField(null=True)
     attempts = IntegerField(default=0)
-    failures = JSONField(default=dict)
+    failures = JSON(default=dict)
     next_at = DoubleField(default=0.0)
-    lease_owner = CharField(null=True)
+    lease_owner = Text(null=True)
     lease_until = DoubleField(null=True)
-    lease_token = CharField(null=True)
+    lease_token = Text(null=True)
     created_at = DoubleField()
     updated_at = DoubleField()
     # Earlier drafts, oldest first: {"at", "digest", "result", "record"} each
     # (see redraft.py), and the key of the task that replaced this one.
-    previous_drafts = JSONField(default=list)
+    previous_drafts = JSON(default=list)
     superseded_by = CharField(max_length=64, null=True)
 
     class Meta:
@@ -118,13 +116,13 @@ class Task(BaseModel):
 class Attempt(BaseModel):
     """One try at one step of a delivery or a task: the history operators read."""
 
-    id = AutoField()
-    kind = CharField()  # delivery or task
-    ref = CharField()
+    id = BigAutoField()
+    kind = Text()  # delivery or task
+    ref = Text()
     at = DoubleField()
-    step = CharField()
-    code = CharField()
-    worker = CharField(null=True)
+    step = Text()
+    code = Text()
+    worker = Text(null=True)
 
     class Meta:
         indexes = ((("kind", "ref"), False),)
@@ -133,27 +131,27 @@ class Attempt(BaseModel):
 class Audit(BaseModel):
     """What happened, by identifiers and code only: never bodies, text or secrets."""
 
-    seq = AutoField()
+    seq = BigAutoField()
     at = DoubleField()
-    monitor = CharField(null=True)
-    event_id = CharField(null=True)
+    monitor = Text(null=True)
+    event_id = Text(null=True)
     task_key = CharField(max_length=64, null=True)
-    code = CharField()
+    code = Text()
 
 
 class DeadLetter(BaseModel):
     """A delivery or task whose retry budget was spent."""
 
-    id = AutoField()
-    kind = CharField()
-    ref = CharField()
-    step = CharField()
-    code = CharField()
+    id = BigAutoField()
+    kind = Text()
+    ref = Text()
+    step = Text()
+    code = Text()
     attempts = IntegerField()
     first_at = DoubleField()
     last_at = DoubleField()
     replayed = IntegerField(default=0)
-    note = TextField(null=True)
+    note = Text(null=True)
 
 
 class PurgedTask(BaseModel):
@@ -168,7 +166,7 @@ class Chore(BaseModel):
 
     name = CharField(primary_key=True)
     last_run_at = DoubleField(default=0.0)
-    last_summary = JSONField(null=True)
+    last_summary = JSON(null=True)
 
 
 class Policy(BaseModel):
@@ -179,7 +177,7 @@ class Policy(BaseModel):
     grant_digest = CharField(max_length=64)  # the grant it is bound to; a change ends it
     expires_at = DoubleField()
     max_per_hour = IntegerField(null=True)
-    created_by = TextField()
+    created_by = Text()
     created_at = DoubleField()
     ended_at = DoubleField(null=True)
     end_code = CharField(null=True)  # revoked, expired, cancelled, scope_changed, action
@@ -254,102 +252,9 @@ class BatchMember(BaseModel):
 # leases.py) is looked for first at every claim: a small partial index finds
 # the few there are without reading the waiting rows.
 Delivery.add_index(Delivery.index(Delivery.next_at, name="delivery_suspect",
-                                  where=(Delivery.last_code == "lease_expired")))
-Task.add_index(Task.index(Task.next_at, name="task_suspect", where=(Task.code == "lease_expired")))
+                                  where=(Delivery.last_code == SUSPECT)))
+Task.add_index(Task.index(Task.next_at, name="task_suspect", where=(Task.code == SUSPECT)))
 
 MODELS = [Monitor, Delivery, Inbox, Task, Attempt, Audit, DeadLetter, PurgedTask, Chore,
           Policy, PolicyDecision, Gap, MonitorBatching, RecordBatch, BatchMember]
 
-
-def open_database(config):
-    """Point the models at the database ``config`` names (SQLite file by default)."""
-    url = config.database_url
-    if url is None:
-        database = SqliteDatabase(
-            str(config.state_path),
-            pragmas={"journal_mode": "wal", "synchronous": "full",
-                     "foreign_keys": 1, "busy_timeout": 30_000},
-            timeout=30,
-            # Every transaction takes the write lock at BEGIN: a deferred
-            # read-then-write transaction fails at once under contention.
-            lock_type="IMMEDIATE",
-            returning_clause=True,
-        )
-    elif url.startswith(("postgres://", "postgresql://")):
-        database = PostgresqlDatabase(url, prefer_psycopg3=True, autorollback=True)
-    else:
-        raise ConfigError("bad_config", f"unsupported database url {url!r}")
-    db.initialize(database)
-    return database
-
-
-@contextmanager
-def read_snapshot():
-    """One read-only transaction: every query inside sees the same committed state.
-
-    SQLite: a deferred ``BEGIN`` (the database's ``atomic()`` takes the write
-    lock, which a reader must not); the snapshot starts at the first read.
-    PostgreSQL: ``REPEATABLE READ READ ONLY``.
-    """
-    if is_sqlite():
-        begin = {"lock_type": "DEFERRED"}
-    else:
-        begin = {"isolation_level": "REPEATABLE READ READ ONLY"}
-    with db.obj.transaction(**begin):
-        yield
-
-
-def create_schema():
-    """Create every table and index that is missing; never drops or resets data."""
-    db.create_tables(MODELS, safe=True)
-
-
-def is_sqlite():
-    """True when the state database is SQLite (the claim statement differs)."""
-    return isinstance(db.obj, SqliteDatabase)
-
-
-MAX_PARAMS = 30_000  # below SQLite's 32,766 bound parameters per statement
-
-
-def insert_rows(model, rows, ignore_conflicts=False, returning=()):
-    """Insert dicts into ``model`` in as few statements as the parameter limit allows.
-
-    Writes what ``model.insert_many(rows)`` writes (field defaults included),
-    without building a query tree per value, which for a batch of dozens of rows
-    is most of the cost. ``ignore_conflicts`` skips rows that hit a unique key
-    (``ON CONFLICT DO NOTHING``); ``returning`` names fields to return for the
-    rows actually inserted.
-    """
-    if not rows:
-        return []
-    database = db.obj
-    sqlite = isinstance(database, SqliteDatabase)
-    defaults = {f.name: d for f, d in model._meta.defaults.items() if f.name not in rows[0]}
-    fields = [model._meta.fields[name] for name in (*rows[0], *defaults)]
-    holders, convert = [], []
-    for f in fields:
-        if sqlite and isinstance(f, JSONField):
-            # As JSONField stores on SQLite: json(text), JSON-typed; None is NULL.
-            holders.append(f"json({database.param})")
-            convert.append(lambda v, dumps=f._dumps: None if v is None else dumps(v))
-        else:
-            holders.append(database.param)
-            convert.append(f.db_value)
-    sql = (f'INSERT INTO "{model._meta.table_name}" ('
-           + ", ".join(f'"{f.column_name}"' for f in fields) + ") VALUES ")
-    tail = " ON CONFLICT DO NOTHING" if ignore_conflicts else ""
-    if returning:
-        tail += " RETURNING " + ", ".join(f'"{model._meta.fields[n].column_name}"' for n in returning)
-    one = "(" + ", ".join(holders) + ")"
-    fixed = {name: d() if callable(d) else d for name, d in defaults.items()}
-    per = max(1, MAX_PARAMS // len(fields))
-    out = []
-    for lo in range(0, len(rows), per):
-        chunk = rows[lo:lo + per]
-        params = [c(r[f.name] if f.name in r else fixed[f.name])
-                  for r in chunk for f, c in zip(fields, convert)]
-        cursor = database.execute_sql(sql + ", ".join([one] * len(chunk)) + tail, params)
-        if returning:
-            out.extend(tuple(row) for row in cursor.fetchall())
-    return out

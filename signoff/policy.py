@@ -30,7 +30,8 @@ from .errors import InvalidEvent, Refused
 from .events import check_label
 from .gate import gate
 from .lifecycle import audit, move_tasks
-from .models import Audit, Monitor, Policy, PolicyDecision, Task, db, insert_rows, is_sqlite
+from .models import Audit, Monitor, Policy, PolicyDecision, Task, db, insert_rows
+from .storage import lock_rows
 
 HOUR_S = 60 * 60
 PASS_LIMIT = 200  # tasks one policy considers per pass; the next pass takes the rest
@@ -211,8 +212,7 @@ def _decide(policy, now, summary):
     if not waiting_now.exists():
         return []  # the idle pass, every second: a read, no write lock
     with db.atomic():
-        if not is_sqlite():  # SQLite's write lock is taken at BEGIN already
-            Policy.select().where(Policy.id == policy.id).for_update().get()
+        lock_rows(Policy.select().where(Policy.id == policy.id)).get()
         waiting = [k for (k,) in waiting_now.order_by(Task.created_at, Task.key)
                    .limit(PASS_LIMIT).tuples()]
         if not waiting:

@@ -19,6 +19,7 @@ from .lifecycle import (RELEASED, TASK_ACTIVE, Fenced, bury, move_task, move_tas
                         record_attempts, update_task)
 from .models import Audit, Task, db, insert_rows
 from .retry import decide
+from .storage import retried
 
 
 # What the audit log says for outcomes whose code is an exception's name.
@@ -130,6 +131,7 @@ def _mark_write_possible(rt, token, tasks):
         Task.key.in_(keys), Task.lease_token == token, Task.write_possible == True)}  # noqa: E712
 
 
+@retried
 def write_outcomes(rt, token, owner, tasks, outcomes):
     """Persist every task outcome of a batch in one transaction, fenced."""
     now = rt.clock.now()

@@ -10,26 +10,64 @@ import socket
 import threading
 import time
 
-from huey import RedisHuey, SqliteHuey
+import sqlite3
 
-from .errors import ConfigError
+from huey import PostgresHuey, RedisHuey, SqliteHuey
+
+from .errors import ConfigError, StorageError
+from .storage import SCHEMA_LOCK, is_postgres_url
 from .wakeups import WakePolicy
 
 # How long one wake-up keeps claiming batches before yielding its thread.
 SLICE_S = 1.0
 
 
-def make_queue(config):
-    """The Huey instance for ``config``: SQLite beside the state by default."""
-    url = config.queue_url
+def make_queue(config, create=False):
+    """The Huey instance for ``config``: SQLite beside the state by default.
+
+    Queue tables are created by ``init`` (``create``) only: PostgreSQL's race
+    when several workers start at once.
+    """
+    url, name = config.queue_url, config.queue_name
     if url is None:
         # The rows are the truth and lost wake-ups are re-sent by the reaper,
-        # so the queue file does not need its own fsync.
-        return SqliteHuey(name="signoff", filename=str(config.queue_path), fsync=False,
-                          results=False, timeout=30)
+        # so the queue file does not need its own fsync. A missing file is
+        # made again (a lost queue loses only wake-ups).
+        path = config.queue_path
+        fresh = create or not path.exists() or not _sqlite_queue_ready(path)
+        return SqliteHuey(name=name, filename=str(path), fsync=False, results=False,
+                          timeout=30, create_tables=fresh)
     if url.startswith(("redis://", "rediss://", "unix://")):
-        return RedisHuey(name="signoff", url=url, results=False)
+        return RedisHuey(name=name, url=url, results=False)
+    if is_postgres_url(url):
+        queue = PostgresHuey(name=name, dsn=url, results=False, create_tables=False,
+                             connect_timeout=5, application_name="signoff-queue")
+        if create:
+            _create_postgres_queue(queue)
+        return queue
     raise ConfigError("bad_config", f"unsupported queue url {url!r}")
+
+
+def _create_postgres_queue(queue):
+    # Several `init`s at once would race on CREATE TABLE: take turns on the
+    # same advisory lock the state schema uses (held by this connection).
+    import psycopg
+    with psycopg.connect(queue.storage.dsn, autocommit=True, connect_timeout=5) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
+        queue.storage.initialize_schema()
+
+
+def _sqlite_queue_ready(path):
+    """True when ``path`` holds Huey's tables; a file that is no SQLite database is refused."""
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+            names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.OperationalError:
+        return True  # unreadable here (a read-only home): a write will say why
+    except sqlite3.DatabaseError as exc:
+        raise StorageError("database_error", f"{path} is not a queue file ({exc}): "
+                           "move it away and run `signoff init`") from None
+    return "task" in names
 
 
 def worker_name():

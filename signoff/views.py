@@ -11,7 +11,7 @@ from peewee import fn
 
 from . import batching, gaps
 from .approval import get_task
-from .models import Attempt, Audit, DeadLetter, Delivery, Task, read_snapshot
+from .models import Attempt, Audit, DeadLetter, Delivery, Task
 from .retention import purged_at
 
 
@@ -173,14 +173,9 @@ def _count_by(model, column, *where):
 def stats(now):
     """The operator's numbers: states, leases, retries, uncertainty, dead letters, gaps.
 
-    Every figure is read in one read transaction, so they agree with each
-    other even while workers commit.
+    Read them inside ``storage.read_snapshot`` (``Signoff.stats`` does) so that
+    they agree with each other even while workers commit.
     """
-    with read_snapshot():
-        return _stats(now)
-
-
-def _stats(now):
     deliveries = _count_by(Delivery, Delivery.status)
     tasks_ = _count_by(Task, Task.status)
     leased_d = Delivery.select().where(Delivery.status == "processing").count()

@@ -11,15 +11,18 @@ import threading
 import time
 from dataclasses import replace
 
-from . import batching, policy, retention
+from . import batching, policy, retention, storage
 from .app import Signoff
+from .config import load_config, resolve_home
+from .errors import StorageError
 from .lifecycle import DELIVERY_PENDING, TASK_ACTIVE
-from .models import Delivery, Task, db, is_sqlite
+from .models import Delivery, Task
 
 REAP_INTERVAL_S = 1.0
 HEALTH_INTERVAL_S = 10.0
 CHORES_INTERVAL_S = 60.0  # how often the loop asks whether the hourly purge is due
 IDLE_POLL_S = 0.5  # Huey's idle polling cap; its default of 10 s is too slow a wake-up
+UNREACHABLE_S = 30.0  # how long `--drain` waits for a database it cannot reach
 
 log = logging.getLogger("signoff.worker")
 
@@ -41,16 +44,33 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
 
     Returns a summary dict; the process exit code is 0 either way.
     """
-    rt = Signoff(home, clock=clock)
+    rt = _open(home, clock)
     if lease_ttl is not None:
         rt.config = replace(rt.config, lease_ttl_s=float(lease_ttl))
     # A plug-in that does not load is the operator's to fix: say so now, once,
     # instead of failing every attempt into the dead letters.
     rt.host()
     rt.drafter()
-    if is_sqlite():
-        # Batches commit without checkpointing; this loop checkpoints instead.
-        rt.database.pragma("wal_autocheckpoint", 0, permanent=True)
+    with storage.bind(rt.database):
+        return _loop(rt, workers, drain)
+
+
+def _open(home, clock):
+    # A database that is down at start is waited for (a restart takes a few
+    # seconds), then refused with database_unavailable.
+    try:
+        return Signoff(home, clock=clock)
+    except StorageError as exc:
+        if exc.code != "database_unavailable":
+            raise
+    database = storage.open_database(load_config(resolve_home(home)))
+    storage.wait_until_reachable(database, UNREACHABLE_S)
+    database.close()
+    return Signoff(home, clock=clock)
+
+
+def _loop(rt, workers, drain):
+    storage.prepare_worker(rt.database)
     logging.getLogger("huey").setLevel(logging.WARNING)
     consumer = rt.queue.create_consumer(workers=workers, worker_type="thread", periodic=False,
                                         max_delay=IDLE_POLL_S, initial_delay=0.05,
@@ -69,37 +89,57 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
         signal.signal(signum, on_signal)
     log.info("worker started: %d threads, lease %.0fs, home %s", workers,
              rt.config.lease_ttl_s, rt.home)
-    idle, health_at = 0, time.monotonic() + HEALTH_INTERVAL_S
+    health_at, drained = time.monotonic() + HEALTH_INTERVAL_S, _Drain(rt)
     chores_at = time.monotonic()
-    while not stop.wait(REAP_INTERVAL_S if not drain else IDLE_POLL_S):
-        reaped += _reap(rt)
-        _safe(lambda: batching.close_due(rt), None)
-        _safe(lambda: policy.run_pass(rt), None)
-        if time.monotonic() >= chores_at:
-            _safe(lambda: retention.tick(rt), None)
-            chores_at = time.monotonic() + CHORES_INTERVAL_S
-        _safe(_checkpoint, None)
-        if drain:
-            idle = 0 if _safe(can_progress, True) else idle + 1
-            if idle >= 2:  # twice in a row: a batch between two checks is not missed
+    try:
+        while not stop.wait(REAP_INTERVAL_S if not drain else IDLE_POLL_S):
+            reaped += _reap(rt)
+            chores_at = _chores(rt, chores_at)
+            _safe(lambda: storage.checkpoint(rt.database), None)
+            if drain and drained.now():
                 reason["why"] = "drained"
                 break
-        if time.monotonic() >= health_at:
-            consumer.check_worker_health()
-            health_at = time.monotonic() + HEALTH_INTERVAL_S
-    consumer.stop(graceful=True)
+            if time.monotonic() >= health_at:
+                consumer.check_worker_health()
+                health_at = time.monotonic() + HEALTH_INTERVAL_S
+    finally:
+        consumer.stop(graceful=True)
     log.info("worker stopped (%s)", reason["why"])
     return {"stopped": reason["why"], "seconds": round(time.monotonic() - started, 3),
             "reaper_changes": reaped}
 
 
-def _checkpoint():
-    # Copy the WAL into the database file here, off the batches' commits: the
-    # copy runs in SQLite with the GIL released while the batches go on. PASSIVE
-    # never waits for readers or writers; what it cannot copy now it copies next
-    # time. Durability is the WAL's (synchronous=full) either way.
-    if is_sqlite():
-        db.execute_sql("PRAGMA wal_checkpoint(PASSIVE)")
+def _chores(rt, chores_at):
+    """The loop's own passes next to the reaper; returns when the hourly purge is asked next."""
+    _safe(lambda: batching.close_due(rt), None)
+    _safe(lambda: policy.run_pass(rt), None)
+    if time.monotonic() < chores_at:
+        return chores_at
+    _safe(lambda: retention.tick(rt), None)
+    return time.monotonic() + CHORES_INTERVAL_S
+
+
+class _Drain:
+    """When ``--drain`` may stop: nothing could progress at two checks in a row.
+
+    A database that cannot be reached for ``UNREACHABLE_S`` ends the worker
+    with ``database_unavailable`` instead of waiting forever.
+    """
+
+    def __init__(self, rt):
+        self.rt, self.idle, self.reached_at = rt, 0, time.monotonic()
+
+    def now(self):
+        progress = _safe(lambda: storage.retrying(self.rt.database, can_progress, 0), None)
+        if progress is None:  # not known: the database did not answer
+            self.idle = 0
+            if time.monotonic() - self.reached_at > UNREACHABLE_S:
+                raise StorageError("database_unavailable", f"{storage.label(self.rt.database)}"
+                                   f" unreachable for {UNREACHABLE_S:.0f}s; worker stopped")
+            return False
+        self.reached_at = time.monotonic()
+        self.idle = 0 if progress else self.idle + 1
+        return self.idle >= 2  # twice in a row: a batch between two checks is not missed
 
 
 def _reap(rt):

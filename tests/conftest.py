@@ -1,4 +1,14 @@
-"""Shared fixtures: a fresh home per test, with a fake clock and the reference host."""
+"""Shared fixtures: a fresh home per test, with a fake clock and the reference host.
+
+Backends: with ``SIGNOFF_TEST_DATABASE_URL`` (e.g. postgresql://postgres@127.0.0.1/test)
+and/or ``SIGNOFF_TEST_QUEUE_URL`` (redis://... or postgresql://...) set, every test
+runs on them: it gets its own PostgreSQL database, cloned from a template that
+holds the schema, and its own queue name. They reach every home of the test,
+in this process and in child processes, through the ``SIGNOFF_DATABASE_URL`` /
+``SIGNOFF_QUEUE_URL`` / ``SIGNOFF_QUEUE_NAME`` overrides, and through the
+home's ``signoff.toml`` for homes made by the ``home`` fixture. A server that
+is set but unreachable fails the tests; it never skips them.
+"""
 
 import os
 import subprocess
@@ -8,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from backends import Backends
+from signoff import storage
 from signoff.app import Signoff
 from signoff.clock import FakeClock
 
@@ -29,9 +41,58 @@ def clock():
     return FakeClock(T0)
 
 
+BACKENDS = Backends(os.environ.get("SIGNOFF_TEST_DATABASE_URL") or None,
+                    os.environ.get("SIGNOFF_TEST_QUEUE_URL") or None)
+
+
+@pytest.fixture(autouse=True)
+def backend(monkeypatch, request):
+    """This test's database and queue (SQLite files in the home when nothing is set)."""
+    if not BACKENDS.active:
+        yield None
+        return
+    settings = BACKENDS.allocate(request.node.name)
+    for name, value in settings.env().items():
+        monkeypatch.setenv(name, value)
+    try:
+        yield settings
+    finally:
+        if storage.db.obj is not None:  # models used directly reopen the last database
+            storage.drop_connection(storage.db.obj)
+        BACKENDS.release(settings)
+
+
 @pytest.fixture
-def home(tmp_path):
-    return tmp_path / "home"
+def empty_database(backend):
+    """Environment naming a database with no schema at all ({} on SQLite: the home's file)."""
+    if backend is None or not backend.database_url:
+        yield {}
+        return
+    name, url = BACKENDS.allocate_empty()
+    try:
+        yield {"SIGNOFF_DATABASE_URL": url}
+    finally:
+        BACKENDS.drop(name)
+
+
+def pytest_sessionfinish(session):
+    BACKENDS.close()
+
+
+@pytest.fixture
+def home(tmp_path, backend):
+    """Where the test's home goes; on a server backend its signoff.toml names it."""
+    path = tmp_path / "home"
+    if backend is not None:
+        backend.write_config(path)
+    return path
+
+
+def state_tables(rt):
+    """Every table of ``rt``'s state database: ``{name: [row tuples]}``, on any backend."""
+    database = rt.database
+    return {t: [tuple(r) for r in database.execute_sql(f'SELECT * FROM "{t}"').fetchall()]
+            for t in database.get_tables()}
 
 
 @pytest.fixture
@@ -43,7 +104,7 @@ def rt(home, clock):
     host.put_material("doc-demo", "2026-11-01")
     app.bind("doc-demo")
     yield app
-    app.database.close()
+    app.close()
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ def examined(rt, rows, clock):
 
 
 def test_insert_rows_writes_what_insert_many_writes(rt, clock):
-    base = {"monitor": "default", "record_id": "r", "version": 1,
+    base = {"monitor": "default", "status": "ready", "record_id": "r", "version": 1,
             "record": {"id": "r", "n": [1, 2]}, "result": {"draft": "d", "sources": []},
             "digest": "d" * 64, "approval_deadline": None, "created_at": 1.0, "updated_at": 2.0}
     Task.insert_many([dict(base, key="by-peewee")]).execute()

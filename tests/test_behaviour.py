@@ -6,10 +6,9 @@ and on what the reference host holds.
 """
 
 import json
-import sqlite3
 
 import pytest
-from conftest import T0, make_event
+from conftest import T0, make_event, state_tables
 
 from signoff.app import Signoff
 from signoff.canonical import digest, task_key
@@ -359,7 +358,7 @@ def test_a_lost_ack_is_uncertain_then_a_restarted_runtime_confirms_it(rt, host, 
 
     # Simulate a restart: drop this runtime and open the home afresh.
     host.close()
-    rt.database.close()
+    rt.close()
     clock.advance(60)
     restarted = Signoff(home, clock=clock)
     try:
@@ -371,7 +370,7 @@ def test_a_lost_ack_is_uncertain_then_a_restarted_runtime_confirms_it(rt, host, 
         assert results[0]["result"] == task["result"]
     finally:
         restarted.host().close()
-        restarted.database.close()
+        restarted.close()
 
 
 def test_a_bad_receipt_blocks_the_task_and_it_is_never_done(rt, host, clock):
@@ -526,11 +525,8 @@ def test_event_text_is_kept_nowhere_and_record_text_stays_out_of_the_trail(rt, h
     rt.run_until_idle()
     assert rt.task(key)["status"] == "done"
 
-    with sqlite3.connect(home / "signoff.db") as conn:
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        assert {"audit", "delivery", "task", "inbox", "attempt"} <= set(tables)
-        dumped = {t: repr(conn.execute(f'SELECT * FROM "{t}"').fetchall()) for t in tables}
-    conn.close()
+    dumped = {t: repr(rows) for t, rows in state_tables(rt).items()}
+    assert {"audit", "delivery", "task", "inbox", "attempt"} <= set(dumped)
     assert record_marker in dumped["task"]  # the scan does see stored text
     for table, text in dumped.items():
         assert event_marker not in text, table
@@ -545,7 +541,7 @@ def test_event_text_is_kept_nowhere_and_record_text_stays_out_of_the_trail(rt, h
         if path.name.startswith("queue.db"):
             assert record_marker.encode() not in data, path.name
             scanned.append(path.name)
-    assert "queue.db" in scanned
+    assert "queue.db" in scanned or rt.config.queue_url is not None
 
 
 # -- invalid input ---------------------------------------------------------------

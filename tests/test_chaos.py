@@ -126,6 +126,18 @@ def approve_ready(rt):
     return len(answers) - len(refused)
 
 
+def assert_each_task_ended(tasks, results):
+    """One task per first consumption; every task was approved and reached an end."""
+    assert Inbox.select().where(Inbox.outcome == "ready").count() == len(tasks)
+    for task in tasks.values():
+        assert task.approved_digest == task.digest, task.key
+        if task.status == "done":
+            assert results.get(task.key) == task.result, task.key
+        else:
+            assert task.status == "dead", (task.key, task.status, task.code)
+            assert task.key not in results or task.outcome_unknown, task.key
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_chaos_kill_restart_and_drain(tmp_path, capsys):
@@ -241,15 +253,7 @@ def test_chaos_kill_restart_and_drain(tmp_path, capsys):
     # Every accepted delivery has an outcome.
     assert {d.status for d in deliveries} <= {"done", "dead"}
     assert len(deliveries) == RECORDS + 3 * -(-RECORDS // WAVE)
-    # One task per first consumption; every task was approved and reached an end.
-    assert Inbox.select().where(Inbox.outcome == "ready").count() == len(tasks)
-    for task in tasks.values():
-        assert task.approved_digest == task.digest, task.key
-        if task.status == "done":
-            assert results.get(task.key) == task.result, task.key
-        else:
-            assert task.status == "dead", (task.key, task.status, task.code)
-            assert task.key not in results or task.outcome_unknown, task.key
+    assert_each_task_ended(tasks, results)
     # Exactly once: no key written twice, no result without its task, no conflicts.
     assert set(results) <= set(tasks)
     assert all(n == 1 for n in writes.values()), writes

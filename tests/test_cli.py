@@ -80,7 +80,7 @@ def process(home):
     try:
         rt.run_until_idle()
     finally:
-        rt.database.close()
+        rt.close()
 
 
 def sha256_canonical(value):

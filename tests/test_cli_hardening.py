@@ -98,8 +98,15 @@ def test_an_interrupted_enqueue_still_prints_valid_json(home):
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdin.write(lines.encode())
     proc.stdin.flush()  # stdin stays open: the command waits for more lines
-    first = proc.stdout.read(1)
-    assert first == b"["
+    # The list opens, then the first chunk's answers follow its commit: once
+    # one answer is out, the first chunk is stored and the rest is not. Read
+    # the pipe unbuffered: communicate() below reads the rest from the same fd.
+    first = b""
+    while b"}" not in first:
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        assert chunk, (first, proc.stderr.read())
+        first += chunk
+    assert first.startswith(b"[\n{"), first
     _wait_for_stored(home, 2000)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)

@@ -106,7 +106,7 @@ class Home:
                 proc.kill()
                 proc.wait(timeout=10)
         self.host.close()
-        self.rt.database.close()
+        self.rt.close()
 
 
 @pytest.fixture

@@ -53,7 +53,7 @@ def make_rt(tmp_path, clock):
 
     yield make
     for app in opened:
-        app.database.close()
+        app.close()
 
 
 def delivery(delivery_id):

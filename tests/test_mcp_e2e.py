@@ -60,6 +60,7 @@ def mcp_rt(home):
 
 
 def test_a_worker_with_a_mistyped_server_command_does_not_start(home):
+    Signoff.init(home).close()
     configure_mcp_home(home)
     config = home / "signoff.toml"
     config.write_text(re.sub(r"(?m)^command = .*$", 'command = "/nonexistent/python"',

@@ -26,7 +26,7 @@ def live_home(tmp_path):
                         "record_id": "comment-1", "occurred": int(time.time())}])
     rt.run_until_idle()
     yield home, rt
-    rt.database.close()
+    rt.close()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ..canonical import canonical
-from ..errors import Blocked, Refused
+from ..errors import Blocked, Refused, StorageError
 
 FILENAME = "host.db"
 FAULTS = ("read-timeout", "lose-ack", "bad-receipt", "crash-after-write")
@@ -41,13 +41,18 @@ class ReferenceHost:
         self.path = Path(path) if path else Path(home) / FILENAME
         self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
                                     check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
-        with self._write():
-            for statement in filter(str.strip, SCHEMA.split(";")):
-                self.conn.execute(statement)
-            self.conn.execute("INSERT OR IGNORE INTO grants VALUES (1, ?)",
-                              (canonical(DEFAULT_GRANT),))
+        try:
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=FULL")
+            with self._write():
+                for statement in filter(str.strip, SCHEMA.split(";")):
+                    self.conn.execute(statement)
+                self.conn.execute("INSERT OR IGNORE INTO grants VALUES (1, ?)",
+                                  (canonical(DEFAULT_GRANT),))
+        except sqlite3.DatabaseError as exc:
+            self.conn.close()
+            code = "read_only_home" if "readonly" in str(exc) else "database_error"
+            raise StorageError(code, f"{self.path}: {exc}") from None
 
     def _write(self):
         return _Immediate(self.conn)

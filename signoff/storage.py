@@ -1,0 +1,565 @@
+"""The storage seam: every difference between SQLite and PostgreSQL lives here.
+
+It opens the database a config names (with the session settings of each
+engine), creates and checks the schema and its version, claims batches of
+waiting rows, inserts rows in bulk, reconnects after a dropped connection and
+retries deadlocks and serialization failures. Nothing outside this module asks
+which engine it runs on.
+
+The models' database is ``db``, a proxy that resolves to the database bound by
+the calling ``Signoff`` (see ``bind``), else to the last one opened in the
+process. So two homes opened in one process each use their own database.
+"""
+
+import contextvars
+import functools
+import logging
+import os
+import time
+from contextlib import contextmanager
+from urllib.parse import quote, unquote, urlsplit
+
+import re
+
+from peewee import (DatabaseError, DatabaseProxy, InterfaceError, JSONField, Node,
+                    OperationalError, PostgresqlDatabase, SqliteDatabase, TextField)
+
+from .errors import ConfigError, NoHome, StorageError
+
+log = logging.getLogger("signoff.storage")
+
+# Bumped whenever a table, column or index changes; `signoff init` records it.
+SCHEMA_VERSION = 1
+SCHEMA_TABLE = "signoff_schema"
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+# PostgreSQL session settings (milliseconds): no statement, lock wait or idle
+# transaction can hold a worker, or the rows it locked, for long.
+SESSION = {"lock_timeout": 10_000, "statement_timeout": 120_000,
+           "idle_in_transaction_session_timeout": 60_000}
+CONNECT_TIMEOUT_S = 5
+RECONNECT_S = 10.0  # how long one call keeps trying to get its connection back
+# SQLSTATEs worth trying again: serialization failure, deadlock, the server
+# shutting down or starting up, and every connection exception (class 08).
+RETRY_STATES = {"40001", "40P01", "57P01", "57P02", "57P03"}
+
+_bound = contextvars.ContextVar("signoff_database", default=None)
+
+
+class BoundDatabase(DatabaseProxy):
+    """The database of the ``Signoff`` in use: bound per call, else the last opened."""
+
+    __slots__ = ("_fallback",)
+    __setattr__ = object.__setattr__
+
+    @property
+    def obj(self):
+        return _bound.get() or self._fallback
+
+    @obj.setter
+    def obj(self, database):
+        object.__setattr__(self, "_fallback", database)
+
+
+db = BoundDatabase()
+
+
+@contextmanager
+def bind(database):
+    """Make the models use ``database`` in this thread until the block ends."""
+    token = _bound.set(database)
+    try:
+        yield database
+    finally:
+        _bound.reset(token)
+
+
+# -- lossless strings ------------------------------------------------------------
+
+# PostgreSQL's text and jsonb refuse NUL and lone surrogates, which hosts,
+# drafters and people may send (and SQLite's driver refuses lone surrogates in
+# text). Such characters are escaped reversibly behind ESCAPE (a private-use
+# character, itself escaped when it occurs), so every string reads back
+# exactly as it was written.
+ESCAPE = "\U000F0000"
+_UNSAFE = re.compile("[\x00\ud800-\udfff\U000F0000]")
+_ESCAPED = re.compile("\U000F0000(?:(E)|(0)|s([0-9a-f]{4}))")
+
+
+def escape_text(value):
+    """``value`` with NUL, lone surrogates and ``ESCAPE`` escaped (reversibly)."""
+    if value.isascii() or not _UNSAFE.search(value):
+        return value.replace("\x00", ESCAPE + "0") if "\x00" in value else value
+    return _UNSAFE.sub(_escape_one, value)
+
+
+def _escape_one(match):
+    ch = match.group()
+    if ch == ESCAPE:
+        return ESCAPE + "E"
+    if ch == "\x00":
+        return ESCAPE + "0"
+    return f"{ESCAPE}s{ord(ch):04x}"
+
+
+def unescape_text(value):
+    """The inverse of ``escape_text``."""
+    if ESCAPE not in value:
+        return value
+    return _ESCAPED.sub(lambda m: ESCAPE if m.group(1) else "\x00" if m.group(2)
+                        else chr(int(m.group(3), 16)), value)
+
+
+def _walk(value, convert):
+    if isinstance(value, str):
+        return convert(value)
+    if isinstance(value, dict):
+        return {convert(k) if isinstance(k, str) else k: _walk(v, convert)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_walk(v, convert) for v in value]
+    return value
+
+
+class Text(TextField):
+    """Free-form text of any length, lossless on every engine (SQLite's driver
+    refuses lone surrogates too, so it is escaped everywhere)."""
+
+    def db_value(self, value):
+        value = super().db_value(value)
+        return escape_text(value) if isinstance(value, str) else value
+
+    def python_value(self, value):
+        return unescape_text(value) if isinstance(value, str) else value
+
+
+class JSON(JSONField):
+    """JSON (jsonb on PostgreSQL) whose strings are stored losslessly.
+
+    Peewee adapts a JSONField to the engine last given to the proxy; this one
+    adapts each value to the engine of the database in use, so homes on two
+    engines can be open in one process.
+    """
+
+    _codecs = {}  # engine class -> (wrap, read)
+
+    def _codec(self):
+        database = getattr(self.model._meta.database, "obj", None)
+        engine = type(database)
+        if engine not in self._codecs:
+            helper = database.json_methods(database)
+            self._codecs[engine] = (helper.make_value_wrapper(self._dumps),
+                                    helper.make_value_reader(self._loads))
+        return self._codecs[engine]
+
+    def db_value(self, value):
+        if value is None or isinstance(value, Node):
+            return value
+        return self._codec()[0](_walk(value, escape_text))
+
+    def python_value(self, value):
+        return None if value is None else _walk(self._codec()[1](value), unescape_text)
+
+
+# -- opening -------------------------------------------------------------------
+
+def is_postgres_url(url):
+    """True for a ``postgresql://`` (or ``postgres://``) url."""
+    return url is not None and url.startswith(POSTGRES_SCHEMES)
+
+
+def open_database(config, create=False):
+    """A new Peewee database for ``config``; the SQLite file is made only if ``create``."""
+    url = config.database_url
+    if url is None:
+        database = _open_sqlite(config.state_path, create)
+    elif is_postgres_url(url):
+        database = _open_postgres(url)
+    else:
+        raise ConfigError("bad_config", f"unsupported database url {url!r}")
+    db.initialize(database)
+    return database
+
+
+def _open_sqlite(path, create):
+    if not create and not path.exists():
+        raise NoHome("no_home", f"{path} is missing: run `signoff init`")
+    writable = create or os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+    # mode=rw: a read never creates a missing file. A read-only home is read
+    # with mode=ro; when no write-ahead log is left (its last writer closed
+    # cleanly) the file alone is the whole state, and immutable=1 lets SQLite
+    # read it without the -shm file it could not create.
+    if create:
+        mode = "rwc"
+    elif writable:
+        mode = "rw"
+    else:
+        mode = "ro" if path.with_name(path.name + "-wal").exists() else "ro&immutable=1"
+    pragmas = {"busy_timeout": 30_000, "foreign_keys": 1}
+    if writable:
+        pragmas.update(journal_mode="wal", synchronous="full")
+    return SqliteDatabase(
+        f"file:{quote(str(path))}?mode={mode}", uri=True, pragmas=pragmas, timeout=30,
+        # Every transaction takes the write lock at BEGIN: a deferred
+        # read-then-write transaction fails at once under contention.
+        lock_type="IMMEDIATE", returning_clause=True)
+
+
+def _open_postgres(url):
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://"):]
+    options = " ".join(f"-c {name}={value}" for name, value in SESSION.items())
+    return PostgresqlDatabase(url, prefer_psycopg3=True, connect_timeout=CONNECT_TIMEOUT_S,
+                              application_name="signoff", options=options)
+
+
+def is_sqlite(database):
+    """True when ``database`` (or the database ``db`` resolves to) is SQLite."""
+    return isinstance(getattr(database, "obj", database), SqliteDatabase)
+
+
+def label(database):
+    """What to call ``database`` in a message: the file, or the server database."""
+    if database is None:
+        return "the database"
+    if is_sqlite(database):
+        return unquote(database.database.split("?")[0].removeprefix("file:"))
+    url = urlsplit(database.database)
+    return f"PostgreSQL database {url.path.lstrip('/')!r} at {url.hostname}:{url.port or 5432}"
+
+
+# -- schema --------------------------------------------------------------------
+
+SCHEMA_LOCK = 0x5169_0ff  # the advisory lock concurrent `init`s queue on
+
+
+def create_schema(database, models):
+    """Create every missing table and index and record the schema version.
+
+    Safe when several processes run it at once: PostgreSQL serialises them on
+    an advisory lock, SQLite on the write lock its transaction takes at BEGIN.
+    Never drops or resets data.
+    """
+    with bind(database), database.atomic():
+        if not is_sqlite(database):
+            database.execute_sql("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+        database.create_tables(models, safe=True)
+        database.execute_sql(f"CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} "
+                             "(version INTEGER NOT NULL, at DOUBLE PRECISION NOT NULL)")
+        database.execute_sql(f"DELETE FROM {SCHEMA_TABLE}")
+        database.execute_sql(f"INSERT INTO {SCHEMA_TABLE} VALUES ({database.param}, "
+                             f"{database.param})", (SCHEMA_VERSION, time.time()))
+
+
+def check_schema(database):
+    """Refuse a database without this version's schema, with what to run."""
+    where = label(database)
+    try:
+        with bind(database):
+            tables = set(database.get_tables())
+            if SCHEMA_TABLE not in tables:
+                if {"delivery", "task"} <= tables:  # made before versions were recorded
+                    raise StorageError("schema_mismatch", f"{where} has signoff tables but no "
+                                       "schema version: run `signoff init` to record it")
+                if tables:
+                    raise StorageError("database_error", f"{where} is not a signoff database "
+                                       "(it holds other tables): point signoff elsewhere, "
+                                       "or move it away and run `signoff init`")
+                raise NoHome("no_home", f"{where} holds no signoff schema: run `signoff init`")
+            found = [v for (v,) in database.execute_sql(f"SELECT version FROM {SCHEMA_TABLE}")]
+    except DatabaseError as exc:
+        raise StorageError(*describe(exc, database)) from None
+    if found != [SCHEMA_VERSION]:
+        what = ("run `signoff init` to bring it up to date" if found and found[0] < SCHEMA_VERSION
+                else "upgrade signoff, or run `signoff init` on a new database")
+        raise StorageError("schema_mismatch", f"{where} has schema version "
+                           f"{found[0] if found else 'none'}, this signoff knows "
+                           f"{SCHEMA_VERSION}: {what}")
+
+
+def describe(exc, database):
+    """A stable ``(code, one-line message)`` for a database failure."""
+    where = label(database)
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "readonly database" in text or "read-only" in text:
+        return "read_only_home", f"{where} is read-only: this command needs to write"
+    if is_sqlite(database):
+        if "not a database" in text or "malformed" in text:
+            return "database_error", f"{where} is not a signoff database ({text}): move it away and run `signoff init`"
+        if "unable to open" in text:
+            return "database_error", f"{where} cannot be opened ({text})"
+    if _unreachable(exc):
+        return "database_unavailable", f"{where} is unreachable: {text}"
+    return "database_error", f"{where}: {type(exc).__name__}: {text}"
+
+
+# -- faults: reconnect and retry -----------------------------------------------
+
+def _sqlstate(exc):
+    cause = exc.__cause__ or (exc.args[0] if exc.args else None)
+    return getattr(cause, "sqlstate", None)
+
+
+def _unreachable(exc):
+    state = _sqlstate(exc)
+    if state is not None:
+        return state.startswith("08") or state in {"57P01", "57P02", "57P03"}
+    text = str(exc)
+    return isinstance(exc, (OperationalError, InterfaceError)) and (
+        "connection" in text or "server" in text or "closed" in text)
+
+
+def transient(exc, database):
+    """True when ``exc`` is worth a retry on a fresh connection (never on SQLite)."""
+    if is_sqlite(database) or not isinstance(exc, (OperationalError, InterfaceError)):
+        return False
+    state = _sqlstate(exc)
+    return state in RETRY_STATES or _unreachable(exc) or not database.is_connection_usable()
+
+
+def drop_connection(database):
+    """Forget this thread's connection, so the next query opens a new one."""
+    try:
+        database.close()
+    except Exception:  # a dead connection may refuse even to close
+        database.dispose()
+
+
+def retrying(database, call, budget_s=RECONNECT_S):
+    """``call()``, tried again on a fresh connection after a transient failure.
+
+    For units of work that are safe to run again from the start (a worker
+    batch, a reaper pass, a view). Inside an open transaction nothing is
+    retried: the failure belongs to the outermost caller.
+    """
+    deadline, delay = time.monotonic() + budget_s, 0.05
+    while True:
+        try:
+            return call()
+        except (OperationalError, InterfaceError) as exc:
+            if database.in_transaction() or not transient(exc, database):
+                raise
+            drop_connection(database)
+            if time.monotonic() >= deadline:
+                raise
+            log.warning("database call failed (%s); retrying on a new connection",
+                        str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+            time.sleep(delay)
+            delay = min(1.0, delay * 2)
+
+
+def retried(unit):
+    """Decorate a function that is one transaction: run again after a transient failure.
+
+    For a batch's writes: fenced by their lease token, so a second run after a
+    failed commit writes each row at most once, and the lease is not lost to a
+    dropped connection.
+    """
+    @functools.wraps(unit)
+    def run(*args, **kwargs):
+        return retrying(db.obj, lambda: unit(*args, **kwargs))
+    return run
+
+
+def wait_until_reachable(database, budget_s):
+    """Connect within ``budget_s`` seconds or raise ``database_unavailable``."""
+    try:
+        retrying(database, lambda: database.execute_sql("SELECT 1").fetchall(), budget_s)
+    except (OperationalError, InterfaceError) as exc:
+        raise StorageError(*describe(exc, database)) from None
+
+
+@contextmanager
+def read_snapshot(database):
+    """A read-only transaction: every query in the block sees one snapshot."""
+    if is_sqlite(database):
+        # A deferred transaction in WAL mode reads one snapshot without the write lock.
+        with database.atomic("DEFERRED"):
+            yield
+    else:
+        with database.atomic(isolation_level="REPEATABLE READ"):
+            database.execute_sql("SET TRANSACTION READ ONLY")
+            yield
+
+
+def checkpoint(database, mode="PASSIVE"):
+    """Copy SQLite's write-ahead log into the database file; nothing elsewhere.
+
+    Run off the batches' commits: PASSIVE never waits for readers or writers,
+    and what it cannot copy now it copies next time (TRUNCATE, for a bulk
+    load, waits and empties the log).
+    """
+    if is_sqlite(database):
+        database.execute_sql(f"PRAGMA wal_checkpoint({mode})")
+
+
+def lock_rows(query):
+    """``query`` holding the rows it reads until the transaction ends.
+
+    PostgreSQL: ``FOR UPDATE``. SQLite needs nothing: its transactions take the
+    write lock at BEGIN.
+    """
+    return query if is_sqlite(db.obj) else query.for_update()
+
+
+def prepare_worker(database):
+    """Engine settings a long-running worker wants (SQLite: checkpoint in the loop)."""
+    if is_sqlite(database):
+        # Batches commit without checkpointing; the worker loop checkpoints instead.
+        database.pragma("wal_autocheckpoint", 0, permanent=True)
+
+
+# -- claims --------------------------------------------------------------------
+
+# A claim picks up to ``limit`` waiting rows, earliest ``next_at`` first (ties:
+# deliveries by id, tasks in the order they were written), and writes its
+# lease on them in one statement. ``suspect`` picks only rows whose last lease
+# expired without an outcome (see leases.py), else only the others.
+#
+# SQLite (one writer at a time) picks first and updates the keys picked. With
+# the portable OR of statuses SQLite reads every waiting row (and, for the
+# suspect test, every row behind them) and sorts them all, so a claim slows
+# down as the backlog grows: ~14 ms per claim at 100,000 waiting. Here each
+# status is one range of the (status, next_at) index read in order and cut at
+# the limit; suspects come from their own small partial index (the unary ``+``
+# keeps the status index out of that query).
+SUSPECT = "lease_expired"
+_SQLITE_PICK = {
+    ("delivery", False): """
+        SELECT id FROM (
+          SELECT id, next_at FROM (SELECT id, next_at FROM delivery
+            WHERE status = 'queued' AND (last_code IS NULL OR last_code != :suspect)
+            ORDER BY next_at, id LIMIT :limit)
+          UNION ALL
+          SELECT id, next_at FROM (SELECT id, next_at FROM delivery
+            WHERE status = 'retrying' AND next_at <= :now
+              AND (last_code IS NULL OR last_code != :suspect)
+            ORDER BY next_at, id LIMIT :limit)
+          ORDER BY 2, 1 LIMIT :limit)""",
+    ("delivery", True): """
+        SELECT id FROM delivery
+        WHERE last_code = :suspect
+          AND (+status = 'queued' OR (+status = 'retrying' AND +next_at <= :now))
+        ORDER BY next_at, id LIMIT :limit""",
+    ("task", False): """
+        SELECT key FROM (
+          SELECT key, next_at FROM (SELECT key, next_at FROM task
+            WHERE status = 'approved' AND next_at <= :now AND parked = 0
+              AND lease_token IS NULL AND (code IS NULL OR code != :suspect)
+            ORDER BY next_at LIMIT :limit)
+          UNION ALL
+          SELECT key, next_at FROM (SELECT key, next_at FROM task
+            WHERE status = 'uncertain' AND next_at <= :now AND parked = 0
+              AND lease_token IS NULL AND (code IS NULL OR code != :suspect)
+            ORDER BY next_at LIMIT :limit)
+          ORDER BY 2 LIMIT :limit)""",
+    ("task", True): """
+        SELECT key FROM task
+        WHERE code = :suspect AND +status IN ('approved', 'uncertain') AND +next_at <= :now
+          AND parked = 0 AND lease_token IS NULL
+        ORDER BY next_at LIMIT :limit""",
+}
+
+# PostgreSQL (many claimers at once) locks its pick with SKIP LOCKED, so two
+# claimers never wait for or share a row. The pick is a MATERIALIZED CTE: as a
+# plain ``IN (subquery)`` the planner may run it once per outer row when its
+# statistics are stale (a fresh table), and a claim with limit 50 then takes
+# every waiting row.
+_POSTGRES_WAITING = {
+    "delivery": "(status = 'queued' OR (status = 'retrying' AND next_at <= %s))",
+    "task": ("status IN ('approved', 'uncertain') AND NOT parked AND next_at <= %s"
+             " AND lease_token IS NULL"),
+}
+_POSTGRES_ORDER = {"delivery": "next_at, id", "task": "next_at, created_at, key"}
+_SUSPECT_COLUMN = {"delivery": "last_code", "task": "code"}
+
+
+def claim(model, suspect, now, limit, changes):
+    """Write ``changes`` (and one more attempt) on up to ``limit`` waiting rows.
+
+    Returns the claimed rows as ``model`` instances, as they are after the claim.
+    """
+    database = model._meta.database
+    table, pk = model._meta.table_name, model._meta.primary_key.column_name
+    if is_sqlite(database):
+        params = {"now": now, "limit": limit, "suspect": SUSPECT}
+        keys = [k for (k,) in database.execute_sql(_SQLITE_PICK[table, suspect], params)]
+        if not keys:
+            return []
+        chosen = f'"{pk}" IN (' + ", ".join("?" * len(keys)) + ")"
+        sets = ", ".join(f'"{column}" = ?' for column in changes)
+        sql = (f'UPDATE "{table}" SET {sets}, attempts = attempts + 1 WHERE {chosen} '
+               "RETURNING *")
+        return list(model.raw(sql, *changes.values(), *keys))
+    column = _SUSPECT_COLUMN[table]
+    which = f"{column} = %s" if suspect else f"({column} IS NULL OR {column} <> %s)"
+    sets = ", ".join(f'"{column}" = %s' for column in changes)
+    sql = (f'WITH picked AS MATERIALIZED (SELECT "{pk}" FROM "{table}" '
+           f"WHERE {_POSTGRES_WAITING[table]} AND {which} "
+           f"ORDER BY {_POSTGRES_ORDER[table]} LIMIT %s FOR UPDATE SKIP LOCKED) "
+           f'UPDATE "{table}" AS t SET {sets}, attempts = t.attempts + 1 '
+           f'FROM picked WHERE t."{pk}" = picked."{pk}" RETURNING t.*')
+    return list(model.raw(sql, now, SUSPECT, limit, *changes.values()))
+
+
+# -- bulk inserts --------------------------------------------------------------
+
+MAX_PARAMS = 30_000  # below SQLite's 32,766 bound parameters per statement
+
+
+def insert_rows(model, rows, ignore_conflicts=False, returning=()):
+    """Insert dicts into ``model`` in as few statements as the parameter limit allows.
+
+    Writes what ``model.insert_many(rows)`` writes (field defaults included),
+    without building a query tree per value, which for a batch of dozens of rows
+    is most of the cost. ``ignore_conflicts`` skips rows that hit a unique key
+    (``ON CONFLICT DO NOTHING``); ``returning`` names fields to return for the
+    rows actually inserted.
+    """
+    if not rows:
+        return []
+    database = model._meta.database
+    defaults = {f.name: d for f, d in model._meta.defaults.items() if f.name not in rows[0]}
+    fields = [model._meta.fields[name] for name in (*rows[0], *defaults)]
+    holders, convert = [], []
+    for f in fields:
+        if is_sqlite(database) and isinstance(f, JSONField):
+            # As JSONField stores on SQLite: json(text), JSON-typed; None is NULL.
+            holders.append(f"json({database.param})")
+            convert.append(lambda v, dumps=f._dumps: None if v is None
+                           else dumps(_walk(v, escape_text)))
+        else:
+            holders.append(database.param)
+            convert.append(f.db_value)
+    sql = (f'INSERT INTO "{model._meta.table_name}" ('
+           + ", ".join(f'"{f.column_name}"' for f in fields) + ") VALUES ")
+    tail = " ON CONFLICT DO NOTHING" if ignore_conflicts else ""
+    if returning:
+        tail += " RETURNING " + ", ".join(f'"{model._meta.fields[n].column_name}"' for n in returning)
+    one = "(" + ", ".join(holders) + ")"
+    fixed = {name: d() if callable(d) else d for name, d in defaults.items()}
+    per = max(1, MAX_PARAMS // len(fields))
+    out = []
+    for lo in range(0, len(rows), per):
+        chunk = rows[lo:lo + per]
+        params = [c(r[f.name] if f.name in r else fixed[f.name])
+                  for r in chunk for f, c in zip(fields, convert)]
+        cursor = database.execute_sql(sql + ", ".join([one] * len(chunk)) + tail, params)
+        if returning:
+            out.extend(tuple(row) for row in cursor.fetchall())
+    return out
+
+
+@contextmanager
+def session(database):
+    """Bind ``database`` for one API call; a connection that died in it is dropped.
+
+    The call itself is not repeated (it may have written); the next one gets a
+    fresh connection.
+    """
+    with bind(database):
+        try:
+            yield database
+        except (OperationalError, InterfaceError) as exc:
+            if not database.in_transaction() and transient(exc, database):
+                drop_connection(database)
+            raise

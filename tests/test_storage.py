@@ -1,0 +1,416 @@
+"""The storage seam on every backend: claims, lossless strings, schema, ownership, faults.
+
+These run on SQLite always and, under the backend switch (see conftest), on
+PostgreSQL/Redis and PostgreSQL/PostgreSQL. A few are about one engine only
+and say so.
+"""
+
+import json
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import T0, child_env, make_event, signoff_cmd, start_worker, wait_for
+from signoff import storage
+from signoff.app import Signoff
+from signoff.errors import Blocked, StorageError
+from signoff.leases import claim_deliveries, claim_tasks
+from signoff.lifecycle import DeliveryStatus, TaskStatus, move_task
+from signoff.models import Delivery, Task, insert_rows
+
+
+def on_postgres(rt):
+    return not storage.is_sqlite(rt.database)
+
+
+def waiting_rows(n, **changes):
+    return [dict({"monitor": "default", "event_id": f"e{i}", "name": "comment.created",
+                  "document": "doc-demo", "record_id": "comment-1", "occurred": T0,
+                  "status": "queued", "next_at": T0, "accepted_at": T0, "updated_at": T0,
+                  "failures": {}}, **changes) for i in range(n)]
+
+
+# -- claims ------------------------------------------------------------------------
+
+def test_a_claim_on_a_fresh_table_takes_no_more_than_its_limit(rt, clock):
+    # A freshly filled table has no planner statistics: the claim must still stop at 50.
+    insert_rows(Delivery, waiting_rows(1000))
+    token, rows = claim_deliveries(clock.now(), "w", 30, 50)
+    assert len(rows) == 50
+    assert Delivery.select().where(Delivery.lease_token == token).count() == 50
+    assert [r.id for r in rows] == sorted(r.id for r in rows)
+    assert all(r.status == DeliveryStatus.PROCESSING for r in rows)
+    assert Delivery.select().where(Delivery.status == "queued").count() == 950
+
+
+def test_a_suspect_is_claimed_alone_even_among_many(rt, clock):
+    insert_rows(Delivery, waiting_rows(20, status="retrying", last_code="lease_expired"))
+    insert_rows(Delivery, waiting_rows(30, status="queued"))
+    token, rows = claim_deliveries(clock.now(), "w", 30, 50)
+    assert len(rows) == 1 and rows[0].last_code == "lease_expired"
+    assert Delivery.select().where(Delivery.lease_token == token).count() == 1
+
+
+def test_claims_take_the_earliest_due_first_on_every_backend(rt, clock):
+    rows = waiting_rows(6)
+    for i, row in enumerate(rows):
+        row["next_at"] = T0 - i  # written latest-due first
+    insert_rows(Delivery, rows)
+    _, first = claim_deliveries(clock.now(), "w", 30, 3)
+    assert sorted(r.event_id for r in first) == ["e3", "e4", "e5"]
+
+
+def test_a_task_claim_is_bounded_and_keeps_the_status(rt, clock):
+    base = {"monitor": "default", "record_id": "r", "version": 1, "status": "approved",
+            "record": {}, "result": {}, "digest": "d" * 64, "next_at": T0,
+            "created_at": T0, "updated_at": T0}
+    insert_rows(Task, [dict(base, key=f"{i:064x}") for i in range(200)])
+    token, rows = claim_tasks(clock.now(), "w", 30, 50)
+    assert len(rows) == 50
+    assert {r.status for r in rows} == {TaskStatus.APPROVED}
+    assert Task.select().where(Task.lease_token == token).count() == 50
+
+
+# -- strings from hosts, drafters and people -----------------------------------------
+
+HOSTILE = "nul\x00 lone\ud800 high\udfff escape\U000F0000E \U000F0000 done"
+
+
+def test_nul_and_lone_surrogates_in_host_text_are_kept_exactly(rt, host, monkeypatch):
+    host.put_record("comment-2", document="doc-demo", text="plain")
+    read = host.get
+
+    def hostile(record_id):  # the host's text, as a careless host may send it
+        record = read(record_id)
+        return dict(record, text=HOSTILE) if record_id == "comment-1" else record
+
+    monkeypatch.setattr(host, "get", hostile)
+    rt.enqueue_events([make_event(event_id="e-hostile"),
+                       make_event(event_id="e-plain", record_id="comment-2")])
+    rt.run_until_idle()
+    assert {e["outcome"] for e in rt.events()} == {"ready"}  # neither line aborted the batch
+    [task] = [t for t in rt.tasks() if t["record_id"] == "comment-1"]
+    assert rt.task(task["key"])["record"]["text"] == HOSTILE
+
+
+def test_free_form_strings_of_any_length_are_stored(rt, host, clock):
+    rt.enqueue_events([make_event()])
+    rt.run_until_idle()
+    [task] = rt.tasks()
+    by, code = "b" * 300 + HOSTILE, "c" * 1000
+    move_task(task["key"], ["ready"], "blocked", clock.now(), code=code, approved_by=by)
+    shown = rt.task(task["key"])
+    assert shown["approved_by"] == by and shown["code"] == code
+
+
+def test_a_long_approver_name_is_stored_whole(rt, host):
+    rt.enqueue_events([make_event()])
+    rt.run_until_idle()
+    [task] = rt.tasks()
+    digest = rt.task(task["key"])["digest"]
+    name = "n" * 100 + "-" + "m" * 27  # 128 characters: past any varchar(64) or (100)
+    rt.approve(task["key"], digest, by=name)
+    assert rt.task(task["key"])["approved_by"] == name
+
+
+# -- the Signoff object owns its database ------------------------------------------------
+
+@pytest.fixture
+def sqlite_only(monkeypatch):
+    """Homes of this test use their own SQLite files, whatever the backend switch says."""
+    for name in ("SIGNOFF_DATABASE_URL", "SIGNOFF_QUEUE_URL", "SIGNOFF_QUEUE_NAME"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_two_homes_in_one_process_each_use_their_own_database(tmp_path, clock, sqlite_only):
+    first, second = (Signoff.init(tmp_path / name, clock=clock) for name in ("a", "b"))
+    with first, second:
+        for rt in (first, second):
+            rt.host().put_record("comment-1", document="doc-demo", text="t")
+            rt.host().put_material("doc-demo", "2026-11-01")
+        first.bind("doc-demo")  # the second home was opened last: still not its monitor
+        assert [m["id"] for m in first.monitors()] == ["default"]
+        assert second.monitors() == []
+        first.enqueue_events([make_event()])
+        first.run_until_idle()
+        assert len(first.tasks()) == 1 and second.tasks() == []
+
+
+def test_close_and_a_with_block_release_the_connection(rt):
+    with rt:
+        assert rt.tasks() == []
+    assert rt.database.is_closed()
+    assert rt.tasks() == []  # used again, it reconnects
+
+
+# -- schema version and broken homes -----------------------------------------------------
+
+def run_cli(home, *args, timeout=60):
+    done = subprocess.run(signoff_cmd(home, *args), env=child_env(), capture_output=True,
+                          text=True, timeout=timeout)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_init_records_the_schema_version_and_a_worker_refuses_another(rt, home):
+    [(version,)] = rt.database.execute_sql(f"SELECT version FROM {storage.SCHEMA_TABLE}").fetchall()
+    assert version == storage.SCHEMA_VERSION
+    rt.database.execute_sql(f"UPDATE {storage.SCHEMA_TABLE} SET version = 999")
+    rt.close()
+    code, out, err = run_cli(home, "worker", "--drain")
+    assert code == 1 and out == ""
+    assert err.startswith("error: schema_mismatch: ") and len(err.strip().splitlines()) == 1
+    assert "999" in err
+    code, _, err = run_cli(home, "tasks", "list")
+    assert code == 1 and "schema_mismatch" in err
+
+
+def test_an_empty_state_file_makes_the_worker_refuse_at_once(tmp_path, sqlite_only):
+    home = tmp_path / "home"
+    Signoff.init(home).close()
+    (home / "signoff.db").write_bytes(b"")
+    for name in ("signoff.db-wal", "signoff.db-shm"):
+        (home / name).unlink(missing_ok=True)
+    code, out, err = run_cli(home, "worker", "--drain", timeout=30)
+    assert code == 1, err
+    assert err.startswith("error: no_home: ") and "signoff.db" in err and "signoff init" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", ["signoff.db", "queue.db", "host.db"])
+def test_a_garbage_file_in_the_home_is_named(tmp_path, sqlite_only, name):
+    home = tmp_path / "home"
+    Signoff.init(home).close()
+    for suffix in ("", "-wal", "-shm"):
+        (home / (name + suffix)).unlink(missing_ok=True)
+    (home / name).write_bytes(b"this is not a database at all, just some text" * 100)
+    args = ["worker", "--drain"] if name != "host.db" else ["monitor", "bind", "--document", "d"]
+    code, out, err = run_cli(home, *args, timeout=30)
+    assert code == 1, err
+    assert err.startswith("error: database_error: ") and name in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_read_commands_never_create_a_missing_state_file(tmp_path, sqlite_only):
+    home = tmp_path / "home"
+    Signoff.init(home).close()
+    for suffix in ("", "-wal", "-shm"):
+        (home / ("signoff.db" + suffix)).unlink(missing_ok=True)
+    for args in (["tasks", "list"], ["events"], ["stats"], ["worker", "--drain"]):
+        code, _, err = run_cli(home, *args)
+        assert code == 1 and err.startswith("error: no_home: ") and "signoff.db" in err, err
+    assert not (home / "signoff.db").exists()
+
+
+def test_concurrent_inits_on_one_empty_database_all_succeed(tmp_path, empty_database, monkeypatch):
+    home = tmp_path / "home"
+    env = child_env(**empty_database)
+    procs = [subprocess.Popen(signoff_cmd(home, "init"), env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for _ in range(4)]
+    results = [(p.wait(timeout=60), p.stderr.read().decode()) for p in procs]
+    for p in procs:
+        p.stdout.close()
+        p.stderr.close()
+    assert all(code == 0 for code, _ in results), results
+    for name, value in empty_database.items():
+        monkeypatch.setenv(name, value)
+    with Signoff(home) as rt:
+        rows = rt.database.execute_sql(f"SELECT version FROM {storage.SCHEMA_TABLE}").fetchall()
+        assert rows == [(storage.SCHEMA_VERSION,)]
+        assert rt.tasks() == []
+
+
+# -- engine faults -------------------------------------------------------------------------
+
+def test_drain_on_an_unreachable_database_gives_up_with_database_unavailable(
+        tmp_path, monkeypatch, sqlite_only):
+    from signoff import worker
+    home = tmp_path / "home"
+    Signoff.init(home).close()
+    monkeypatch.setenv("SIGNOFF_DATABASE_URL", "postgresql://postgres@127.0.0.1:1/none")
+    monkeypatch.setattr(worker, "UNREACHABLE_S", 0.5)
+    with pytest.raises(StorageError) as refused:
+        worker.run(home, drain=True)
+    assert refused.value.code == "database_unavailable"
+    assert "127.0.0.1:1" in refused.value.message
+
+
+def test_a_killed_connection_is_replaced_and_the_work_goes_on(rt, host):
+    if not on_postgres(rt):
+        pytest.skip("a PostgreSQL connection fault")
+    rt.enqueue_events([make_event()])
+    (pid,) = rt.database.execute_sql("SELECT pg_backend_pid()").fetchone()
+    rt.database.execute_sql("SELECT 1")
+    with Signoff(rt.home) as other:
+        other.database.execute_sql("SELECT pg_terminate_backend(%s)", (pid,))
+    rt.run_until_idle()  # the first query finds the connection dead; the batch goes on
+    assert [e["outcome"] for e in rt.events()] == ["ready"]
+
+
+def test_a_blocked_host_code_of_any_text_is_kept(rt, host, monkeypatch):
+    strange = "refused\x00by host " + "x" * 400
+
+    def refuse(record_id):
+        raise Blocked(strange)
+
+    monkeypatch.setattr(host, "get", refuse)
+    rt.enqueue_events([make_event()])
+    rt.run_until_idle()
+    [event] = rt.events()
+    assert event["outcome"] == strange
+
+
+# -- a read-only home (root is made to respect file modes by dropping its capabilities) --
+
+NO_OVERRIDE = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner",
+               "--inh-caps", "-dac_override,-dac_read_search,-fowner"]
+
+
+def read_only_cli(home, *args, stdin=None):
+    done = subprocess.run([*NO_OVERRIDE, *signoff_cmd(home, *args, "--json")], input=stdin,
+                          env=child_env(), capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+def test_a_read_only_home_is_read_and_writes_are_refused_as_read_only_home(
+        tmp_path, sqlite_only):
+    home = tmp_path / "home"
+    with Signoff.init(home) as rt:
+        rt.host().put_record("comment-1", document="doc-demo", text="t")
+        rt.host().put_material("doc-demo", "2026-11-01")
+        rt.bind("doc-demo")
+        rt.enqueue_events([make_event(occurred=int(time.time()))])
+        rt.run_until_idle()
+        [task] = rt.tasks()
+        digest = rt.task(task["key"])["digest"]
+    paths = sorted(home.iterdir())
+    try:
+        for path in paths:
+            path.chmod(0o444)
+        home.chmod(0o555)
+        for args in (["tasks", "list"], ["events"], ["stats"]):
+            code, out, err = read_only_cli(home, *args)
+            assert code == 0, (args, out, err)
+        assert [t["key"] for t in json.loads(read_only_cli(home, "tasks", "list")[1])] == [
+            task["key"]]
+        for args in (["approve", task["key"], "--digest", digest], ["enqueue"]):
+            code, out, err = read_only_cli(home, *args, stdin=json.dumps(make_event()) + "\n")
+            assert code == 1, (args, out, err)
+            assert json.loads(out)["error"] == "read_only_home", (args, out)
+            assert "Traceback" not in err
+    finally:
+        home.chmod(0o755)
+        for path in paths:
+            path.chmod(0o644)
+    with Signoff(home) as rt:
+        assert rt.tasks()[0]["status"] == "ready"  # nothing changed
+
+
+def test_a_worker_process_rides_out_every_connection_being_terminated(home, backend):
+    if backend is None or not backend.database_url:
+        pytest.skip("a PostgreSQL connection fault")
+    config = home / "signoff.toml"
+    config.write_text(config.read_text(encoding="utf-8").replace("lease_ttl_s = 30.0",
+                                                                 "lease_ttl_s = 2.0"))
+    rt = Signoff.init(home)
+    host = rt.host()
+    for n in range(90):
+        host.put_record(f"comment-{n}", document="doc-demo", text="t")
+    host.put_material("doc-demo", "2026-11-01")
+    rt.bind("doc-demo", window_s=600)
+    events = [make_event(event_id=f"e{n}", record_id=f"comment-{n}", occurred=int(time.time()))
+              for n in range(90)]
+    worker = start_worker(home, "--workers", "2")
+
+    def finished():
+        return sum(e["status"] == "done" for e in rt.events())
+
+    def others(action):
+        return rt.database.execute_sql(
+            f"SELECT count({action}) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()[0]
+
+    try:
+        for wave in range(3):
+            if wave:  # every connection the worker holds dies; it must go on without them
+                wait_for(lambda: others("pid"), 30, what="the worker's connections")
+                rt.queue.storage.close()  # this process's own queue connection is not the target
+                assert others("pg_terminate_backend(pid)") >= 1
+            rt.enqueue_events(events[30 * wave:30 * (wave + 1)])
+            wait_for(lambda: finished() == 30 * (wave + 1), 60, what=f"wave {wave} done")
+            assert worker.poll() is None
+    finally:
+        worker.terminate()
+        out, err = worker.communicate(timeout=60)
+        rt.close()
+    assert worker.returncode == 0, err.decode()[-2000:]
+    assert "retrying on a new connection" in err.decode()  # the fault was met, and survived
+    # Huey logs its own queue connection's death (a PostgreSQL queue) and reconnects; no
+    # other traceback is allowed.
+    log = err.decode()
+    assert log.count("Traceback") == log.count("Error reading from queue"), log[-4000:]
+    assert {e["outcome"] for e in rt.events()} == {"ready"}
+    assert len(rt.tasks()) == 90
+
+
+def test_homes_on_two_engines_in_one_process_keep_apart(tmp_path, clock, backend, monkeypatch):
+    if backend is None or not backend.database_url:
+        pytest.skip("needs a PostgreSQL server beside SQLite")
+    on_server = Signoff.init(tmp_path / "server", clock=clock)
+    for name in ("SIGNOFF_DATABASE_URL", "SIGNOFF_QUEUE_URL", "SIGNOFF_QUEUE_NAME"):
+        monkeypatch.delenv(name)
+    on_file = Signoff.init(tmp_path / "file", clock=clock)
+    with on_server, on_file:
+        assert storage.is_sqlite(on_file.database) and not storage.is_sqlite(on_server.database)
+        for rt in (on_server, on_file, on_server):
+            rt.host().put_record("comment-1", document="doc-demo", text="t")
+            rt.host().put_material("doc-demo", "2026-11-01")
+            if not rt.monitors():
+                rt.bind("doc-demo")
+            rt.enqueue_events([make_event(event_id=f"e{len(rt.events())}")])
+            rt.run_until_idle()
+        assert len(on_server.events()) == 2 and len(on_file.events()) == 1
+        for rt in (on_server, on_file):
+            [task] = rt.tasks()
+            assert rt.task(task["key"])["result"]["sources"]  # JSON read back on each engine
+
+
+def test_a_foreign_database_is_named_and_left_alone(tmp_path, sqlite_only):
+    import sqlite3
+    home = tmp_path / "home"
+    Signoff.init(home).close()
+    for suffix in ("", "-wal", "-shm"):
+        (home / ("signoff.db" + suffix)).unlink(missing_ok=True)
+    with sqlite3.connect(home / "signoff.db") as conn:
+        conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+    conn.close()
+    code, out, err = run_cli(home, "worker", "--drain", timeout=30)
+    assert code == 1 and err.startswith("error: database_error: ") and "signoff.db" in err, err
+    assert "other tables" in err and len(err.strip().splitlines()) == 1
+    with sqlite3.connect(home / "signoff.db") as conn:
+        assert [n for (n,) in conn.execute("SELECT name FROM sqlite_master")] == ["invoices"]
+    conn.close()
+
+
+def test_the_environment_overrides_the_backend_keys_and_empty_counts_as_unset(
+        tmp_path, monkeypatch, sqlite_only):
+    from signoff.config import load_config
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "signoff.toml").write_text(
+        '[database]\nurl = "postgresql://a@db/x"\n[queue]\nurl = "redis://q/0"\nname = "blue"\n',
+        encoding="utf-8")
+    config = load_config(home)
+    assert (config.database_url, config.queue_url, config.queue_name) == (
+        "postgresql://a@db/x", "redis://q/0", "blue")
+    monkeypatch.setenv("SIGNOFF_DATABASE_URL", "postgresql://b@db/y")
+    monkeypatch.setenv("SIGNOFF_QUEUE_URL", "")
+    monkeypatch.setenv("SIGNOFF_QUEUE_NAME", "green")
+    config = load_config(home)
+    assert (config.database_url, config.queue_url, config.queue_name) == (
+        "postgresql://b@db/y", "redis://q/0", "green")
+    (home / "signoff.toml").write_text("", encoding="utf-8")
+    monkeypatch.delenv("SIGNOFF_QUEUE_NAME")
+    assert load_config(home).queue_name == "signoff"
