@@ -78,3 +78,24 @@ def _store(rt, monitor_id, chunk):
             yield LineResult(n, None, False, None, "invalid_event", ev.reason)
         else:
             yield LineResult(n, ev.event_id, True, id_of[n], None, None)
+
+
+# -- for callers that validated events themselves (signoff serve) -------------
+
+def store_validated(rt, items, within=None):
+    """Store ``(monitor_id, Event)`` pairs as deliveries in one transaction.
+
+    ``within(ids)`` runs inside that transaction with the new delivery ids (in
+    order), so the caller's own rows commit or vanish with the deliveries. The
+    queue is woken after the commit. Returns the delivery ids.
+    """
+    now = rt.clock.now()
+    with db.atomic():
+        rows = [dict(ev.as_dict(), monitor=monitor_id, status="queued", next_at=now,
+                     accepted_at=now, updated_at=now, failures={}) for monitor_id, ev in items]
+        ids = [r[0] for r in insert_rows(Delivery, rows, returning=("id",))]
+        if within is not None:
+            within(ids)
+    if ids:
+        rt.wakers.ingest(min(-(-len(ids) // rt.config.batch_size), 2))
+    return ids
