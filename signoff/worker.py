@@ -11,6 +11,7 @@ import threading
 import time
 from dataclasses import replace
 
+from . import notify
 from .app import Signoff
 from .lifecycle import DELIVERY_PENDING, TASK_ACTIVE
 from .models import Delivery, Task, db, is_sqlite
@@ -61,6 +62,7 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
 
     started = time.monotonic()
     reaped = _reap(rt)
+    notifier = notify.start(rt)  # task.ready notifications, when [notify] url is set
     consumer.start()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
@@ -79,6 +81,8 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
             consumer.check_worker_health()
             health_at = time.monotonic() + HEALTH_INTERVAL_S
     consumer.stop(graceful=True)
+    if notifier is not None:
+        notifier.stop()
     log.info("worker stopped (%s)", reason["why"])
     return {"stopped": reason["why"], "seconds": round(time.monotonic() - started, 3),
             "reaper_changes": reaped}
