@@ -474,8 +474,10 @@ def demo(obj, as_json, keep):
 def bench(obj, as_json, n_events, workers, growth, http):
     """Measure signoff against plain Huey on this machine, in one run."""
     if http:
-        from .serve.bench_http import run_http_bench
-        report = run_http_bench(as_json=as_json)
+        from click.core import ParameterSource
+        from .serve.bench_http import EVENTS, run_http_bench
+        given = click.get_current_context().get_parameter_source("n_events") != ParameterSource.DEFAULT
+        report = run_http_bench(events=n_events if given else EVENTS, as_json=as_json)
         if as_json:
             click.echo(json.dumps(report, ensure_ascii=False, indent=2))
         return
