@@ -21,8 +21,6 @@ from pathlib import Path
 
 EVENTS = 20_000
 CLIENTS = 50
-BAD = 500
-PACED = 5_000
 TARGET_RATIO = 0.5
 TARGET_P99_MS = 100.0
 
@@ -127,8 +125,14 @@ def _home(tmp):
     return rt, secrets.add(rt, "bench")["secret"]
 
 
-def run_http_bench(events=EVENTS, clients=CLIENTS, bad=BAD, paced=PACED, as_json=False):
-    """Run the four passes; print a summary unless ``as_json``; return the figures."""
+def run_http_bench(events=EVENTS, clients=CLIENTS, bad=None, paced=None, as_json=False):
+    """Run the four passes; print a summary unless ``as_json``; return the figures.
+
+    ``bad`` and ``paced`` default to a fortieth and a quarter of ``events``
+    (500 and 5,000 for the full 20,000).
+    """
+    bad = max(1, events // 40) if bad is None else bad
+    paced = max(1, events // 4) if paced is None else paced
     say = (lambda msg: None) if as_json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     with tempfile.TemporaryDirectory(prefix="signoff-bench-http-") as tmp:
         rt, secret = _home(Path(tmp))

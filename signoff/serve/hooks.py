@@ -10,15 +10,15 @@ written before it is answered.
 
 from dataclasses import dataclass
 
-from starlette.responses import JSONResponse
+from peewee import EXCLUDED, InterfaceError, OperationalError, fn
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+from starlette.responses import JSONResponse
 
 from .. import intake
 from ..errors import InvalidEvent
 from ..events import MAX_LINE_BYTES, Event, check_label, parse_line
-from ..models import Audit, Delivery, WebhookAnswer, WebhookRefusal, insert_rows
+from ..models import Audit, Delivery, WebhookAnswer, WebhookRefusal, db, insert_rows
 from . import secrets
-from peewee import EXCLUDED, fn
 
 MAX_BODY = MAX_LINE_BYTES  # 64 KiB
 AUDITED_PER_MINUTE = 60
@@ -123,7 +123,18 @@ def first_answer(monitor_id, webhook_id):
 
 
 def write_batch(rt, jobs):
-    """Write a batch of jobs in one transaction; one ``(status, body)`` or None per job."""
+    """Write a batch of jobs in one transaction; one ``(status, body)`` or None per job.
+
+    A connection the database dropped is closed, so the next batch reconnects.
+    """
+    try:
+        return _write_batch(rt, jobs)
+    except (OperationalError, InterfaceError):
+        db.close()
+        raise
+
+
+def _write_batch(rt, jobs):
     now = rt.clock.now()
     accepts = [j for j in jobs if isinstance(j, Accept)]
     first_of = {}  # a webhook-id twice in one batch: the later ones repeat the first

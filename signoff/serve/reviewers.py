@@ -87,6 +87,7 @@ def log_in(name, token, now):
     if not hmac.compare_digest(given, expected) or reviewer is None:
         return None
     session = secrets.token_urlsafe(32)
+    ReviewSession.delete().where(ReviewSession.expires_at <= now).execute()  # housekeeping
     ReviewSession.create(token_hash=_hash(session), reviewer=reviewer.name, created_at=now,
                          expires_at=now + SESSION_TTL_S)
     return session

@@ -8,10 +8,11 @@ import base64
 import binascii
 import os
 
+from peewee import JOIN
+
 from ..errors import Refused
 from ..lifecycle import audit
 from ..models import Monitor, WebhookSecret, db
-from peewee import JOIN
 
 PREFIX = "whsec_"
 MIN_BYTES, MAX_BYTES = 24, 64
@@ -75,8 +76,7 @@ def remove(rt, monitor_id, secret_id):
 
 def current(monitor_id):
     """``(monitor exists, [secrets])`` in one query: what a webhook request is checked with."""
-    rows = (Monitor.select(Monitor.id, WebhookSecret.secret)
-            .join(WebhookSecret, JOIN.LEFT_OUTER, on=(WebhookSecret.monitor == Monitor.id))
-            .where(Monitor.id == monitor_id).tuples())
-    rows = list(rows)
+    rows = list(Monitor.select(Monitor.id, WebhookSecret.secret)
+                .join(WebhookSecret, JOIN.LEFT_OUTER, on=(WebhookSecret.monitor == Monitor.id))
+                .where(Monitor.id == monitor_id).tuples())
     return bool(rows), [secret for _, secret in rows if secret is not None]
