@@ -207,11 +207,12 @@ class Pump:
         with httpx.Client(timeout=self.settings.timeout_s, follow_redirects=False) as client:
             while not self._stop.wait(INTERVAL_S):
                 try:
-                    with db.connection_context():
-                        collect(self.rt.clock.now())
-                        send_due(self.rt, self.settings, client)
+                    collect(self.rt.clock.now())
+                    send_due(self.rt, self.settings, client)
                 except Exception:
                     log.exception("notification pass failed; retrying on the next pass")
+                    db.close()  # this thread's connection: the next pass reconnects
+        db.close()
 
     def stop(self):
         """Stop after the try in progress (bounded by the request timeout)."""
