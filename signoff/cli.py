@@ -403,7 +403,12 @@ def reviewer_list(obj, as_json):
               help="Mark the session cookie Secure (behind HTTPS; default from [serve]).")
 def serve(obj, as_json, bind_host, port, secure_cookies):
     """Serve webhooks, the review pages, /healthz and /metrics until SIGTERM."""
-    from .serve.server import run
+    from .errors import ConfigError
+    try:
+        from .serve.server import run
+    except ImportError as exc:
+        raise ConfigError("missing_extra", f"signoff serve needs the serve extra "
+                          f"(pip install 'signoff[serve]'): {exc}") from None
     summary = run(obj.home, host=bind_host, port=port, secure_cookies=secure_cookies)
     emit(summary, as_json, lambda s: f"serve stopped ({s['stopped']})")
 

@@ -268,3 +268,26 @@ def test_metrics_match_stats(site, home):
     assert samples["signoff_oldest_ready_seconds"][()] > 0
     attempts = samples["signoff_attempts_total"]
     assert sum(attempts.values()) == sum(1 for _ in rt.task(k1)["history"]) + len(rt.events())
+
+
+def test_record_and_draft_text_cannot_script_or_forge_a_form(home):
+    rt = make_home(home)
+    hostile = '<script>alert(1)</script><form method="post" action="/approve"><button>go</button></form>'
+    rt.host().put_record("comment-1", text=hostile)
+    rt.enqueue_events([event(1)])
+    rt.run_until_idle()
+    token = reviewers.add(rt, "alice")["token"]
+    server = Server(home)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            c.post("/login", data={"name": "alice", "token": token})
+            [task] = rt.tasks("ready")
+            r = c.get(f"/tasks/{task['key']}")
+        assert "&lt;script&gt;" in r.text and "<script" not in r.text
+        assert r.text.count("<form") == 3  # log out, approve, reject: none from the record
+        csp = r.headers["content-security-policy"]
+        assert "default-src 'none'" in csp and "script-src" not in csp
+        assert r.headers["x-frame-options"] == "DENY"
+    finally:
+        assert server.stop() == 0
+        rt.database.close()
