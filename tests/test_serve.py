@@ -290,6 +290,16 @@ def test_kill_9_while_8_clients_post_loses_no_202(home):
             t.join(30)
     stored = {e["event_id"] for e in rt.events()}
     assert accepted and set(accepted) <= stored
+    # the webhook-id answers survived too: a sender's retry after the crash is a duplicate
+    again = Server(home)
+    try:
+        n, i = accepted[0].removeprefix("c").split("-")
+        with httpx.Client(base_url=again.url, timeout=30) as c:
+            r = post(c, secret, event(1, event_id=accepted[0]), f"m-{n}-{i}")
+        assert r.status_code == 200 and r.json()["duplicate"] is True
+        assert len(rt.events()) == len(stored)
+    finally:
+        assert again.stop() == 0
     rt.database.close()
 
 

@@ -172,16 +172,21 @@ def run_http_bench(events=EVENTS, clients=CLIENTS, bad=None, paced=None, as_json
 
 
 def _report(rt, bare, ingest, refused, half, events, clients):
+    from peewee import fn
+
     from ..models import Delivery
     accepted = set(ingest.pop("accepted_ids")) | set(half.pop("accepted_ids"))
     refused.pop("accepted_ids")
     bare.pop("accepted_ids")
     stored = {e for (e,) in Delivery.select(Delivery.event_id).tuples()}
+    # One group commit stamps its rows with one time: distinct stamps = commits.
+    commits = Delivery.select(fn.COUNT(fn.DISTINCT(Delivery.accepted_at))).scalar() or 1
     ratio = ingest["per_s"] / bare["per_s"]
     return {
         "events": events, "clients": clients,
         "bare": bare, "signoff": ingest, "bad_signatures": refused, "half_rate": half,
         "accepted": len(accepted), "lost": len(accepted - stored),
+        "events_per_commit": round(len(stored) / commits, 2),
         "bad_all_401": refused["statuses"] == {401: refused["requests"]},
         "ratio": round(ratio, 3),
         "targets": {
@@ -197,7 +202,8 @@ def _print(r):
         x = r[name]
         print(f"{name:<15} {x['requests']:>6} req  {x['per_s']:>8.1f}/s  p50 {x['p50_ms']:>7.2f} ms  "
               f"p99 {x['p99_ms']:>7.2f} ms  {x['statuses']}")
-    print(f"accepted {r['accepted']}, lost {r['lost']}, bad signatures all 401: {r['bad_all_401']}")
+    print(f"accepted {r['accepted']}, lost {r['lost']}, bad signatures all 401: {r['bad_all_401']}, "
+          f"{r['events_per_commit']} events per commit")
     for key, t in r["targets"].items():
         print(f"{key:<22} {t['value']} (target {t['target']}): {'pass' if t['pass'] else 'FAIL'}")
 
