@@ -5,7 +5,8 @@ count) drives, in one run: a bare endpoint on the same server stack (uvicorn +
 Starlette, same middleware) that reads the body and answers 202; then
 ``signoff serve`` with the same number of signed events (verified, deduped,
 group-committed, durable before the 202); then badly signed requests (each
-must be 401); then a paced run at half the bare endpoint's rate for latency.
+must be 401); then a paced run at half the rate signoff reached, for latency,
+and the bare endpoint paced the same (the machine's own tail, for comparison).
 Finally every 202 is looked up in the database: none may be lost.
 """
 
@@ -156,23 +157,23 @@ def run_http_bench(events=EVENTS, clients=CLIENTS, bad=None, paced=None, as_json
         try:
             say(f"bare endpoint: {events} requests from {clients} clients")
             bare = asyncio.run(_load(bare_url, good, sign, clients))
-            rate = bare["per_s"] * 0.5
+            serve_proc, url = _start([sys.executable, "-m", "signoff", "--home", str(rt.home),
+                                      "serve", "--port", "0"])
+            try:
+                say(f"signoff serve: {events} signed events from {clients} clients")
+                ingest = asyncio.run(_load(url, good, sign, clients))
+                say(f"signoff serve: {bad} badly signed requests")
+                refused = asyncio.run(_load(url, events_for(bad, "bad"), signer(secret, bad=True),
+                                            clients))
+                rate = ingest["per_s"] * 0.5
+                say(f"signoff serve: {paced} events paced at {rate:.0f}/s (half its rate)")
+                half = asyncio.run(_load(url, events_for(paced, "paced"), sign, clients, rate=rate))
+            finally:
+                _stop(serve_proc)
             say(f"bare endpoint: {paced} requests paced at {rate:.0f}/s (the machine's own tail)")
             bare_half = asyncio.run(_load(bare_url, good[:paced], sign, clients, rate=rate))
         finally:
             _stop(bare_proc)
-        serve_proc, url = _start([sys.executable, "-m", "signoff", "--home", str(rt.home),
-                                  "serve", "--port", "0"])
-        try:
-            say(f"signoff serve: {events} signed events from {clients} clients")
-            ingest = asyncio.run(_load(url, good, sign, clients))
-            say(f"signoff serve: {bad} badly signed requests")
-            refused = asyncio.run(_load(url, events_for(bad, "bad"), signer(secret, bad=True),
-                                        clients))
-            say(f"signoff serve: {paced} events paced at {rate:.0f}/s (half the bare rate)")
-            half = asyncio.run(_load(url, events_for(paced, "paced"), sign, clients, rate=rate))
-        finally:
-            _stop(serve_proc)
         report = _report(rt, bare, ingest, refused, half, events, clients)
         bare_half.pop("accepted_ids")
         report["bare_half_rate"] = bare_half
