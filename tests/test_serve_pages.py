@@ -38,7 +38,7 @@ def site(home):
     def login(name):
         client = httpx.Client(base_url=server.url, timeout=30)
         clients.append(client)
-        r = client.post("/login", data={"name": name, "token": tokens[name]})
+        r = post_login(client, name, tokens[name])
         assert r.status_code == 303, r.text
         return client
     yield rt, server, tokens, login
@@ -50,6 +50,13 @@ def site(home):
 
 def csrf(page):
     return re.search(r'name="csrf_token" value="([0-9a-f]+)"', page).group(1)
+
+
+def post_login(client, name, token):
+    """Open the login page (its CSRF cookie and field), then post the form."""
+    page = client.get("/login").text
+    login_csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+    return client.post("/login", data={"name": name, "token": token, "csrf_token": login_csrf})
 
 
 def ready_keys(rt):
@@ -69,15 +76,19 @@ def test_without_a_session_pages_redirect_and_posts_answer_401(site):
             assert (r.status_code, r.headers["location"]) == (303, "/login")
         r = c.post(f"/tasks/{key}/approve", data={"digest": rt.task(key)["digest"]})
         assert r.status_code == 401
-        assert c.post("/login", data={"name": "alice", "token": "sor_wrong"}).status_code == 401
-        assert c.post("/login", data={"name": "nobody", "token": tokens["alice"]}).status_code == 401
+        assert post_login(c, "alice", "sor_wrong").status_code == 401
+        assert post_login(c, "nobody", tokens["alice"]).status_code == 401
+        # the right token without the login form's CSRF pair is refused too
+        c.cookies.clear()
+        r = c.post("/login", data={"name": "alice", "token": tokens["alice"]})
+        assert r.status_code == 403 and "bad_csrf_token" in r.text and "set-cookie" not in r.headers
     assert rt.task(key)["status"] == "ready"
 
 
 def test_login_sets_a_strict_httponly_cookie_and_logout_ends_it(site):
     rt, server, tokens, login = site
     with httpx.Client(base_url=server.url, timeout=30) as c:
-        r = c.post("/login", data={"name": "alice", "token": tokens["alice"]})
+        r = post_login(c, "alice", tokens["alice"])
         cookie = r.headers["set-cookie"].lower()
         assert "httponly" in cookie and "samesite=strict" in cookie and "secure" not in cookie
         page = c.get("/").text
@@ -280,7 +291,7 @@ def test_record_and_draft_text_cannot_script_or_forge_a_form(home):
     server = Server(home)
     try:
         with httpx.Client(base_url=server.url, timeout=30) as c:
-            c.post("/login", data={"name": "alice", "token": token})
+            post_login(c, "alice", token)
             [task] = rt.tasks("ready")
             r = c.get(f"/tasks/{task['key']}")
         assert "&lt;script&gt;" in r.text and "<script" not in r.text

@@ -7,6 +7,8 @@ buttons and their POSTs answer 403. GET never changes state. Database and host
 work runs in the thread pool, off the event loop.
 """
 
+import hmac
+import secrets
 from pathlib import Path
 
 from peewee import fn
@@ -20,6 +22,8 @@ from ..views import describe
 from . import reviewers
 
 COOKIE = "signoff_session"
+LOGIN_COOKIE = "signoff_login"
+LOGIN_FORM_TTL_S = 3600
 PAGE_LIMIT = 200
 STATUSES = ("ready", "approved", "uncertain", "done", "rejected", "blocked", "expired",
             "cancelled", "dead")
@@ -46,17 +50,32 @@ class Pages:
         """A template rendered with the common context."""
         return TEMPLATES.TemplateResponse(request, name, context, status_code=status_code)
 
+    def _login_form(self, request, status_code=200, failed=False):
+        # Before a session exists, CSRF is a double-submit: a random value in
+        # a strict cookie and in the form, which another site can set neither of.
+        value = secrets.token_urlsafe(24)
+        response = self.render(request, "login.html", status_code=status_code, viewer=None,
+                               failed=failed, login_csrf=value)
+        response.set_cookie(LOGIN_COOKIE, value, max_age=LOGIN_FORM_TTL_S, httponly=True,
+                            samesite="strict", secure=self.secure_cookies, path="/login")
+        return response
+
     async def login_page(self, request):
         """``GET /login``."""
-        return self.render(request, "login.html", viewer=None, failed=False)
+        return self._login_form(request)
 
     async def login(self, request):
-        """``POST /login``: fields ``name`` and ``token``; sets the session cookie."""
+        """``POST /login``: fields ``name``, ``token``, ``csrf_token``; sets the session cookie."""
         form = await request.form()
+        expected, given = request.cookies.get(LOGIN_COOKIE) or "", form.get("csrf_token") or ""
+        if not expected or not hmac.compare_digest(expected.encode(), str(given).encode()):
+            return self.render(request, "outcome.html", status_code=403, viewer=None,
+                               title="Refused", results=[("", "bad_csrf_token",
+                                                          "open the login page again")])
         session = await run_in_threadpool(reviewers.log_in, form.get("name"), form.get("token"),
                                           self.rt.clock.now())
         if session is None:
-            return self.render(request, "login.html", status_code=401, viewer=None, failed=True)
+            return self._login_form(request, status_code=401, failed=True)
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(COOKIE, session, max_age=reviewers.SESSION_TTL_S, httponly=True,
                             samesite="strict", secure=self.secure_cookies, path="/")
