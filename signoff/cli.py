@@ -311,6 +311,44 @@ def monitor_list(obj, as_json):
          lambda rows: table(rows, MONITOR_COLUMNS, short=("grant_digest",)))
 
 
+@monitor.group("secret")
+def monitor_secret():
+    """Webhook signing secrets of a monitor (several at once for rotation)."""
+
+
+@command(monitor_secret, "add")
+@click.argument("monitor_id")
+@click.option("--secret", default=None,
+              help="whsec_<base64 of 24-64 bytes>, or - to read it from stdin (default: a new one).")
+def monitor_secret_add(obj, as_json, monitor_id, secret):
+    """Add a secret; it is printed this once and never shown again."""
+    from .serve import secrets
+    if secret == "-":
+        secret = sys.stdin.readline().strip()
+    emit(secrets.add(obj.open(), monitor_id, secret), as_json,
+         lambda r: f"secret {r['secret_id']} for monitor {r['monitor']} (shown once): {r['secret']}")
+
+
+@command(monitor_secret, "list")
+@click.argument("monitor_id")
+def monitor_secret_list(obj, as_json, monitor_id):
+    """The monitor's secret ids and when they were added (never the secrets)."""
+    from .serve import secrets
+    obj.open()
+    emit(secrets.listing(monitor_id), as_json,
+         lambda rows: table(rows, ["secret_id", "created_at"]))
+
+
+@command(monitor_secret, "remove")
+@click.argument("monitor_id")
+@click.argument("secret_id", type=click.IntRange(min=0, max=INT64_MAX))
+def monitor_secret_remove(obj, as_json, monitor_id, secret_id):
+    """Remove a secret (effective for the next request)."""
+    from .serve import secrets
+    emit(secrets.remove(obj.open(), monitor_id, secret_id), as_json,
+         lambda r: f"secret {r['secret_id']} of monitor {r['monitor']} removed")
+
+
 # -- intake and worker ------------------------------------------------------
 
 @command(main)
@@ -585,6 +623,57 @@ def policy_revoke(obj, as_json, policy_id):
 
 
 @main.group()
+def reviewer():
+    """People who may use the review pages of `signoff serve`."""
+
+
+@command(reviewer, "add")
+@click.argument("name")
+@click.option("--read-only", is_flag=True, help="May look, may not approve or change anything.")
+def reviewer_add(obj, as_json, name, read_only):
+    """Create a reviewer; their login token is printed this once."""
+    from .serve import reviewers
+    emit(reviewers.add(obj.open(), name, read_only), as_json,
+         lambda r: f"reviewer {r['name']}{' (read-only)' if r['read_only'] else ''}, "
+                   f"token (shown once): {r['token']}")
+
+
+@command(reviewer, "remove")
+@click.argument("name")
+def reviewer_remove(obj, as_json, name):
+    """Delete a reviewer and end their sessions."""
+    from .serve import reviewers
+    emit(reviewers.remove(obj.open(), name), as_json,
+         lambda r: f"reviewer {r['name']} removed; {r['sessions_ended']} session(s) ended")
+
+
+@command(reviewer, "list")
+def reviewer_list(obj, as_json):
+    """Reviewers (never their tokens)."""
+    from .serve import reviewers
+    obj.open()
+    emit(reviewers.listing(), as_json,
+         lambda rows: table(rows, ["name", "read_only", "created_at"]))
+
+
+@command(main)
+@click.option("--host", "bind_host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=8080, show_default=True)
+@click.option("--secure-cookies/--no-secure-cookies", default=None,
+              help="Mark the session cookie Secure (behind HTTPS; default from [serve]).")
+def serve(obj, as_json, bind_host, port, secure_cookies):
+    """Serve webhooks, the review pages, /healthz and /metrics until SIGTERM."""
+    from .errors import ConfigError
+    try:
+        from .serve.server import run
+    except ImportError as exc:
+        raise ConfigError("missing_extra", f"signoff serve needs the serve extra "
+                          f"(pip install 'signoff[serve]'): {exc}") from None
+    summary = run(obj.home, host=bind_host, port=port, secure_cookies=secure_cookies)
+    emit(summary, as_json, lambda s: f"serve stopped ({s['stopped']})")
+
+
+@main.group()
 def dlq():
     """Dead letters: list and replay."""
 
@@ -731,9 +820,18 @@ class BackendUrl(click.ParamType):
               help="Finished tasks present for --growth.")
 @click.option("--mcp", "over_mcp", is_flag=True,
               help="Instead: the host in-process against the host over MCP (in this process).")
+@click.option("--http", is_flag=True, help="Instead: `signoff serve` webhook ingest against a bare endpoint.")
 def bench(obj, as_json, n_events, workers, processes, database_url, queue_url, growth,
-          growth_rows, over_mcp):
+          growth_rows, over_mcp, http):
     """Measure signoff against plain Huey on this machine, in one run."""
+    if http:
+        from click.core import ParameterSource
+        from .serve.bench_http import EVENTS, run_http_bench
+        given = click.get_current_context().get_parameter_source("n_events") != ParameterSource.DEFAULT
+        report = run_http_bench(events=n_events if given else EVENTS, as_json=as_json)
+        if as_json:
+            click.echo(json.dumps(report, ensure_ascii=False, indent=2))
+        return
     from .bench import run_bench
     if over_mcp:
         report = _mcp_module("bench").run_mcp_bench(n_events, as_json)

@@ -25,6 +25,10 @@ def replay(rt, letter_id):
         raise Refused("unknown_dead_letter", f"no dead letter {letter_id}")
     if letter.kind == "task" and purged_at(letter.ref) is not None:
         raise Refused("purged", "retention removed this task's result: it cannot be submitted")
+    if letter.kind == "notification":
+        from .notify import replay as replay_notification
+        replay_notification(rt, letter)
+        return row(DeadLetter.get_by_id(letter_id))
     # A row that died with its worker stays a suspect (see leases.SUSPECT): it
     # is claimed alone, so it cannot take a batch down with it again.
     try:

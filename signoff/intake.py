@@ -62,6 +62,13 @@ def _monitor_exists(monitor_id):
                           (monitor_id,)).fetchone() is not None
 
 
+def _insert_deliveries(items, now):
+    """Insert queued deliveries for ``(monitor id, Event)`` pairs; their ids, in order."""
+    rows = [dict(ev.as_dict(), monitor=monitor_id, status="queued", next_at=now,
+                 accepted_at=now, updated_at=now, failures={}) for monitor_id, ev in items]
+    return [r[0] for r in insert_rows(Delivery, rows, returning=("id",))]
+
+
 def _store(rt, monitor_id, chunk):
     now = rt.clock.now()
     good = [(n, ev) for n, ev in chunk if not isinstance(ev, InvalidEvent)]
@@ -69,9 +76,7 @@ def _store(rt, monitor_id, chunk):
     with db.atomic():
         ids = []
         if good:
-            rows = [dict(ev.as_dict(), monitor=monitor_id, status="queued", next_at=now,
-                         accepted_at=now, updated_at=now, failures={}) for _, ev in good]
-            ids = [r[0] for r in insert_rows(Delivery, rows, returning=("id",))]
+            ids = _insert_deliveries([(monitor_id, ev) for _, ev in good], now)
         if bad:
             # One row per bad line, and nothing from the line itself.
             insert_rows(Audit, [{"at": now, "monitor": monitor_id, "event_id": None,
@@ -85,3 +90,22 @@ def _store(rt, monitor_id, chunk):
             yield LineResult(n, None, False, None, "invalid_event", ev.reason)
         else:
             yield LineResult(n, ev.event_id, True, id_of[n], None, None)
+
+
+# -- for callers that validated events themselves (signoff serve) -------------
+
+def store_validated(rt, items, within=None):
+    """Store ``(monitor_id, Event)`` pairs as deliveries in one transaction.
+
+    ``within(ids)`` runs inside that transaction with the new delivery ids (in
+    order), so the caller's own rows commit or vanish with the deliveries. The
+    queue is woken after the commit. Returns the delivery ids.
+    """
+    now = rt.clock.now()
+    with db.atomic():
+        ids = _insert_deliveries(items, now)
+        if within is not None:
+            within(ids)
+    if ids:
+        rt.wakers.wake("ingest", len(ids))
+    return ids

@@ -258,3 +258,86 @@ Task.add_index(Task.index(Task.next_at, name="task_suspect", where=(Task.code ==
 MODELS = [Monitor, Delivery, Inbox, Task, Attempt, Audit, DeadLetter, PurgedTask, Chore,
           Policy, PolicyDecision, Gap, MonitorBatching, RecordBatch, BatchMember]
 
+
+# -- signoff serve: webhook secrets and answers, reviewers, notifications -----
+
+class WebhookSecret(BaseModel):
+    """A Standard Webhooks signing secret of a monitor (several at once = rotation)."""
+
+    id = BigAutoField()
+    monitor = CharField()
+    secret = Text()  # never listed, logged or audited: shown once, at `add`
+    created_at = DoubleField()
+
+    class Meta:
+        indexes = ((("monitor",), False),)
+
+
+class WebhookAnswer(BaseModel):
+    """The first answer to a ``webhook-id`` of a monitor: the HTTP dedupe layer."""
+
+    monitor = CharField()
+    webhook_id = CharField()
+    delivery = BigIntegerField()
+    event_id = Text()
+    at = DoubleField()
+
+    class Meta:
+        primary_key = CompositeKey("monitor", "webhook_id")
+
+
+class WebhookRefusal(BaseModel):
+    """Refused webhook requests counted per monitor, minute and code."""
+
+    monitor = CharField()  # "" for a monitor that does not exist
+    minute = BigIntegerField()
+    code = CharField()
+    count = BigIntegerField(default=0)
+
+    class Meta:
+        primary_key = CompositeKey("monitor", "minute", "code")
+
+
+class Reviewer(BaseModel):
+    """A person who may use the review pages; the token is kept as its sha256."""
+
+    name = CharField(primary_key=True)
+    token_hash = CharField(max_length=64)
+    read_only = BooleanField(default=False)
+    created_at = DoubleField()
+
+
+class ReviewSession(BaseModel):
+    """A logged-in browser: the sha256 of its cookie, whose session it is, until when."""
+
+    token_hash = CharField(max_length=64, primary_key=True)
+    reviewer = CharField(index=True)
+    created_at = DoubleField()
+    expires_at = DoubleField()
+
+
+class Notification(BaseModel):
+    """One ``task.ready`` notification to send (the outbox), keyed by task."""
+
+    task_key = CharField(max_length=64, primary_key=True)
+    status = CharField(default="pending")  # pending, sent, dead
+    attempts = IntegerField(default=0)
+    last_code = CharField(null=True)
+    next_at = DoubleField()
+    created_at = DoubleField()
+    updated_at = DoubleField()
+
+    class Meta:
+        indexes = ((("status", "next_at"), False),)
+
+
+class Cursor(BaseModel):
+    """How far a reader of the audit log has got (the notification pump's place)."""
+
+    name = CharField(primary_key=True)
+    seq = BigIntegerField(default=0)
+
+
+# signoff serve's tables are part of the one schema every home has.
+MODELS += [WebhookSecret, WebhookAnswer, WebhookRefusal, Reviewer, ReviewSession, Notification,
+           Cursor]

@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import replace
 
-from . import batching, policy, retention, storage
+from . import batching, notify, policy, retention, storage
 from .app import Signoff
 from .config import load_config, resolve_home
 from .errors import StorageError
@@ -84,6 +84,7 @@ def _loop(rt, workers, drain):
 
     started = time.monotonic()
     reaped = _reap(rt)
+    notifier = notify.start(rt)  # task.ready notifications, when [notify] url is set
     consumer.start()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
@@ -104,6 +105,8 @@ def _loop(rt, workers, drain):
                 health_at = time.monotonic() + HEALTH_INTERVAL_S
     finally:
         consumer.stop(graceful=True)
+        if notifier is not None:
+            notifier.stop()
     log.info("worker stopped (%s)", reason["why"])
     return {"stopped": reason["why"], "seconds": round(time.monotonic() - started, 3),
             "reaper_changes": reaped}

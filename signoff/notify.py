@@ -1,0 +1,230 @@
+"""``task.ready`` notifications: an outbox filled from the audit log, sent signed.
+
+Design: ingest is not touched. A pump thread started by the worker reads the
+``ready`` audit rows past a stored cursor, puts one outbox row per task key
+(``Notification``, so a task is announced once however many events made it)
+for tasks still ready, and POSTs each due row to ``[notify] url`` signed the
+Standard Webhooks way (the ``webhook-id`` is the same on every try, so the
+receiver can dedupe). A failed try is retried with backoff; when the budget
+is spent the row goes to the dead letters (kind ``notification``), from where
+``dlq replay`` sends it again. The cursor re-reads a short stretch behind
+itself on every pass, since on PostgreSQL a transaction can commit a lower
+sequence number after a higher one; the outbox key makes that harmless.
+
+    [notify]
+    url = "https://chat.example/hooks/signoff"
+    secret = "whsec_..."
+    review_url = "https://signoff.example"   # base of the review pages
+    attempts = 6
+    timeout_s = 5.0
+"""
+
+import datetime
+import json
+import logging
+import threading
+from dataclasses import dataclass
+
+from peewee import fn
+
+from .errors import ConfigError, Refused
+from .lifecycle import audit, bury, record_attempts
+from .models import Audit, Cursor, DeadLetter, Notification, Task, db, insert_rows
+from .retry import backoff
+
+CURSOR = "notify"
+LOOKBACK = 200  # audit rows re-read behind the cursor (see the module docstring)
+COLLECT_LIMIT = 500
+SEND_LIMIT = 20
+INTERVAL_S = 0.5
+MESSAGE_PREFIX = "ready_"
+
+log = logging.getLogger("signoff.notify")
+
+
+@dataclass(frozen=True)
+class NotifySettings:
+    """The ``[notify]`` table."""
+
+    url: str
+    secret: str
+    review_url: str = "http://127.0.0.1:8080"
+    attempts: int = 6
+    timeout_s: float = 5.0
+    base_delay_s: float = 1.0
+    max_delay_s: float = 300.0
+
+
+def notify_settings(home):
+    """The ``[notify]`` settings of ``home``, or ``None`` when no url is set."""
+    from .serve.secrets import check_secret
+    from .serve.settings import read_table
+    table = read_table(home, "notify")
+    if not table.get("url"):
+        return None
+    known = set(NotifySettings.__dataclass_fields__)
+    if set(table) - known:
+        raise ConfigError("bad_config", f"unknown key notify.{sorted(set(table) - known)[0]}")
+    url = table["url"]
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ConfigError("bad_config", "notify.url must be an http(s) URL")
+    try:
+        check_secret(table.get("secret"))
+    except Refused as exc:
+        raise ConfigError("bad_config", f"notify.secret: {exc.message}") from None
+    try:
+        return NotifySettings(**table)
+    except TypeError as exc:
+        raise ConfigError("bad_config", f"[notify]: {exc}") from None
+
+
+def collect(now):
+    """Move new ``ready`` audit rows into the outbox; returns how many rows were added."""
+    with db.atomic():
+        cursor = Cursor.get_or_none(Cursor.name == CURSOR)
+        seen = cursor.seq if cursor else 0
+        top = Audit.select(fn.MAX(Audit.seq)).scalar() or 0
+        if top <= seen and cursor is not None:
+            return 0
+        rows = list(Audit.select(Audit.seq, Audit.task_key)
+                    .where(Audit.seq > max(0, seen - LOOKBACK), Audit.seq <= top,
+                           Audit.code == "ready", Audit.task_key.is_null(False))
+                    .order_by(Audit.seq).limit(COLLECT_LIMIT))
+        new_seq = rows[-1].seq if len(rows) == COLLECT_LIMIT else top
+        if cursor is None:
+            Cursor.insert(name=CURSOR, seq=new_seq).on_conflict_ignore().execute()
+        elif not Cursor.update(seq=new_seq).where(Cursor.name == CURSOR, Cursor.seq == seen).execute():
+            return 0  # another pump moved the cursor first
+        keys = list({r.task_key for r in rows})
+        ready = [k for (k,) in Task.select(Task.key).where(Task.key.in_(keys or [""]),
+                                                              Task.status == "ready").tuples()]
+        added = insert_rows(Notification, [
+            {"task_key": k, "status": "pending", "next_at": now, "created_at": now,
+             "updated_at": now} for k in ready], ignore_conflicts=True, returning=("task_key",))
+    return len(added)
+
+
+def payload(task, settings):
+    """The notification body: identifiers, digest and the page; never record text."""
+    return {"type": "task.ready", "key": task.key, "monitor": task.monitor,
+            "record_id": task.record_id, "version": task.version, "digest": task.digest,
+            "review_url": settings.review_url.rstrip("/") + f"/tasks/{task.key}"}
+
+
+def signed_request(task, settings, now):
+    """``(body, headers)`` of one try, signed with ``[notify] secret``."""
+    from standardwebhooks.webhooks import Webhook
+    body = json.dumps(payload(task, settings), separators=(",", ":"))
+    msg_id = MESSAGE_PREFIX + task.key
+    at = datetime.datetime.fromtimestamp(int(now), tz=datetime.timezone.utc)
+    return body, {"content-type": "application/json", "webhook-id": msg_id,
+                  "webhook-timestamp": str(int(now)),
+                  "webhook-signature": Webhook(settings.secret).sign(msg_id, at, body)}
+
+
+def send_due(rt, settings, client):
+    """Send the outbox rows that are due; returns ``(sent, failed)``."""
+    now = rt.clock.now()
+    sent = failed = 0
+    for row in (Notification.select().where(Notification.status == "pending",
+                                            Notification.next_at <= now)
+                .order_by(Notification.next_at).limit(SEND_LIMIT)):
+        # Hold the row for the length of a try so another pump leaves it alone.
+        if not Notification.update(next_at=now + 2 * settings.timeout_s + 1).where(
+                Notification.task_key == row.task_key, Notification.status == "pending",
+                Notification.next_at == row.next_at).execute():
+            continue
+        task = Task.get_or_none(Task.key == row.task_key)
+        code = _try_send(client, task, settings, now) if task else "unknown_task"
+        if code is None:
+            sent += 1
+        else:
+            failed += 1
+        _record(rt, row, code, settings)
+    return sent, failed
+
+
+def _try_send(client, task, settings, now):
+    import httpx
+    body, headers = signed_request(task, settings, now)
+    try:
+        response = client.post(settings.url, content=body, headers=headers)
+    except httpx.HTTPError as exc:
+        return type(exc).__name__
+    return None if 200 <= response.status_code < 300 else f"http_{response.status_code}"
+
+
+def _record(rt, row, code, settings):
+    now = rt.clock.now()
+    attempts = row.attempts + 1
+    with db.atomic():
+        record_attempts([{"kind": "notification", "ref": row.task_key, "at": now,
+                          "step": "notify", "code": code or "sent", "worker": None}])
+        if code is None:
+            _update(row, now, status="sent", attempts=attempts, last_code="sent")
+        elif attempts >= settings.attempts:
+            _update(row, now, status="dead", attempts=attempts, last_code=code)
+            bury("notification", row.task_key, "notify", code, attempts, now)
+            audit(now, "dead_letter", task_key=row.task_key)
+        else:
+            policy = _Policy(settings.base_delay_s, settings.max_delay_s)
+            _update(row, now, attempts=attempts, last_code=code,
+                    next_at=now + backoff(attempts, policy))
+
+
+@dataclass(frozen=True)
+class _Policy:
+    base_delay_s: float
+    max_delay_s: float
+
+
+def _update(row, now, **fields):
+    Notification.update(updated_at=now, **fields).where(
+        Notification.task_key == row.task_key).execute()
+
+
+def replay(rt, letter):
+    """Send a dead notification again with a fresh budget (``dlq replay``)."""
+    now = rt.clock.now()
+    with db.atomic():
+        if not Notification.update(status="pending", attempts=0, next_at=now, updated_at=now).where(
+                Notification.task_key == letter.ref, Notification.status == "dead").execute():
+            raise Refused("not_dead", "this notification was replayed already and is in progress")
+        DeadLetter.update(replayed=DeadLetter.replayed + 1).where(DeadLetter.id == letter.id).execute()
+        audit(now, "replayed", task_key=letter.ref)
+
+
+class Pump:
+    """The notification thread of one worker process."""
+
+    def __init__(self, rt, settings):
+        self.rt, self.settings = rt, settings
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="signoff-notify", daemon=True)
+
+    def _run(self):
+        import httpx
+        with httpx.Client(timeout=self.settings.timeout_s, follow_redirects=False) as client:
+            while not self._stop.wait(INTERVAL_S):
+                try:
+                    collect(self.rt.clock.now())
+                    send_due(self.rt, self.settings, client)
+                except Exception:
+                    log.exception("notification pass failed; retrying on the next pass")
+                    db.close()  # this thread's connection: the next pass reconnects
+        db.close()
+
+    def stop(self):
+        """Stop after the try in progress (bounded by the request timeout)."""
+        self._stop.set()
+        self._thread.join(timeout=self.settings.timeout_s + 5)
+
+
+def start(rt):
+    """Start the notification pump when ``[notify] url`` is set; returns it or ``None``."""
+    settings = notify_settings(rt.home)
+    if settings is None:
+        return None
+    pump = Pump(rt, settings)
+    pump._thread.start()
+    return pump

@@ -1,0 +1,225 @@
+"""``signoff bench --http``: webhook ingest of ``signoff serve`` against a bare endpoint.
+
+One load generator (asyncio + httpx, loopback only, every loop bounded by a
+count) drives, in one run: a bare endpoint on the same server stack (uvicorn +
+Starlette, same middleware) that reads the body and answers 202; then
+``signoff serve`` with the same number of signed events (verified, deduped,
+group-committed, durable before the 202); then badly signed requests (each
+must be 401); then a paced run at half the rate signoff reached, for latency,
+and the bare endpoint paced the same (the machine's own tail, for comparison).
+Finally every 202 is looked up in the database: none may be lost.
+"""
+
+import asyncio
+import datetime
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+EVENTS = 20_000
+CLIENTS = 50
+TARGET_RATIO = 0.5
+TARGET_P99_MS = 100.0
+
+
+def bare_app():
+    """The bare endpoint: same stack and middleware, answers 202 and does nothing."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from .web import SecurityHeaders
+
+    async def hook(request):
+        await request.body()
+        return JSONResponse({"accepted": True}, status_code=202)
+    return SecurityHeaders(Starlette(routes=[Route("/hooks/{monitor}", hook, methods=["POST"])]))
+
+
+def serve_bare(port=0):
+    """Run the bare endpoint until SIGTERM, as ``signoff serve`` runs (same uvicorn options)."""
+    import uvicorn
+
+    from .server import GRACEFUL_S, bind_socket
+    sock = bind_socket("127.0.0.1", port)
+    print(json.dumps({"listening": f"http://127.0.0.1:{sock.getsockname()[1]}"}), flush=True)
+    config = uvicorn.Config(bare_app(), lifespan="off", access_log=False, log_level="warning",
+                            server_header=False, timeout_graceful_shutdown=GRACEFUL_S)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def _start(argv):
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    line = proc.stdout.readline()  # the server prints one line once it listens
+    if not line:
+        proc.wait(30)
+        raise RuntimeError(f"{argv[2:]} did not start (exit {proc.returncode})")
+    return proc, json.loads(line)["listening"]
+
+
+def _stop(proc):
+    proc.terminate()
+    proc.wait(60)
+    proc.stdout.close()
+
+
+def events_for(count, prefix):
+    """``count`` ``(webhook-id, body)`` pairs of distinct events."""
+    now = int(time.time())
+    return [(f"{prefix}-{i}", json.dumps({
+        "event_id": f"{prefix}-{i}", "name": "comment.created", "document": "doc-bench",
+        "record_id": f"r-{i % 1000}", "occurred": now})) for i in range(count)]
+
+
+def signer(secret, bad=False):
+    """``sign(webhook_id, body) -> headers`` stamped at the moment of sending.
+
+    Signing as each request goes keeps long runs inside the 5-minute tolerance;
+    the bare endpoint's run signs too, so both pay the same client cost.
+    """
+    from standardwebhooks.webhooks import Webhook
+    hook = Webhook(secret)
+
+    def sign(msg_id, body):
+        now = datetime.datetime.now(datetime.timezone.utc)
+        signature = hook.sign(msg_id, now, body)
+        if bad:
+            signature = "v1,AAAA" + signature[7:]
+        return {"webhook-id": msg_id, "webhook-timestamp": str(int(now.timestamp())),
+                "webhook-signature": signature, "content-type": "application/json"}
+    return sign
+
+
+async def _load(url, requests, sign, clients, rate=None):
+    import httpx
+    latencies, statuses, answers = [], {}, []
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    # Without TCP_NODELAY the body waits for the headers' ACK (Nagle + delayed
+    # ACK: ~40 ms a request), which would measure the kernel, not the server.
+    transport = httpx.AsyncHTTPTransport(limits=limits, socket_options=[
+        (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+    start = time.perf_counter()
+    async with httpx.AsyncClient(base_url=url, transport=transport, timeout=30) as client:
+        async def one_client(first):
+            for i in range(first, len(requests), clients):
+                if rate:
+                    delay = start + i / rate - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                msg_id, body = requests[i]
+                headers = sign(msg_id, body)
+                t0 = time.perf_counter()
+                try:
+                    r = await client.post("/hooks/bench", content=body, headers=headers)
+                except httpx.HTTPError as exc:  # counted, not fatal: no answer, no promise
+                    name = type(exc).__name__
+                    statuses[name] = statuses.get(name, 0) + 1
+                    continue
+                latencies.append(time.perf_counter() - t0)
+                statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+                if r.status_code == 202 and "delivery" in r.text:
+                    answers.append(r.json()["event_id"])
+        await asyncio.gather(*(one_client(n) for n in range(clients)))
+    elapsed = time.perf_counter() - start
+    latencies.sort()
+    return {"requests": len(requests), "seconds": round(elapsed, 3),
+            "per_s": round(len(requests) / elapsed, 1), "statuses": statuses,
+            "p50_ms": round(1000 * latencies[len(latencies) // 2], 2),
+            "p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 2),
+            "accepted_ids": answers}
+
+
+def _home(tmp):
+    from ..app import Signoff
+    from . import secrets
+    rt = Signoff.init(tmp / "home")
+    rt.host().put_grant(docs=["doc-bench"])  # the reference host grants doc-demo only
+    rt.bind("doc-bench", "bench")
+    return rt, secrets.add(rt, "bench")["secret"]
+
+
+def run_http_bench(events=EVENTS, clients=CLIENTS, bad=None, paced=None, as_json=False):
+    """Run the four passes; print a summary unless ``as_json``; return the figures.
+
+    ``bad`` and ``paced`` default to a fortieth and a quarter of ``events``
+    (500 and 5,000 for the full 20,000).
+    """
+    bad = max(1, events // 40) if bad is None else bad
+    paced = max(1, events // 4) if paced is None else paced
+    say = (lambda msg: None) if as_json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    with tempfile.TemporaryDirectory(prefix="signoff-bench-http-") as tmp:
+        rt, secret = _home(Path(tmp))
+        good, sign = events_for(events, "evt"), signer(secret)
+        bare_proc, bare_url = _start([sys.executable, "-m", "signoff.serve.bench_http"])
+        try:
+            say(f"bare endpoint: {events} requests from {clients} clients")
+            bare = asyncio.run(_load(bare_url, good, sign, clients))
+            serve_proc, url = _start([sys.executable, "-m", "signoff", "--home", str(rt.home),
+                                      "serve", "--port", "0"])
+            try:
+                say(f"signoff serve: {events} signed events from {clients} clients")
+                ingest = asyncio.run(_load(url, good, sign, clients))
+                say(f"signoff serve: {bad} badly signed requests")
+                refused = asyncio.run(_load(url, events_for(bad, "bad"), signer(secret, bad=True),
+                                            clients))
+                rate = ingest["per_s"] * 0.5
+                say(f"signoff serve: {paced} events paced at {rate:.0f}/s (half its rate)")
+                half = asyncio.run(_load(url, events_for(paced, "paced"), sign, clients, rate=rate))
+            finally:
+                _stop(serve_proc)
+            say(f"bare endpoint: {paced} requests paced at {rate:.0f}/s (the machine's own tail)")
+            bare_half = asyncio.run(_load(bare_url, good[:paced], sign, clients, rate=rate))
+        finally:
+            _stop(bare_proc)
+        report = _report(rt, bare, ingest, refused, half, events, clients)
+        bare_half.pop("accepted_ids")
+        report["bare_half_rate"] = bare_half
+        rt.database.close()
+    if not as_json:
+        _print(report)
+    return report
+
+
+def _report(rt, bare, ingest, refused, half, events, clients):
+    from peewee import fn
+
+    from ..models import Delivery
+    accepted = set(ingest.pop("accepted_ids")) | set(half.pop("accepted_ids"))
+    refused.pop("accepted_ids")
+    bare.pop("accepted_ids")
+    stored = {e for (e,) in Delivery.select(Delivery.event_id).tuples()}
+    # One group commit stamps its rows with one time: distinct stamps = commits.
+    commits = Delivery.select(fn.COUNT(fn.DISTINCT(Delivery.accepted_at))).scalar() or 1
+    ratio = ingest["per_s"] / bare["per_s"]
+    return {
+        "events": events, "clients": clients,
+        "bare": bare, "signoff": ingest, "bad_signatures": refused, "half_rate": half,
+        "accepted": len(accepted), "lost": len(accepted - stored),
+        "events_per_commit": round(len(stored) / commits, 2),
+        "bad_all_401": refused["statuses"] == {401: refused["requests"]},
+        "ratio": round(ratio, 3),
+        "targets": {
+            "ratio": {"value": round(ratio, 3), "target": f">= {TARGET_RATIO}", "pass": ratio >= TARGET_RATIO},
+            "p99_ms_at_half_rate": {"value": half["p99_ms"], "target": f"< {TARGET_P99_MS}",
+                                    "pass": half["p99_ms"] < TARGET_P99_MS},
+        },
+    }
+
+
+def _print(r):
+    for name in ("bare", "bare_half_rate", "signoff", "bad_signatures", "half_rate"):
+        x = r[name]
+        print(f"{name:<15} {x['requests']:>6} req  {x['per_s']:>8.1f}/s  p50 {x['p50_ms']:>7.2f} ms  "
+              f"p99 {x['p99_ms']:>7.2f} ms  {x['statuses']}")
+    print(f"accepted {r['accepted']}, lost {r['lost']}, bad signatures all 401: {r['bad_all_401']}, "
+          f"{r['events_per_commit']} events per commit")
+    for key, t in r["targets"].items():
+        print(f"{key:<22} {t['value']} (target {t['target']}): {'pass' if t['pass'] else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    serve_bare()

@@ -1,0 +1,207 @@
+"""``POST /hooks/{monitor}``: Standard Webhooks ingest (SPEC section 10).
+
+Checked in this order: monitor (404), size (413), UTF-8 (400), signature
+(401), ``webhook-id`` already answered (200, the first answer), event (400),
+then the durable write (202). Accepted events and refusals go through the
+group commit, so a 202 is sent only once the delivery row and its
+``webhook-id`` answer are committed together, and a refusal's audit row is
+written before it is answered.
+"""
+
+from dataclasses import dataclass
+
+from peewee import EXCLUDED, InterfaceError, OperationalError, fn
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+from starlette.responses import JSONResponse
+
+from .. import intake
+from ..errors import InvalidEvent
+from ..events import MAX_LINE_BYTES, Event, check_label, parse_line
+from ..models import Audit, Delivery, WebhookAnswer, WebhookRefusal, db, insert_rows
+from . import secrets
+
+MAX_BODY = MAX_LINE_BYTES  # 64 KiB
+AUDITED_PER_MINUTE = 60
+SIGNATURE_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
+STATUS = {"unknown_monitor": 404, "too_large": 413, "invalid_event": 400, "bad_signature": 401}
+
+
+@dataclass(frozen=True)
+class Accept:
+    """A verified, valid event to store under its ``webhook-id``."""
+
+    monitor: str
+    webhook_id: str
+    event: Event
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A refused request to audit (within the per-minute allowance) and count."""
+
+    monitor: str | None
+    code: str
+
+
+async def read_body(request):
+    """The body, or ``None`` as soon as it is known to be over ``MAX_BODY``."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_BODY:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def signed_by_one_of(text, headers, monitor_secrets):
+    """True when the Standard Webhooks signature verifies under any current secret."""
+    given = {k: headers[k] for k in SIGNATURE_HEADERS if k in headers}
+    for secret in monitor_secrets:
+        try:
+            Webhook(secret).verify(text, given, json_parse=False)
+            return True
+        except (WebhookVerificationError, ValueError):
+            # ValueError: a malformed signature list or base64 (the library
+            # raises it as it parses); it verifies nothing either way.
+            continue
+    return False
+
+
+def make_endpoint(rt, commits):
+    """The ASGI endpoint for ``POST /hooks/{monitor}`` writing through ``commits``."""
+
+    async def refuse(monitor_id, code, reason=None):
+        await commits.submit(Refusal(monitor_id, code))
+        body = {"error": code} if reason is None else {"error": code, "reason": reason}
+        return JSONResponse(body, status_code=STATUS[code])
+
+    async def hook(request):
+        monitor_id = request.path_params["monitor"]
+        exists, monitor_secrets = secrets.current(monitor_id)
+        if not exists:
+            return await refuse(None, "unknown_monitor")
+        body = await read_body(request)
+        if body is None:
+            return await refuse(monitor_id, "too_large")
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            return await refuse(monitor_id, "invalid_event", "body: not valid UTF-8")
+        if not signed_by_one_of(text, request.headers, monitor_secrets):
+            return await refuse(monitor_id, "bad_signature")
+        webhook_id = request.headers["webhook-id"]
+        try:
+            check_label("webhook-id", webhook_id)
+            event = parse_line(body)
+        except InvalidEvent as exc:
+            first = first_answer(monitor_id, webhook_id)
+            if first is not None:
+                return JSONResponse(first, status_code=200)
+            return await refuse(monitor_id, "invalid_event", exc.reason)
+        status, answer = await commits.submit(Accept(monitor_id, webhook_id, event))
+        return JSONResponse(answer, status_code=status)
+
+    return hook
+
+
+def _answer(delivery, event_id, duplicate=False):
+    body = {"delivery": delivery, "event_id": event_id, "accepted": True}
+    if duplicate:
+        body["duplicate"] = True
+    return body
+
+
+def first_answer(monitor_id, webhook_id):
+    """The stored answer to ``webhook-id`` (marked duplicate), or ``None``."""
+    row = WebhookAnswer.get_or_none(WebhookAnswer.monitor == monitor_id,
+                                    WebhookAnswer.webhook_id == webhook_id)
+    return None if row is None else _answer(row.delivery, row.event_id, duplicate=True)
+
+
+def write_batch(rt, jobs):
+    """Write a batch of jobs in one transaction; one ``(status, body)`` or None per job.
+
+    A connection the database dropped is closed, so the next batch reconnects.
+    """
+    try:
+        return _write_batch(rt, jobs)
+    except (OperationalError, InterfaceError):
+        db.close()
+        raise
+
+
+def _write_batch(rt, jobs):
+    now = rt.clock.now()
+    accepts = [j for j in jobs if isinstance(j, Accept)]
+    first_of = {}  # a webhook-id twice in one batch: the later ones repeat the first
+    for job in accepts:
+        first_of.setdefault((job.monitor, job.webhook_id), job)
+    fresh = list(first_of.values())
+    answers = {}
+
+    def within(ids):
+        _claim_answers(fresh, ids, answers, now)
+        _count_refusals([j for j in jobs if isinstance(j, Refusal)], now)
+
+    intake.store_validated(rt, [(j.monitor, j.event) for j in fresh], within=within)
+    out = []
+    for job in jobs:
+        if isinstance(job, Refusal):
+            out.append(None)
+            continue
+        key = (job.monitor, job.webhook_id)
+        status, body = answers[key]
+        if first_of[key] is not job:
+            status, body = 200, dict(body, duplicate=True)
+        out.append((status, body))
+    return out
+
+
+def _claim_answers(fresh, ids, answers, now):
+    # Insert the answers first come, first served (ON CONFLICT DO NOTHING): a
+    # webhook-id answered before, or by another server in the meantime, keeps
+    # its first answer, and the delivery written for this copy is dropped
+    # before the commit, so nothing new is stored.
+    rows = [{"monitor": j.monitor, "webhook_id": j.webhook_id, "delivery": i,
+             "event_id": j.event.event_id, "at": now} for j, i in zip(fresh, ids)]
+    won = set(insert_rows(WebhookAnswer, rows, ignore_conflicts=True,
+                          returning=("monitor", "webhook_id")))
+    lost = []
+    for job, delivery in zip(fresh, ids):
+        key = (job.monitor, job.webhook_id)
+        if key in won:
+            answers[key] = (202, _answer(delivery, job.event.event_id))
+        else:
+            lost.append(delivery)
+            answers[key] = (200, first_answer(*key))
+    if lost:
+        Delivery.delete().where(Delivery.id.in_(lost)).execute()
+
+
+def _count_refusals(refusals, now):
+    if not refusals:
+        return
+    minute = int(now // 60)
+    monitors = {r.monitor or "" for r in refusals}
+    seen = dict(WebhookRefusal.select(WebhookRefusal.monitor, fn.SUM(WebhookRefusal.count))
+                .where(WebhookRefusal.minute == minute, WebhookRefusal.monitor.in_(list(monitors)))
+                .group_by(WebhookRefusal.monitor).tuples())
+    audits, counts = [], {}
+    for r in refusals:
+        monitor = r.monitor or ""
+        if (seen.get(monitor) or 0) < AUDITED_PER_MINUTE:
+            audits.append({"at": now, "monitor": r.monitor, "event_id": None, "task_key": None,
+                           "code": r.code})
+        seen[monitor] = (seen.get(monitor) or 0) + 1
+        counts[(monitor, r.code)] = counts.get((monitor, r.code), 0) + 1
+    insert_rows(Audit, audits)
+    for (monitor, code), n in counts.items():
+        (WebhookRefusal.insert(monitor=monitor, minute=minute, code=code, count=n)
+         .on_conflict(conflict_target=[WebhookRefusal.monitor, WebhookRefusal.minute,
+                                       WebhookRefusal.code],
+                      update={WebhookRefusal.count: WebhookRefusal.count + EXCLUDED.count})
+         .execute())

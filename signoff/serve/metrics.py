@@ -1,0 +1,107 @@
+"""``/metrics`` and ``/healthz``: numbers read from the database at scrape time.
+
+The collector asks the database on every scrape, so several ``signoff serve``
+and worker processes agree without a shared metrics directory, and the figures
+are those ``signoff stats --json`` prints.
+"""
+
+from peewee import fn
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import generate_latest
+
+from ..models import Attempt, Notification, Task, WebhookRefusal, db
+from ..views import stats
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _gauge_by(name, doc, label, counts):
+    family = GaugeMetricFamily(name, doc, labels=[label])
+    for value, n in sorted(counts.items()):
+        family.add_metric([str(value)], n)
+    return family
+
+
+def _counter(name, doc, value):
+    family = CounterMetricFamily(name, doc)
+    family.add_metric([], value)
+    return family
+
+
+class SignoffCollector:
+    """A Prometheus collector over one signoff home's database."""
+
+    def __init__(self, rt):
+        self.rt = rt
+
+    def describe(self):
+        """Nothing up front: the families are only known at scrape time."""
+        return []
+
+    def collect(self):
+        """Every family, from one ``stats`` snapshot plus a few grouped counts."""
+        now = self.rt.clock.now()
+        s = stats(now)
+        yield _gauge_by("signoff_deliveries", "Deliveries by status.", "status", s["deliveries"])
+        yield _gauge_by("signoff_tasks", "Tasks by status.", "status", s["tasks"])
+        attempts = CounterMetricFamily("signoff_attempts", "Attempts by step and code.",
+                                       labels=["step", "code"])
+        for step, code, n in (Attempt.select(Attempt.step, Attempt.code, fn.COUNT(Attempt.id))
+                              .group_by(Attempt.step, Attempt.code).tuples()):
+            attempts.add_metric([step, code], n)
+        yield attempts
+        yield GaugeMetricFamily("signoff_dead_letters", "Dead letters.",
+                                value=s["dead_letters"]["total"])
+        yield GaugeMetricFamily("signoff_dead_letters_not_replayed", "Dead letters not replayed.",
+                                value=s["dead_letters"]["not_replayed"])
+        yield _counter("signoff_lease_takeovers", "Leases that expired and were taken over.",
+                       s["lease_expiries"])
+        yield _counter("signoff_uncertain_recovered", "Uncertain tasks confirmed done.",
+                       s["uncertain"]["recovered"])
+        yield _counter("signoff_stale_events", "Events that arrived too late (gaps).",
+                       s["stale_event_gaps"])
+        yield GaugeMetricFamily("signoff_oldest_ready_seconds",
+                                "Age of the oldest task waiting for approval.",
+                                value=_oldest_ready(now))
+        refusals = CounterMetricFamily("signoff_webhook_refusals", "Refused webhook requests.",
+                                       labels=["code"])
+        for code, n in (WebhookRefusal.select(WebhookRefusal.code, fn.SUM(WebhookRefusal.count))
+                        .group_by(WebhookRefusal.code).tuples()):
+            refusals.add_metric([code], n)
+        yield refusals
+        yield _gauge_by("signoff_notifications", "task.ready notifications by status.", "status",
+                        dict(Notification.select(Notification.status, fn.COUNT(Notification.task_key))
+                             .group_by(Notification.status).tuples()))
+
+
+def _oldest_ready(now):
+    oldest = Task.select(fn.MIN(Task.created_at)).where(Task.status == "ready").scalar()
+    return max(0.0, now - oldest) if oldest is not None else 0.0
+
+
+def registry_for(rt):
+    """A registry holding only the signoff collector (no process or GC metrics)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SignoffCollector(rt))
+    return registry
+
+
+def render(registry):
+    """The exposition text of ``registry``."""
+    return generate_latest(registry)
+
+
+def health(rt):
+    """``(ok, {"database": ..., "queue": ...})``: each "ok" or what failed."""
+    report = {}
+    try:
+        db.execute_sql("SELECT 1").fetchone()
+        report["database"] = "ok"
+    except Exception as exc:  # any failure is what the probe reports
+        report["database"] = f"error: {type(exc).__name__}"
+    try:
+        rt.queue.pending_count()
+        report["queue"] = "ok"
+    except Exception as exc:
+        report["queue"] = f"error: {type(exc).__name__}"
+    return all(v == "ok" for v in report.values()), report

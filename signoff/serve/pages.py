@@ -1,0 +1,259 @@
+"""The review pages: what is waiting, one task in full, dead letters, and the forms.
+
+Every page needs a session (else a redirect to ``/login``; a POST answers
+401); every POST carries the session's CSRF token (form field ``csrf_token``
+or header ``X-CSRF-Token``; wrong → 403); read-only reviewers get no action
+buttons and their POSTs answer 403. GET never changes state. Database and host
+work runs in the thread pool, off the event loop.
+"""
+
+import hmac
+import secrets
+from pathlib import Path
+
+from peewee import fn
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse
+from starlette.templating import Jinja2Templates
+
+from ..errors import Blocked, Refused
+from ..models import Task
+from ..views import describe
+from . import reviewers
+
+COOKIE = "signoff_session"
+LOGIN_COOKIE = "signoff_login"
+LOGIN_FORM_TTL_S = 3600
+PAGE_LIMIT = 200
+STATUSES = ("ready", "approved", "uncertain", "done", "rejected", "blocked", "expired",
+            "cancelled", "dead")
+REFUSAL_STATUS = {"unknown_task": 404, "unknown_dead_letter": 404, "host_unavailable": 503}
+TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+STYLE = (Path(__file__).parent / "templates" / "style.css").read_text(encoding="utf-8")
+
+
+class Pages:
+    """The page and form endpoints of one ``signoff serve``."""
+
+    def __init__(self, rt, secure_cookies=False):
+        self.rt = rt
+        self.secure_cookies = secure_cookies
+
+    # -- sessions ----------------------------------------------------------
+
+    async def viewer(self, request):
+        """The reviewer of this request's session cookie, or ``None``."""
+        token = request.cookies.get(COOKIE)
+        return await run_in_threadpool(reviewers.viewer_for, token, self.rt.clock.now())
+
+    def render(self, request, name, status_code=200, **context):
+        """A template rendered with the common context."""
+        return TEMPLATES.TemplateResponse(request, name, context, status_code=status_code)
+
+    def _login_form(self, request, status_code=200, failed=False):
+        # Before a session exists, CSRF is a double-submit: a random value in
+        # a strict cookie and in the form, which another site can set neither of.
+        value = secrets.token_urlsafe(24)
+        response = self.render(request, "login.html", status_code=status_code, viewer=None,
+                               failed=failed, login_csrf=value)
+        response.set_cookie(LOGIN_COOKIE, value, max_age=LOGIN_FORM_TTL_S, httponly=True,
+                            samesite="strict", secure=self.secure_cookies, path="/login")
+        return response
+
+    async def login_page(self, request):
+        """``GET /login``."""
+        return self._login_form(request)
+
+    async def login(self, request):
+        """``POST /login``: fields ``name``, ``token``, ``csrf_token``; sets the session cookie."""
+        form = await request.form()
+        expected, given = request.cookies.get(LOGIN_COOKIE) or "", form.get("csrf_token") or ""
+        if not expected or not hmac.compare_digest(expected.encode(), str(given).encode()):
+            return self.render(request, "outcome.html", status_code=403, viewer=None,
+                               title="Refused", results=[("", "bad_csrf_token",
+                                                          "open the login page again")])
+        session = await run_in_threadpool(reviewers.log_in, form.get("name"), form.get("token"),
+                                          self.rt.clock.now())
+        if session is None:
+            return self._login_form(request, status_code=401, failed=True)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(COOKIE, session, max_age=reviewers.SESSION_TTL_S, httponly=True,
+                            samesite="strict", secure=self.secure_cookies, path="/")
+        return response
+
+    async def logout(self, request):
+        """``POST /logout``."""
+        viewer, refusal = await self.form_guard(request, write=False)
+        if refusal:
+            return refusal
+        await run_in_threadpool(reviewers.log_out, viewer.session_token)
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(COOKIE, path="/")
+        return response
+
+    async def form_guard(self, request, write=True):
+        """``(viewer, None)`` for an allowed POST, else ``(None, refusal response)``."""
+        viewer = await self.viewer(request)
+        if viewer is None:
+            return None, PlainTextResponse("not logged in", status_code=401)
+        form = await request.form()
+        given = request.headers.get("x-csrf-token") or form.get("csrf_token")
+        if not viewer.csrf_ok(given):
+            return None, self.render(request, "outcome.html", status_code=403, viewer=viewer,
+                                     title="Refused", results=[("", "bad_csrf_token",
+                                                                "the form's CSRF token is missing or wrong")])
+        if write and viewer.read_only:
+            return None, self.render(request, "outcome.html", status_code=403, viewer=viewer,
+                                     title="Refused", results=[("", "read_only",
+                                                                "a read-only reviewer cannot change anything")])
+        return viewer, None
+
+    # -- pages ---------------------------------------------------------------
+
+    async def index(self, request):
+        """``GET /``: tasks of one status (``?status=``, ``?monitor=``, ``?parked=1``)."""
+        viewer = await self.viewer(request)
+        if viewer is None:
+            return RedirectResponse("/login", status_code=303)
+        q = request.query_params
+        status = q.get("status", "ready")
+        status = status if status in STATUSES or status == "all" else "ready"
+        monitor, parked = q.get("monitor") or None, q.get("parked") == "1"
+        rows, counts = await run_in_threadpool(_task_rows, status, monitor, parked)
+        return self.render(request, "index.html", viewer=viewer, rows=rows, counts=counts,
+                           status=status, monitor=monitor, parked=parked, statuses=STATUSES,
+                           limit=PAGE_LIMIT)
+
+    async def task(self, request):
+        """``GET /tasks/{key}``: everything an approver needs to decide."""
+        viewer = await self.viewer(request)
+        if viewer is None:
+            return RedirectResponse("/login", status_code=303)
+        try:
+            view = await run_in_threadpool(self._task_view, request.path_params["key"])
+        except Refused as exc:
+            return self._refused(request, viewer, exc)
+        return self.render(request, "task.html", viewer=viewer, **view)
+
+    def _task_view(self, key):
+        t = self.rt.task(key)
+        current, problem = None, None
+        try:
+            current = self.rt.host().get(t["record_id"])
+        except Blocked as exc:
+            problem = exc.code
+        except (TimeoutError, ConnectionError):
+            problem = "host_unavailable"
+        except Exception as exc:  # a host bug shows on the page instead of failing it
+            problem = type(exc).__name__
+        timeline = sorted([(a["at"], "audit", a["code"], a.get("event_id") or "") for a in t["audit"]]
+                          + [(h["at"], "attempt " + h["step"], h["code"], h["worker"] or "")
+                             for h in t["history"]])
+        return {"t": t, "current": current, "current_problem": problem,
+                "changed": current is not None and current != t["record"],
+                "timeline": timeline, "host_factory": self.rt.config.host_factory,
+                "may_be_written": t["status"] == "uncertain" or t["outcome_unknown"],
+                "previous_drafts": t.get("previous_drafts") or [],
+                "draft_changes": t.get("draft_changes")}
+
+    async def dead_letters(self, request):
+        """``GET /dead-letters``."""
+        viewer = await self.viewer(request)
+        if viewer is None:
+            return RedirectResponse("/login", status_code=303)
+        letters = await run_in_threadpool(self.rt.dead_letters)
+        return self.render(request, "dead_letters.html", viewer=viewer, letters=letters[-PAGE_LIMIT:])
+
+    async def style(self, request):
+        """``GET /style.css`` (no inline styles, so the CSP can forbid them)."""
+        return PlainTextResponse(STYLE, media_type="text/css")
+
+    # -- forms -----------------------------------------------------------------
+
+    async def approve(self, request):
+        """``POST /tasks/{key}/approve`` with ``digest``; approved_by is the reviewer."""
+        viewer, refusal = await self.form_guard(request)
+        if refusal:
+            return refusal
+        key, digest = request.path_params["key"], (await request.form()).get("digest") or ""
+        return await self._act(request, viewer, key,
+                               lambda: self.rt.approve(key, digest, by=viewer.name))
+
+    async def reject(self, request):
+        """``POST /tasks/{key}/reject`` with the ``digest`` shown on the page."""
+        viewer, refusal = await self.form_guard(request)
+        if refusal:
+            return refusal
+        key, digest = request.path_params["key"], (await request.form()).get("digest") or ""
+
+        def reject():
+            if self.rt.task(key)["digest"] != digest:
+                raise Refused("digest_mismatch", "the digest does not match the task's result")
+            return self.rt.reject(key, reason=None)
+        return await self._act(request, viewer, key, reject)
+
+    async def retry(self, request):
+        """``POST /tasks/{key}/retry``: queue a parked or uncertain task again."""
+        viewer, refusal = await self.form_guard(request)
+        if refusal:
+            return refusal
+        key = request.path_params["key"]
+        return await self._act(request, viewer, key, lambda: self.rt.retry(key))
+
+    async def replay(self, request):
+        """``POST /dead-letters/{id}/replay``."""
+        viewer, refusal = await self.form_guard(request)
+        if refusal:
+            return refusal
+        letter = request.path_params["letter"]
+        try:
+            await run_in_threadpool(self.rt.replay, letter)
+        except Refused as exc:
+            return self._refused(request, viewer, exc)
+        return RedirectResponse("/dead-letters", status_code=303)
+
+    async def approve_many(self, request):
+        """``POST /approve``: every checked ``task`` field is ``KEY:DIGEST``."""
+        viewer, refusal = await self.form_guard(request)
+        if refusal:
+            return refusal
+        items = [tuple(v.split(":", 1)) for v in (await request.form()).getlist("task") if ":" in v]
+        if not items:
+            return self.render(request, "outcome.html", status_code=400, viewer=viewer,
+                               title="Nothing selected", results=[])
+        outcomes = await run_in_threadpool(self.rt.approve_many, items, viewer.name)
+        results = [(key, o.code, o.message) if isinstance(o, Refused) else (key, o["status"], "")
+                   for (key, _), o in zip(items, outcomes)]
+        failed = any(isinstance(o, Refused) for o in outcomes)
+        return self.render(request, "outcome.html", status_code=409 if failed else 200,
+                           viewer=viewer, title="Bulk approval", results=results)
+
+    async def _act(self, request, viewer, key, action):
+        try:
+            await run_in_threadpool(action)
+        except Refused as exc:
+            return self._refused(request, viewer, exc, key)
+        return RedirectResponse(f"/tasks/{key}", status_code=303)
+
+    def _refused(self, request, viewer, exc, key=""):
+        return self.render(request, "outcome.html", status_code=REFUSAL_STATUS.get(exc.code, 409),
+                           viewer=viewer, title="Refused", results=[(key, exc.code, exc.message)])
+
+
+def _task_rows(status, monitor, parked):
+    query = Task.select(Task.key, Task.monitor, Task.record_id, Task.version, Task.status,
+                        Task.code, Task.parked, Task.outcome_unknown, Task.digest,
+                        Task.updated_at, Task.created_at)
+    if status != "all":
+        query = query.where(Task.status == status)
+    if monitor:
+        query = query.where(Task.monitor == monitor)
+    if parked:
+        query = query.where(Task.parked == True)  # noqa: E712
+    rows = [{"key": t.key, "monitor": t.monitor, "record_id": t.record_id, "version": t.version,
+             "status": t.status, "state": describe(t), "parked": t.parked, "digest": t.digest,
+             "may_be_written": t.status == "uncertain" or t.outcome_unknown,
+             "updated_at": t.updated_at}
+            for t in query.order_by(Task.created_at, Task.key).limit(PAGE_LIMIT)]
+    counts = dict(Task.select(Task.status, fn.COUNT(Task.key)).group_by(Task.status).tuples())
+    return rows, counts

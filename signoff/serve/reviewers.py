@@ -1,0 +1,111 @@
+"""Reviewers (people who use the review pages), their tokens and their sessions.
+
+Tokens and session cookies are high-entropy random strings; only their sha256
+is stored, and they are compared with ``hmac.compare_digest``. The CSRF token
+of a session is derived from its cookie, so it needs no storage of its own.
+"""
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from ..errors import InvalidEvent, Refused
+from ..events import check_label
+from ..lifecycle import audit
+from ..models import Reviewer, ReviewSession, db
+
+SESSION_TTL_S = 12 * 3600
+
+
+def _hash(token):
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def csrf_for(session_token):
+    """The CSRF token of a session: an HMAC of a fixed label under its cookie."""
+    return hmac.new(session_token.encode(), b"signoff-csrf", hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """The reviewer behind one request."""
+
+    name: str
+    read_only: bool
+    session_token: str
+
+    @property
+    def csrf(self):
+        """This session's CSRF token (hidden in every form)."""
+        return csrf_for(self.session_token)
+
+    def csrf_ok(self, given):
+        """True when ``given`` is this session's CSRF token (constant-time)."""
+        return isinstance(given, str) and hmac.compare_digest(given.encode(), self.csrf.encode())
+
+
+def add(rt, name, read_only=False):
+    """Create a reviewer; returns ``{name, token, read_only}`` (the token, this once)."""
+    try:
+        check_label("name", name)
+    except InvalidEvent as exc:
+        raise Refused("invalid_reviewer", exc.reason) from None
+    token = "sor_" + secrets.token_urlsafe(32)
+    now = rt.clock.now()
+    with db.atomic():
+        if Reviewer.get_or_none(Reviewer.name == name) is not None:
+            raise Refused("reviewer_exists", f"reviewer {name!r} exists already")
+        Reviewer.create(name=name, token_hash=_hash(token), read_only=bool(read_only), created_at=now)
+        audit(now, "reviewer_added")
+    return {"name": name, "token": token, "read_only": bool(read_only)}
+
+
+def remove(rt, name):
+    """Delete a reviewer and end every session of theirs."""
+    now = rt.clock.now()
+    with db.atomic():
+        if not Reviewer.delete().where(Reviewer.name == name).execute():
+            raise Refused("unknown_reviewer", f"no reviewer {name!r}")
+        ended = ReviewSession.delete().where(ReviewSession.reviewer == name).execute()
+        audit(now, "reviewer_removed")
+    return {"name": name, "removed": True, "sessions_ended": ended}
+
+
+def listing():
+    """Reviewers as ``{name, read_only, created_at}`` (never a token)."""
+    return [{"name": r.name, "read_only": r.read_only, "created_at": r.created_at}
+            for r in Reviewer.select().order_by(Reviewer.name)]
+
+
+def log_in(name, token, now):
+    """A new session token for ``name`` if ``token`` is theirs, else ``None``."""
+    reviewer = Reviewer.get_or_none(Reviewer.name == name) if isinstance(name, str) else None
+    given = _hash(token if isinstance(token, str) else "")
+    # Compare even for an unknown name, so timing does not tell names apart.
+    expected = reviewer.token_hash if reviewer is not None else _hash("")
+    if not hmac.compare_digest(given, expected) or reviewer is None:
+        return None
+    session = secrets.token_urlsafe(32)
+    ReviewSession.delete().where(ReviewSession.expires_at <= now).execute()  # housekeeping
+    ReviewSession.create(token_hash=_hash(session), reviewer=reviewer.name, created_at=now,
+                         expires_at=now + SESSION_TTL_S)
+    return session
+
+
+def viewer_for(session_token, now):
+    """The ``Viewer`` of a live session cookie, or ``None``."""
+    if not session_token:
+        return None
+    row = (ReviewSession.select(ReviewSession.reviewer, Reviewer.read_only)
+           .join(Reviewer, on=(Reviewer.name == ReviewSession.reviewer))
+           .where(ReviewSession.token_hash == _hash(session_token), ReviewSession.expires_at > now)
+           .tuples().first())
+    if row is None:
+        return None
+    return Viewer(name=row[0], read_only=bool(row[1]), session_token=session_token)
+
+
+def log_out(session_token):
+    """End one session."""
+    ReviewSession.delete().where(ReviewSession.token_hash == _hash(session_token)).execute()

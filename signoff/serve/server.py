@@ -1,0 +1,58 @@
+"""Running ``signoff serve``: one uvicorn server on a socket we bind ourselves.
+
+uvicorn handles SIGTERM and SIGINT: it stops accepting connections, answers
+the requests in flight (up to ``GRACEFUL_S``), then the app's shutdown writes
+what the group commit still holds.
+"""
+
+import json
+import logging
+import signal
+import socket
+import sys
+
+import uvicorn
+
+from ..app import Signoff
+from .settings import serve_settings
+from .web import build_app
+
+GRACEFUL_S = 30
+
+
+def bind_socket(host, port):
+    """A listening TCP socket on ``host:port`` (port 0 picks a free one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that
+    # say they are TCP, and without it each answer waits ~40 ms for an ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run(home=None, host="127.0.0.1", port=8080, secure_cookies=None, access_log=False):
+    """Serve ``home`` until SIGTERM/SIGINT; prints one JSON line once listening."""
+    rt = Signoff(home)
+    settings = serve_settings(rt.home)
+    secure = settings["secure_cookies"] if secure_cookies is None else secure_cookies
+    app = build_app(rt, secure_cookies=secure)
+    sock = bind_socket(host, port)
+    actual = sock.getsockname()[1]
+    config = uvicorn.Config(app, lifespan="on", access_log=access_log, log_level="warning",
+                            server_header=False, timeout_graceful_shutdown=GRACEFUL_S,
+                            proxy_headers=True, forwarded_allow_ips=settings["trusted_proxies"])
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    shown = f"[{host}]" if ":" in host else host
+    print(json.dumps({"listening": f"http://{shown}:{actual}", "home": str(rt.home)}), flush=True)
+    server = uvicorn.Server(config)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        # uvicorn re-raises the signal after its graceful stop; land it here so
+        # a graceful stop exits 0 with its summary instead of dying of it.
+        signal.signal(signum, lambda *_: None)
+    server.run(sockets=[sock])
+    rt.database.close()
+    return {"stopped": "signal", "port": actual}

@@ -1,0 +1,103 @@
+"""The ASGI application of ``signoff serve``: routes, headers, start and stop."""
+
+import contextlib
+import time
+
+from peewee import DatabaseError, InterfaceError
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from . import metrics
+from .groupcommit import GroupCommit
+from .hooks import make_endpoint, write_batch
+from .pages import TEMPLATES, Pages
+
+SECURITY_HEADERS = {
+    # No scripts, no inline styles, forms post only here, never framed.
+    "content-security-policy": "default-src 'none'; style-src 'self'; img-src 'self'; "
+                               "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+def _when(at):
+    if at is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at)) + " UTC"
+
+
+TEMPLATES.env.filters["when"] = _when
+
+
+class SecurityHeaders:
+    """ASGI middleware adding ``SECURITY_HEADERS`` to every response."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def with_headers(message):
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers += [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+                message = dict(message, headers=headers)
+            await send(message)
+        return await self.app(scope, receive, with_headers)
+
+
+async def _database_down(request, exc):
+    return JSONResponse({"error": "database_unavailable", "message": type(exc).__name__},
+                        status_code=503)
+
+
+def build_app(rt, secure_cookies=False, window_s=None):
+    """The Starlette app serving one signoff home (``rt``, a ``Signoff``)."""
+    commits = GroupCommit(lambda jobs: write_batch(rt, jobs),
+                          **({} if window_s is None else {"window_s": window_s}))
+    pages = Pages(rt, secure_cookies=secure_cookies)
+    registry = metrics.registry_for(rt)
+
+    async def healthz(request):
+        ok, report = await run_in_threadpool(metrics.health, rt)
+        return JSONResponse(dict(report, ok=ok), status_code=200 if ok else 503)
+
+    async def metrics_page(request):
+        body = await run_in_threadpool(metrics.render, registry)
+        return Response(body, media_type=metrics.CONTENT_TYPE)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        commits.start()
+        yield
+        await commits.stop()  # after uvicorn answered the requests in flight
+
+    routes = [
+        Route("/hooks/{monitor}", make_endpoint(rt, commits), methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", metrics_page, methods=["GET"]),
+        Route("/login", pages.login_page, methods=["GET"]),
+        Route("/login", pages.login, methods=["POST"]),
+        Route("/logout", pages.logout, methods=["POST"]),
+        Route("/", pages.index, methods=["GET"]),
+        Route("/approve", pages.approve_many, methods=["POST"]),
+        Route("/tasks/{key}", pages.task, methods=["GET"]),
+        Route("/tasks/{key}/approve", pages.approve, methods=["POST"]),
+        Route("/tasks/{key}/reject", pages.reject, methods=["POST"]),
+        Route("/tasks/{key}/retry", pages.retry, methods=["POST"]),
+        Route("/dead-letters", pages.dead_letters, methods=["GET"]),
+        Route("/dead-letters/{letter:int}/replay", pages.replay, methods=["POST"]),
+        Route("/style.css", pages.style, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={DatabaseError: _database_down,
+                                        InterfaceError: _database_down})
+    app.state.commits = commits
+    return SecurityHeaders(app)

@@ -1,0 +1,79 @@
+"""The group commit: concurrent jobs share one write, and nobody is answered before it."""
+
+import asyncio
+import threading
+
+from signoff.serve.groupcommit import GroupCommit
+
+
+def test_concurrent_jobs_share_writes_and_answers_follow_the_write():
+    batches, written = [], set()
+    gate = threading.Event()
+
+    def write(jobs):
+        gate.wait(10)  # the first write is slow, so the others pile up behind it
+        batches.append(list(jobs))
+        written.update(jobs)
+        return [f"ok {j}" for j in jobs]
+
+    async def main():
+        commits = GroupCommit(write)
+        commits.start()
+
+        async def one(n):
+            answer = await commits.submit(n)
+            assert n in written  # answered only once its write returned
+            return answer
+        tasks = [asyncio.create_task(one(n)) for n in range(100)]
+        await asyncio.sleep(0.05)
+        gate.set()
+        answers = await asyncio.gather(*tasks)
+        await commits.stop()
+        return answers
+    answers = asyncio.run(main())
+    assert answers == [f"ok {n}" for n in range(100)]
+    assert sorted(j for b in batches for j in b) == list(range(100))
+    assert len(batches) <= 3, [len(b) for b in batches]
+
+
+def test_a_failed_write_fails_every_job_of_its_batch_and_the_next_batch_goes_on():
+    calls = []
+
+    def write(jobs):
+        calls.append(list(jobs))
+        if len(calls) == 1:
+            raise OSError("disk full")
+        return list(jobs)
+
+    async def main():
+        commits = GroupCommit(write, window_s=0.05)
+        commits.start()
+        first = await asyncio.gather(commits.submit(1), commits.submit(2), return_exceptions=True)
+        second = await commits.submit(3)
+        await commits.stop()
+        return first, second
+    first, second = asyncio.run(main())
+    assert all(isinstance(e, OSError) for e in first) and second == 3
+
+
+def test_stop_writes_what_is_still_queued():
+    done = []
+
+    async def main():
+        commits = GroupCommit(lambda jobs: done.extend(jobs) or list(jobs), window_s=0.05)
+        commits.start()
+        waiting = [asyncio.create_task(commits.submit(n)) for n in range(5)]
+        await asyncio.sleep(0)
+        await commits.stop()
+        return await asyncio.gather(*waiting)
+    assert asyncio.run(main()) == list(range(5)) and done == list(range(5))
+
+
+def test_a_single_job_is_not_held_back():
+    async def main():
+        commits = GroupCommit(lambda jobs: list(jobs), window_s=0)
+        commits.start()
+        answer = await asyncio.wait_for(commits.submit(7), timeout=10)
+        await commits.stop()
+        return answer
+    assert asyncio.run(main()) == 7

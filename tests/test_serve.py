@@ -1,0 +1,332 @@
+"""``signoff serve`` webhook ingest against a real server process (SPEC section 10).
+
+Each request kind is sent to a real ``signoff serve`` on a free port; the test
+then reads the home to see what was stored: a delivery and a webhook-id
+answer for an accepted event, one audit row and nothing else for a refusal.
+"""
+
+import datetime
+import json
+import re
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from conftest import child_env, signoff_cmd, state_tables
+from servekit import SECRET_TEXT, Server, event, make_home, signed
+from signoff.models import Audit, Delivery, WebhookAnswer, WebhookRefusal
+from signoff.serve import secrets
+
+import subprocess
+
+
+@pytest.fixture
+def served(home):
+    rt = make_home(home)
+    secret = secrets.add(rt, "default")["secret"]
+    server = Server(home)
+    client = httpx.Client(base_url=server.url, timeout=30)
+    yield rt, secret, server, client
+    client.close()
+    assert server.stop() == 0, server.stderr()
+    rt.database.close()
+
+
+def counts():
+    return {"deliveries": Delivery.select().count(), "answers": WebhookAnswer.select().count(),
+            "audit": Audit.select().count()}
+
+
+def post(client, secret, ev, msg_id, monitor="default", at=None):
+    body = json.dumps(ev)
+    return client.post(f"/hooks/{monitor}", content=body, headers=signed(secret, body, msg_id, at))
+
+
+def assert_refused_once(before, code):
+    """Nothing stored but one audit row with ``code`` and no content."""
+    after = counts()
+    assert after == dict(before, audit=before["audit"] + 1), (before, after)
+    row = Audit.select().order_by(Audit.seq.desc()).get()
+    assert (row.code, row.event_id, row.task_key) == (code, None, None)
+
+
+def test_good_request_is_stored_durably_and_text_is_not(served):
+    rt, secret, server, client = served
+    before = counts()
+    r = post(client, secret, event(), "msg-good")
+    assert r.status_code == 202, r.text
+    answer = r.json()
+    assert answer == {"delivery": answer["delivery"], "event_id": "evt-1", "accepted": True}
+    assert counts() == dict(before, deliveries=before["deliveries"] + 1,
+                            answers=before["answers"] + 1)
+    [row] = rt.events()
+    assert (row["delivery"], row["event_id"], row["status"]) == (answer["delivery"], "evt-1", "queued")
+    rt.run_until_idle()
+    [task] = rt.tasks()
+    assert task["status"] == "ready"
+    # Every table on any backend: the event's text is nowhere in them.
+    assert SECRET_TEXT not in repr(state_tables(rt))
+
+
+def test_replayed_webhook_id_answers_the_first_answer_whatever_the_body(served):
+    rt, secret, server, client = served
+    first = post(client, secret, event(), "msg-1")
+    assert first.status_code == 202
+    before = counts()
+    again = post(client, secret, event(), "msg-1")
+    other_body = post(client, secret, {"not": "an event"}, "msg-1")
+    for r in (again, other_body):
+        assert r.status_code == 200, r.text
+        assert r.json() == dict(first.json(), duplicate=True)
+    assert counts() == before
+
+
+def test_concurrent_copies_of_one_webhook_id_store_one_delivery(served):
+    rt, secret, server, client = served
+    body = json.dumps(event())
+    headers = signed(secret, body, "msg-race")
+    answers = []
+
+    def send():
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            answers.append(c.post("/hooks/default", content=body, headers=headers))
+    threads = [threading.Thread(target=send) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    codes = sorted(r.status_code for r in answers)
+    assert codes == [200] * 5 + [202], [r.text for r in answers]
+    assert {r.json()["delivery"] for r in answers} == {rt.events()[0]["delivery"]}
+    assert Delivery.select().count() == 1
+
+
+@pytest.mark.parametrize("case", ["unsigned", "bad_signature", "wrong_secret", "stale",
+                                  "future", "garbled_signature"])
+def test_unverified_requests_answer_401_and_store_only_an_audit_row(served, case):
+    rt, secret, server, client = served
+    body = json.dumps(event())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    headers = {
+        "unsigned": {"content-type": "application/json"},
+        "bad_signature": dict(signed(secret, body, "m"), **{"webhook-signature": "v1,AAAA"}),
+        "wrong_secret": signed(secrets.generate(), body, "m"),
+        "stale": signed(secret, body, "m", at=now - datetime.timedelta(minutes=6)),
+        "future": signed(secret, body, "m", at=now + datetime.timedelta(minutes=6)),
+        "garbled_signature": dict(signed(secret, body, "m"), **{"webhook-signature": "nonsense"}),
+    }[case]
+    before = counts()
+    r = client.post("/hooks/default", content=body, headers=headers)
+    assert (r.status_code, r.json()) == (401, {"error": "bad_signature"})
+    assert_refused_once(before, "bad_signature")
+
+
+def test_a_body_signed_for_another_id_is_refused(served):
+    rt, secret, server, client = served
+    body = json.dumps(event())
+    headers = dict(signed(secret, body, "msg-a"), **{"webhook-id": "msg-b"})
+    assert client.post("/hooks/default", content=body, headers=headers).status_code == 401
+
+
+def test_rotation_every_current_secret_verifies_and_a_removed_one_stops(served):
+    rt, secret, server, client = served
+    added = secrets.add(rt, "default")
+    assert post(client, added["secret"], event(1), "rot-1").status_code == 202
+    assert post(client, secret, event(1, event_id="evt-2"), "rot-2").status_code == 202
+    # a sender mid-rotation signs with both: either signature is enough
+    body = json.dumps(event(1, event_id="evt-3"))
+    both = signed(secret, body, "rot-3")
+    both["webhook-signature"] += " " + signed(added["secret"], body, "rot-3")["webhook-signature"]
+    assert client.post("/hooks/default", content=body, headers=both).status_code == 202
+    first_id = secrets.listing("default")[0]["secret_id"]
+    secrets.remove(rt, "default", first_id)
+    before = counts()
+    assert post(client, secret, event(1, event_id="evt-4"), "rot-4").status_code == 401
+    assert_refused_once(before, "bad_signature")
+    assert post(client, added["secret"], event(1, event_id="evt-5"), "rot-5").status_code == 202
+
+
+def test_unknown_monitor_answers_404(served):
+    rt, secret, server, client = served
+    before = counts()
+    r = post(client, secret, event(), "m", monitor="nobody")
+    assert (r.status_code, r.json()) == (404, {"error": "unknown_monitor"})
+    assert_refused_once(before, "unknown_monitor")
+    assert Audit.select().order_by(Audit.seq.desc()).get().monitor is None
+
+
+def test_oversized_bodies_are_refused_before_being_read_whole(served):
+    rt, secret, server, client = served
+    big = json.dumps(event(text="x" * 70_000))
+    before = counts()
+    r = client.post("/hooks/default", content=big, headers=signed(secret, big, "big"))
+    assert (r.status_code, r.json()) == (413, {"error": "too_large"})
+    assert_refused_once(before, "too_large")
+
+    def chunks():  # no Content-Length: counted while streaming
+        for _ in range(100):
+            yield b"x" * 1024
+    before = counts()
+    r = client.post("/hooks/default", content=chunks(), headers=signed(secret, "", "big2"))
+    assert (r.status_code, r.json()) == (413, {"error": "too_large"})
+    assert_refused_once(before, "too_large")
+
+
+def test_a_lying_content_length_is_refused_without_waiting_for_the_body(served):
+    rt, secret, server, client = served
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"POST /hooks/default HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n")
+        answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 413"), answer
+
+
+@pytest.mark.parametrize("body, reason", [
+    (b"\xff\xfe{}", "body: not valid UTF-8"),
+    (b'{"event_id": "e", ', "line: broken JSON"),
+    (b"[1, 2]", "event: must be one JSON object"),
+    (json.dumps({k: v for k, v in event().items() if k != "record_id"}).encode(), "record_id: missing"),
+    (json.dumps(event(occurred=1.5)).encode(), "occurred: must be an integer"),
+])
+def test_invalid_bodies_answer_400_with_a_reason(served, body, reason):
+    rt, secret, server, client = served
+    text = body.decode("utf-8", "replace")
+    headers = signed(secret, text, "bad-body")
+    before = counts()
+    r = client.post("/hooks/default", content=body, headers=headers)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == "invalid_event" and r.json()["reason"].startswith(reason)
+    assert_refused_once(before, "invalid_event")
+
+
+def test_refusals_past_60_a_minute_are_only_counted(served):
+    rt, secret, server, client = served
+    body = json.dumps(event())
+    for _ in range(70):
+        assert client.post("/hooks/default", content=body).status_code == 401
+    buckets = list(WebhookRefusal.select().where(WebhookRefusal.monitor == "default"))
+    assert sum(b.count for b in buckets) == 70
+    for b in buckets:  # the counter may straddle a minute; each minute holds at most 60
+        audited = Audit.select().where(Audit.code == "bad_signature", Audit.at >= b.minute * 60,
+                                       Audit.at < (b.minute + 1) * 60).count()
+        assert audited == min(60, b.count)
+    text = client.get("/metrics").text
+    assert 'signoff_webhook_refusals_total{code="bad_signature"} 70.0' in text
+
+
+def test_healthz_reports_what_failed(home, served):
+    rt, secret, server, client = served
+    r = client.get("/healthz")
+    assert (r.status_code, r.json()) == (200, {"database": "ok", "queue": "ok", "ok": True})
+    # A second server whose queue cannot be reached: 503 naming the queue.
+    config = home / "signoff.toml"
+    text = config.read_text(encoding="utf-8")
+    broken_queue = 'url = "redis://127.0.0.1:1/0"'
+    if "[queue]" in text:  # a backend run that configured a queue: point it nowhere
+        text = re.sub(r"(\[queue\][^\[]*?)url\s*=\s*\"[^\"]*\"", r"\1" + broken_queue, text)
+    else:
+        text += f"\n[queue]\n{broken_queue}\n"
+    config.write_text(text, encoding="utf-8")
+    broken = Server(home)
+    try:
+        r = httpx.get(broken.url + "/healthz", timeout=30)
+        assert r.status_code == 503
+        assert r.json()["database"] == "ok" and r.json()["queue"].startswith("error")
+    finally:
+        assert broken.stop() == 0
+
+
+def test_sigterm_answers_the_request_in_flight(served):
+    rt, secret, server, client = served
+    body = json.dumps(event()).encode()
+    headers = signed(secret, body.decode(), "in-flight")
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        sock.sendall(f"POST /hooks/default HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+                     f"{head}\r\n".encode() + body[:10])
+        time.sleep(0.3)  # let the server start reading this request
+        server.proc.send_signal(15)
+        sock.sendall(body[10:])
+        answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 202"), answer
+    assert server.proc.wait(30) == 0
+    assert [e["event_id"] for e in rt.events()] == ["evt-1"]
+
+
+def test_kill_9_while_8_clients_post_loses_no_202(home):
+    rt = make_home(home)
+    secret = secrets.add(rt, "default")["secret"]
+    server = Server(home)
+    accepted, stop = [], threading.Event()
+
+    def client(n):
+        with httpx.Client(base_url=server.url, timeout=10) as c:
+            for i in range(100_000):
+                if stop.is_set():
+                    return
+                ev = event(1, event_id=f"c{n}-{i}")
+                try:
+                    r = post(c, secret, ev, f"m-{n}-{i}")
+                except httpx.HTTPError:
+                    return  # the server died under this request: no answer, no promise
+                if r.status_code == 202:
+                    accepted.append(ev["event_id"])
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    try:
+        from conftest import wait_for
+        wait_for(lambda: len(accepted) >= 200, timeout=60, what="200 accepted events")
+        server.kill()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    stored = {e["event_id"] for e in rt.events()}
+    assert accepted and set(accepted) <= stored
+    # the webhook-id answers survived too: a sender's retry after the crash is a duplicate
+    again = Server(home)
+    try:
+        n, i = accepted[0].removeprefix("c").split("-")
+        with httpx.Client(base_url=again.url, timeout=30) as c:
+            r = post(c, secret, event(1, event_id=accepted[0]), f"m-{n}-{i}")
+        assert r.status_code == 200 and r.json()["duplicate"] is True
+        assert len(rt.events()) == len(stored)
+    finally:
+        assert again.stop() == 0
+    rt.database.close()
+
+
+def test_secret_cli_shows_a_secret_once_and_never_again(home):
+    rt = make_home(home)
+
+    def cli(*args):
+        out = subprocess.run(signoff_cmd(home, *args, "--json"), env=child_env(),
+                             capture_output=True, text=True, timeout=60)
+        return out.returncode, out.stdout
+    code, out = cli("monitor", "secret", "add", "default")
+    added = json.loads(out)
+    assert code == 0 and set(added) == {"monitor", "secret_id", "secret"}
+    assert added["secret"].startswith("whsec_")
+    given = secrets.generate()
+    code, out = cli("monitor", "secret", "add", "default", "--secret", given)
+    assert code == 0 and json.loads(out)["secret"] == given
+    code, out = cli("monitor", "secret", "list", "default")
+    assert code == 0 and [set(r) for r in json.loads(out)] == [{"secret_id", "created_at"}] * 2
+    for shown in (out, json.dumps(rt.audit()), subprocess.run(
+            signoff_cmd(home, "stats", "--json"), env=child_env(), capture_output=True,
+            text=True, timeout=60).stdout):
+        assert added["secret"] not in shown and given not in shown
+    code, out = cli("monitor", "secret", "add", "default", "--secret", "whsec_c2hvcnQ=")
+    assert (code, json.loads(out)["error"]) == (1, "invalid_secret")
+    code, out = cli("monitor", "secret", "add", "nobody")
+    assert (code, json.loads(out)["error"]) == (1, "unknown_monitor")
+    code, out = cli("monitor", "secret", "remove", "default", str(added["secret_id"]))
+    assert code == 0
+    code, out = cli("monitor", "secret", "remove", "default", str(added["secret_id"]))
+    assert (code, json.loads(out)["error"]) == (1, "unknown_secret")
+    rt.database.close()
