@@ -27,7 +27,7 @@ from .lifecycle import audit, key_in
 from .models import (BatchMember, Delivery, Inbox, Monitor, MonitorBatching, RecordBatch, Task,
                      db, insert_rows)
 from .retry import decide
-from .storage import lock_rows
+from .storage import lock_name, lock_rows
 
 CLOSE_LIMIT = 10  # batches one pass closes; the next pass takes the rest
 
@@ -67,10 +67,13 @@ def join(members, now):
 
 
 def _open_batch(monitor_id, document, now, window_s):
+    # Two workers joining the first records of a window at once must not open
+    # two batches: the one that finds none creates it under this lock.
+    lock_name("batch", monitor_id, document)
     query = RecordBatch.select(RecordBatch.id).where(
         RecordBatch.monitor == monitor_id, RecordBatch.document == document,
         RecordBatch.closed_at.is_null(), RecordBatch.closes_at > now).order_by(RecordBatch.id.desc())
-    found = lock_rows(query).first()
+    found = query.first()
     if found is not None:
         return found.id
     return RecordBatch.create(monitor=monitor_id, document=document, opened_at=now,

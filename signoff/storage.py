@@ -392,6 +392,18 @@ def checkpoint(database, mode="PASSIVE"):
         database.execute_sql(f"PRAGMA wal_checkpoint({mode})")
 
 
+def lock_name(*parts):
+    """Hold a lock named by ``parts`` until the transaction ends.
+
+    For rows that do not exist yet (``FOR UPDATE`` locks only rows that do):
+    PostgreSQL takes a transaction-level advisory lock on a hash of the name;
+    SQLite needs nothing, its transactions take the write lock at BEGIN.
+    """
+    if not is_sqlite(db.obj):
+        db.execute_sql("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                       ("\x1f".join(parts),))
+
+
 def lock_rows(query):
     """``query`` holding the rows it reads until the transaction ends.
 

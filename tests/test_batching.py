@@ -83,6 +83,42 @@ def test_a_record_after_the_window_starts_a_new_batch(brt, clock):
     assert sorted(t.result["records"] for t in Task.select()) == [[["c1", 1]], [["c2", 1]]]
 
 
+def test_two_workers_joining_at_once_open_one_batch(brt, clock, home):
+    # The second joiner runs on its own connection while the first holds its
+    # transaction open: without a lock on the (monitor, document) pair both
+    # would find no open batch and open one each.
+    import threading
+    from signoff import storage
+    from signoff.models import db
+    other = Signoff(home, clock=clock)
+    first_in, release, done = threading.Event(), threading.Event(), []
+
+    def join(rt, record_id, hold):
+        try:
+            with storage.session(rt.database), db.atomic():
+                batching.join([{"monitor": "b", "document": "doc-demo", "record_id": record_id,
+                                "version": 1, "event_id": f"e-{record_id}",
+                                "window_s": WINDOW}], clock.now())
+                if hold:
+                    first_in.set()
+                    release.wait(30)
+            done.append(record_id)
+        finally:
+            rt.close()  # this thread's connections
+
+    a = threading.Thread(target=join, args=(brt, "c1", True))
+    b = threading.Thread(target=join, args=(other, "c2", False))
+    a.start()
+    assert first_in.wait(30)
+    b.start()
+    b.join(0.5)  # the second joiner waits for the first transaction (or would race it)
+    release.set()
+    a.join(30), b.join(30)
+    assert sorted(done) == ["c1", "c2"]
+    assert RecordBatch.select().count() == 1
+    assert {m.batch for m in BatchMember.select()} == {RecordBatch.get().id}
+
+
 def test_a_record_version_is_in_one_batch_only(brt, clock):
     rt = brt
     arrive(rt, 1, "first-copy")
