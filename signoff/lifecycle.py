@@ -1,4 +1,4 @@
-"""The life cycles of deliveries and tasks: the one place a status is written.
+"""The life cycles of deliveries, tasks and notifications: the one place a status is written.
 
 Every move is a guarded UPDATE: the row must be in an allowed ``from`` status
 and, when a worker holds it, carry that worker's lease token. Anything but one
@@ -39,7 +39,15 @@ class TaskStatus(StrEnum):
     DEAD = "dead"
 
 
-D, T = DeliveryStatus, TaskStatus
+class NotificationStatus(StrEnum):
+    """Where a ``task.ready`` notification is (signoff/notify.py sends them)."""
+
+    PENDING = "pending"
+    SENT = "sent"
+    DEAD = "dead"
+
+
+D, T, N = DeliveryStatus, TaskStatus, NotificationStatus
 
 DELIVERY_EDGES = {
     (D.QUEUED, D.PROCESSING), (D.RETRYING, D.PROCESSING),
@@ -61,6 +69,8 @@ TASK_EDGES = {
     (T.READY, T.READY), (T.BLOCKED, T.READY), (T.BLOCKED, T.BLOCKED),
     (T.APPROVED, T.READY),  # a standing policy ended before the write started
 }
+
+NOTIFICATION_EDGES = {(N.PENDING, N.SENT), (N.PENDING, N.DEAD), (N.DEAD, N.PENDING)}
 
 # Statuses from which a task can still move without a human.
 TASK_ACTIVE = (T.APPROVED, T.UNCERTAIN)
@@ -94,6 +104,14 @@ def move_delivery(delivery_id, sources, target, now, token=None, **fields):
     """Move a delivery between statuses under the same rules as ``move_task``."""
     _check(DELIVERY_EDGES, sources, target)
     _guarded(Delivery, Delivery.id == delivery_id, sources, token, status=target,
+             updated_at=now, **fields)
+
+
+def move_notification(task_key, sources, target, now, **fields):
+    """Move the notification of ``task_key`` like ``move_task``; ``Fenced`` if not."""
+    from .models import Notification
+    _check(NOTIFICATION_EDGES, sources, target)
+    _guarded(Notification, Notification.task_key == task_key, sources, None, status=target,
              updated_at=now, **fields)
 
 

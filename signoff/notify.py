@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from peewee import fn
 
 from .errors import ConfigError, Refused
-from .lifecycle import audit, bury, record_attempts
+from .lifecycle import Fenced, NotificationStatus as N, audit, bury, move_notification, record_attempts
 from .models import Audit, Cursor, DeadLetter, Notification, Task, db, insert_rows
 from .retry import backoff
 
@@ -99,7 +99,7 @@ def collect(now):
         ready = [k for (k,) in Task.select(Task.key).where(Task.key.in_(keys or [""]),
                                                               Task.status == "ready").tuples()]
         added = insert_rows(Notification, [
-            {"task_key": k, "status": "pending", "next_at": now, "created_at": now,
+            {"task_key": k, "status": N.PENDING, "next_at": now, "created_at": now,
              "updated_at": now} for k in ready], ignore_conflicts=True, returning=("task_key",))
     return len(added)
 
@@ -126,12 +126,12 @@ def send_due(rt, settings, client):
     """Send the outbox rows that are due; returns ``(sent, failed)``."""
     now = rt.clock.now()
     sent = failed = 0
-    for row in (Notification.select().where(Notification.status == "pending",
+    for row in (Notification.select().where(Notification.status == N.PENDING,
                                             Notification.next_at <= now)
                 .order_by(Notification.next_at).limit(SEND_LIMIT)):
         # Hold the row for the length of a try so another pump leaves it alone.
         if not Notification.update(next_at=now + 2 * settings.timeout_s + 1).where(
-                Notification.task_key == row.task_key, Notification.status == "pending",
+                Notification.task_key == row.task_key, Notification.status == N.PENDING,
                 Notification.next_at == row.next_at).execute():
             continue
         task = Task.get_or_none(Task.key == row.task_key)
@@ -161,9 +161,11 @@ def _record(rt, row, code, settings):
         record_attempts([{"kind": "notification", "ref": row.task_key, "at": now,
                           "step": "notify", "code": code or "sent", "worker": None}])
         if code is None:
-            _update(row, now, status="sent", attempts=attempts, last_code="sent")
+            move_notification(row.task_key, [N.PENDING], N.SENT, now, attempts=attempts,
+                              last_code="sent")
         elif attempts >= settings.attempts:
-            _update(row, now, status="dead", attempts=attempts, last_code=code)
+            move_notification(row.task_key, [N.PENDING], N.DEAD, now, attempts=attempts,
+                              last_code=code)
             bury("notification", row.task_key, "notify", code, attempts, now)
             audit(now, "dead_letter", task_key=row.task_key)
         else:
@@ -186,12 +188,14 @@ def _update(row, now, **fields):
 def replay(rt, letter):
     """Send a dead notification again with a fresh budget (``dlq replay``)."""
     now = rt.clock.now()
-    with db.atomic():
-        if not Notification.update(status="pending", attempts=0, next_at=now, updated_at=now).where(
-                Notification.task_key == letter.ref, Notification.status == "dead").execute():
-            raise Refused("not_dead", "this notification was replayed already and is in progress")
-        DeadLetter.update(replayed=DeadLetter.replayed + 1).where(DeadLetter.id == letter.id).execute()
-        audit(now, "replayed", task_key=letter.ref)
+    try:
+        with db.atomic():
+            move_notification(letter.ref, [N.DEAD], N.PENDING, now, attempts=0, next_at=now)
+            DeadLetter.update(replayed=DeadLetter.replayed + 1).where(
+                DeadLetter.id == letter.id).execute()
+            audit(now, "replayed", task_key=letter.ref)
+    except Fenced:
+        raise Refused("not_dead", "this notification was replayed already and is in progress") from None
 
 
 class Pump:
