@@ -10,6 +10,7 @@ home's ``signoff.toml`` for homes made by the ``home`` fixture. A server that
 is set but unreachable fails the tests; it never skips them.
 """
 
+import gc
 import os
 import subprocess
 import sys
@@ -59,6 +60,9 @@ def backend(monkeypatch, request):
     finally:
         if storage.db.obj is not None:  # models used directly reopen the last database
             storage.drop_connection(storage.db.obj)
+        # A connection the test left open is reported now, against this test,
+        # rather than whenever the collector next runs, in some later test.
+        gc.collect()
         BACKENDS.release(settings)
 
 
