@@ -11,7 +11,7 @@ from .clock import Clock
 from .config import (call_factory, load_config, load_plugin, make_private, resolve_home,
                      write_default)
 from .models import MODELS
-from .tasks import Wakers, make_queue
+from .tasks import Wakers, close_queue, make_queue
 
 
 def _own_database(method):
@@ -76,7 +76,7 @@ class Signoff:
             self._local.host = None
             host.close()
         storage.drop_connection(self.database)
-        self.queue.storage.close()
+        close_queue(self.queue)
 
     def __enter__(self):
         return self

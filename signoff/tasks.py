@@ -48,6 +48,18 @@ def make_queue(config, create=False):
     raise ConfigError("bad_config", f"unsupported queue url {url!r}")
 
 
+def close_queue(queue):
+    """Release ``queue``'s connections (Huey reopens them on next use).
+
+    Huey's Redis storage has no ``close`` of its own: its pool's sockets would
+    stay open until the collector finds them.
+    """
+    pool = getattr(queue.storage, "pool", None)
+    if pool is not None:
+        pool.disconnect()
+    queue.storage.close()
+
+
 def _create_postgres_queue(queue):
     # Several `init`s at once would race on CREATE TABLE: take turns on the
     # same advisory lock the state schema uses (held by this connection).

@@ -10,6 +10,8 @@ home's ``signoff.toml`` for homes made by the ``home`` fixture. A server that
 is set but unreachable fails the tests; it never skips them.
 """
 
+import contextlib
+import gc
 import os
 import subprocess
 import sys
@@ -58,6 +60,35 @@ def backend(monkeypatch, request):
         yield settings
     finally:
         if storage.db.obj is not None:  # models used directly reopen the last database
+            storage.drop_connection(storage.db.obj)
+        # A connection the test left open is reported now, against this test,
+        # rather than whenever the collector next runs, in some later test.
+        gc.collect()
+        BACKENDS.release(settings)
+
+
+@contextlib.contextmanager
+def example_backends():
+    """Fresh backends for one hypothesis example that makes its own home.
+
+    The ``backend`` fixture's database is the test's, shared by all its examples;
+    an example that starts from an empty home needs an empty database too.
+    """
+    if not BACKENDS.active:
+        yield None
+        return
+    settings = BACKENDS.allocate("example")
+    saved = {name: os.environ.get(name) for name in settings.env()}
+    os.environ.update(settings.env())
+    try:
+        yield settings
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        if storage.db.obj is not None:
             storage.drop_connection(storage.db.obj)
         BACKENDS.release(settings)
 

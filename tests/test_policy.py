@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import T0, make_event
+from conftest import T0, example_backends, make_event
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -299,7 +299,7 @@ def check_invariants():
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(STEPS)
 def test_no_policy_approves_outside_its_monitor_or_after_its_end(steps):
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder, example_backends():
         rt = Signoff.init(Path(folder) / "home", clock=FakeClock(T0))
         try:
             rt.host().put_material("doc-demo", "2026-11-01")
@@ -317,4 +317,4 @@ def test_no_policy_approves_outside_its_monitor_or_after_its_end(steps):
                 Task.status == "approved", Task.approved_by.in_(ended or [""]),
                 Task.write_possible == False, Task.lease_token.is_null()).exists()  # noqa: E712
         finally:
-            rt.database.close()
+            rt.close()

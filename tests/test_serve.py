@@ -7,7 +7,6 @@ answer for an accepted event, one audit row and nothing else for a refusal.
 
 import datetime
 import json
-import re
 import socket
 import threading
 import time
@@ -221,16 +220,9 @@ def test_healthz_reports_what_failed(home, served):
     rt, secret, server, client = served
     r = client.get("/healthz")
     assert (r.status_code, r.json()) == (200, {"database": "ok", "queue": "ok", "ok": True})
-    # A second server whose queue cannot be reached: 503 naming the queue.
-    config = home / "signoff.toml"
-    text = config.read_text(encoding="utf-8")
-    broken_queue = 'url = "redis://127.0.0.1:1/0"'
-    if "[queue]" in text:  # a backend run that configured a queue: point it nowhere
-        text = re.sub(r"(\[queue\][^\[]*?)url\s*=\s*\"[^\"]*\"", r"\1" + broken_queue, text)
-    else:
-        text += f"\n[queue]\n{broken_queue}\n"
-    config.write_text(text, encoding="utf-8")
-    broken = Server(home)
+    # A second server whose queue cannot be reached: 503 naming the queue. The
+    # environment overrides signoff.toml on every backend.
+    broken = Server(home, env=child_env(SIGNOFF_QUEUE_URL="redis://127.0.0.1:1/0"))
     try:
         r = httpx.get(broken.url + "/healthz", timeout=30)
         assert r.status_code == 503

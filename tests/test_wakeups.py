@@ -11,7 +11,7 @@ from signoff.app import Signoff
 from signoff.models import Delivery, Task
 from signoff.wakeups import CAP, needed
 
-CLOSED_PORT_QUEUE = 'url = "redis://127.0.0.1:1/0"'
+CLOSED_PORT_QUEUE = "redis://127.0.0.1:1/0"
 
 
 def event(n, event_id=None):
@@ -29,7 +29,7 @@ def live(home):
     host.put_material("doc-demo", "2026-11-01")
     rt.bind("doc-demo", window_s=600)
     yield home, rt
-    rt.database.close()
+    rt.close()
 
 
 def test_needed_is_one_wake_up_per_batch_up_to_the_cap():
@@ -73,16 +73,19 @@ def test_a_batch_gets_one_wake_up_per_batch_up_to_the_cap_and_the_reaper_only_to
 
 # -- a queue that cannot be reached after the commit -----------------------------------
 
-def set_queue(home, line):
-    """Replace the ``[queue]`` table of the home's config with ``line`` (or none)."""
-    config = home / "signoff.toml"
-    kept, in_queue = [], False
-    for row in config.read_text().splitlines():
-        if row.startswith("["):
-            in_queue = row.strip() == "[queue]"
-        if not in_queue:
-            kept.append(row)
-    config.write_text("\n".join(kept) + (f"\n[queue]\n{line}\n" if line else "\n"))
+@pytest.fixture
+def set_queue(monkeypatch, backend):
+    """``set_queue(url)`` points every home of the test at queue ``url``; ``None``
+    points them back at the test's own queue (the home's SQLite file, or the server
+    the backend switch chose). The environment overrides signoff.toml, and it reaches
+    both this process and the CLI's child processes."""
+    def point_at(url):
+        url = url or (backend.queue_url if backend is not None else None)
+        if url:
+            monkeypatch.setenv("SIGNOFF_QUEUE_URL", url)
+        else:
+            monkeypatch.delenv("SIGNOFF_QUEUE_URL", raising=False)
+    return point_at
 
 
 def run_cli(home, *args):
@@ -97,7 +100,7 @@ def assert_warned_once(err):
     assert "ConnectionError" in lines[0]
 
 
-def test_a_queue_that_cannot_be_reached_after_the_commit_is_a_warning(live):
+def test_a_queue_that_cannot_be_reached_after_the_commit_is_a_warning(live, set_queue):
     home, rt = live
     config = home / "signoff.toml"
     config.write_text(config.read_text().replace("read_attempts = 5", "read_attempts = 1"))
@@ -109,7 +112,7 @@ def test_a_queue_that_cannot_be_reached_after_the_commit_is_a_warning(live):
     rt.enqueue_events([event(2)])
     rt.run_until_idle()
     [task] = Task.select()
-    set_queue(home, CLOSED_PORT_QUEUE)
+    set_queue(CLOSED_PORT_QUEUE)
 
     events_file = home.parent / "events.jsonl"
     events_file.write_text(f'{{"event_id": "evt-3", "name": "comment.created", "document": '
@@ -129,21 +132,21 @@ def test_a_queue_that_cannot_be_reached_after_the_commit_is_a_warning(live):
     assert_warned_once(err)
 
     # Everything committed stands: a worker on a reachable queue finishes it all.
-    set_queue(home, None)
+    set_queue(None)
     code, out, err = run_cli(home, "worker", "--drain")
     assert code == 0, err
     outcomes = {d.event_id: (d.status, d.outcome) for d in Delivery.select()}
     assert outcomes == {f"evt-{n}": ("done", "ready") for n in (1, 2, 3)}
     assert Task.get_by_id(task.key).status == "done"
     assert [r["key"] for r in rt.host().results()] == [task.key]
-    rt.database.close()
+    rt.close()
 
 
-def test_the_api_answers_as_usual_and_logs_the_warning(live, caplog, monkeypatch):
+def test_the_api_answers_as_usual_and_logs_the_warning(live, caplog, monkeypatch, set_queue):
     home, _ = live
     # The CLI, when it ran in this process, prints these itself instead.
     monkeypatch.setattr(logging.getLogger("signoff.wakeups"), "propagate", True)
-    set_queue(home, CLOSED_PORT_QUEUE)
+    set_queue(CLOSED_PORT_QUEUE)
     rt = Signoff(home)
     [line] = rt.enqueue_events([event(0)])
     assert line.accepted and Delivery.get_by_id(line.delivery).status == "queued"
@@ -153,4 +156,4 @@ def test_the_api_answers_as_usual_and_logs_the_warning(live, caplog, monkeypatch
     [again] = rt.enqueue_events([event(1)])  # the same outage is not logged again
     assert again.accepted
     assert len([r for r in caplog.records if r.name == "signoff.wakeups"]) == 1
-    rt.database.close()
+    rt.close()
