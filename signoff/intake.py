@@ -39,10 +39,15 @@ def enqueue(rt, stream, monitor_id="default", progress=None):
     after each chunk is stored. An unknown monitor refuses the whole call before
     any line is read.
     """
+    return enqueue_items(rt, read_events(stream), monitor_id, progress)
+
+
+def enqueue_items(rt, items, monitor_id="default", progress=None):
+    """Like ``enqueue``, for ``(line number, Event | InvalidEvent)`` items already read."""
     if not _monitor_exists(monitor_id):
         raise Refused("unknown_monitor", f"no monitor {monitor_id!r}: bind it first")
     chunk, done = [], 0
-    for item in read_events(stream):
+    for item in items:
         chunk.append(item)
         if len(chunk) >= CHUNK:
             yield from _store(rt, monitor_id, chunk)
