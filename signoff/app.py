@@ -1,8 +1,6 @@
 """``Signoff``: one home folder opened for use; the Python API the CLI is built on."""
 
 import functools
-import io
-import json
 import threading
 
 from . import (approval, deadletters, gaps, ingest, intake, monitors, policy, reaper, redraft,
@@ -10,6 +8,7 @@ from . import (approval, deadletters, gaps, ingest, intake, monitors, policy, re
 from .clock import Clock
 from .config import (call_factory, load_config, load_plugin, make_private, resolve_home,
                      write_default)
+from .events import check_value
 from .models import MODELS
 from .tasks import Wakers, close_queue, make_queue
 
@@ -153,9 +152,9 @@ class Signoff:
     @_own_database
     def enqueue_events(self, events, monitor_id="default"):
         """Accept a list of event dicts (or raw values); returns the line results."""
-        lines = b"\n".join(json.dumps(e, ensure_ascii=False).encode("utf-8", "surrogatepass")
-                           for e in events) + b"\n"
-        return list(self.enqueue(io.BytesIO(lines), monitor_id))
+        # Checked here, all before anything is stored, each as its JSON line would be.
+        items = [(n, check_value(e)) for n, e in enumerate(events, 1)]
+        return list(self._steps(intake.enqueue_items(self, items, monitor_id)))
 
     # -- the worker's steps (Huey tasks call these) ---------------------------
 

@@ -166,6 +166,46 @@ def parse_line(raw):
     return validate(value)
 
 
+def check_value(value):
+    """``Event`` or ``InvalidEvent`` for one event given as a Python value.
+
+    The answer and reason are those its JSON line would get from ``read_events``.
+    A flat object of ASCII strings, integers, booleans and nulls, short enough
+    that its line cannot pass the size limit, is validated as it is; any other
+    value goes through the JSON text, which decides what it means.
+    """
+    if _plain(value):
+        try:
+            return validate(value)
+        except InvalidEvent as exc:
+            return exc
+    return _checked(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+
+_PLAIN_TYPES = (str, int, bool, type(None))
+
+
+def _plain(value):
+    # True when encoding to JSON and decoding again gives back an equal dict
+    # with the same types and the line is surely within MAX_LINE_BYTES (each
+    # ASCII character is at most 6 bytes of JSON, an escaped control).
+    if type(value) is not dict:
+        return False
+    size = 0
+    for key, item in value.items():
+        kind = type(item)
+        if type(key) is not str or not key.isascii() or kind not in _PLAIN_TYPES:
+            return False
+        if kind is str:
+            if not item.isascii():
+                return False
+            size += len(item)
+        elif kind is int and not -MAX_OCCURRED <= item <= MAX_OCCURRED:
+            return False
+        size += len(key) + 24
+    return 6 * size <= MAX_LINE_BYTES
+
+
 def iter_lines(stream):
     """Yield ``(line_number, raw_bytes_or_None)`` from a binary stream, lazily.
 

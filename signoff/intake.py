@@ -6,6 +6,7 @@ never lost. Input is read in chunks, so a file of any length runs in constant
 memory.
 """
 
+import weakref
 from dataclasses import dataclass
 
 from .errors import InvalidEvent, Refused
@@ -38,10 +39,15 @@ def enqueue(rt, stream, monitor_id="default", progress=None):
     after each chunk is stored. An unknown monitor refuses the whole call before
     any line is read.
     """
+    return enqueue_items(rt, read_events(stream), monitor_id, progress)
+
+
+def enqueue_items(rt, items, monitor_id="default", progress=None):
+    """Like ``enqueue``, for ``(line number, Event | InvalidEvent)`` items already read."""
     if not _monitor_exists(monitor_id):
         raise Refused("unknown_monitor", f"no monitor {monitor_id!r}: bind it first")
     chunk, done = [], 0
-    for item in read_events(stream):
+    for item in items:
         chunk.append(item)
         if len(chunk) >= CHUNK:
             yield from _store(rt, monitor_id, chunk)
@@ -55,11 +61,23 @@ def enqueue(rt, stream, monitor_id="default", progress=None):
             progress(done + len(chunk))
 
 
+# Monitors known to exist, per database. Monitors are never deleted, so a
+# monitor once seen committed stays; only a miss asks the database again.
+_KNOWN_MONITORS = weakref.WeakKeyDictionary()
+
+
 def _monitor_exists(monitor_id):
+    database = db.obj
+    known = _KNOWN_MONITORS.setdefault(database, set())
+    if monitor_id in known:
+        return True
     # Raw SQL: webhooks send one event per call, and building the ORM query
     # for this check cost about as much as storing the event.
-    return db.execute_sql(f'SELECT 1 FROM "monitor" WHERE "id" = {db.param}',
-                          (monitor_id,)).fetchone() is not None
+    found = db.execute_sql(f'SELECT 1 FROM "monitor" WHERE "id" = {db.param}',
+                           (monitor_id,)).fetchone() is not None
+    if found and not db.in_transaction():  # a monitor bound in an open transaction may vanish
+        known.add(monitor_id)
+    return found
 
 
 def _insert_deliveries(items, now):
@@ -73,14 +91,14 @@ def _store(rt, monitor_id, chunk):
     now = rt.clock.now()
     good = [(n, ev) for n, ev in chunk if not isinstance(ev, InvalidEvent)]
     bad = [(n, ev) for n, ev in chunk if isinstance(ev, InvalidEvent)]
-    with db.atomic():
-        ids = []
-        if good:
-            ids = _insert_deliveries([(monitor_id, ev) for _, ev in good], now)
-        if bad:
-            # One row per bad line, and nothing from the line itself.
-            insert_rows(Audit, [{"at": now, "monitor": monitor_id, "event_id": None,
-                                 "task_key": None, "code": "invalid_event"}] * len(bad))
+    if len(good) == 1 and not bad:
+        # One row is one statement, atomic and committed by itself (every engine
+        # runs in autocommit mode outside a transaction; inside one it joins it):
+        # no BEGIN and COMMIT, two round trips on PostgreSQL, for each event a
+        # webhook or agent sends alone.
+        ids = _insert_deliveries([(monitor_id, good[0][1])], now)
+    else:
+        ids = _store_batch(monitor_id, good, bad, now)
     if good:
         rt.wakers.wake("ingest", len(good))
     by_line = {n: ev for n, ev in bad}
@@ -90,6 +108,18 @@ def _store(rt, monitor_id, chunk):
             yield LineResult(n, None, False, None, "invalid_event", ev.reason)
         else:
             yield LineResult(n, ev.event_id, True, id_of[n], None, None)
+
+
+def _store_batch(monitor_id, good, bad, now):
+    with db.atomic():
+        ids = []
+        if good:
+            ids = _insert_deliveries([(monitor_id, ev) for _, ev in good], now)
+        if bad:
+            # One row per bad line, and nothing from the line itself.
+            insert_rows(Audit, [{"at": now, "monitor": monitor_id, "event_id": None,
+                                 "task_key": None, "code": "invalid_event"}] * len(bad))
+    return ids
 
 
 # -- for callers that validated events themselves (signoff serve) -------------
