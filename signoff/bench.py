@@ -372,12 +372,19 @@ def plain_huey(queue_spec, host_path=None, times=None):
 
 def _hand_over(huey, messages):
     """Put ``messages`` on the queue the cheapest way its storage allows."""
-    from huey.storage import RedisStorage, SqliteStorage
+    from huey.storage import PostgresStorage, RedisStorage, SqliteStorage
     storage = huey.storage
     if isinstance(storage, SqliteStorage):
         with storage.db(commit=True) as curs:  # one commit, as signoff's batch enqueue
             curs.executemany("INSERT INTO task (queue, data, priority) VALUES (?, ?, ?)",
                              [(storage.name, m, 0) for m in messages])
+    elif isinstance(storage, PostgresStorage):
+        # One commit and one notify too: a commit per message would time the
+        # producer's commits, not the consumers (about 300 no-ops/s here).
+        with storage.db(commit=True) as curs:
+            curs.executemany(f"INSERT INTO {storage.table_task} (queue, data, priority) "
+                             "VALUES (%s, %s, 0)", [(storage.name, m) for m in messages])
+            curs.execute("SELECT pg_notify(%s, '')", (storage.channel,))
     elif isinstance(storage, RedisStorage):
         storage.conn.lpush(storage.queue_key, *messages)
     else:

@@ -85,3 +85,22 @@ def test_bench_on_the_test_backends_leaves_no_database_behind(tmp_path):
             left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE "
                                 "'signoff_bench_%%'").fetchall()
         assert left == []
+
+
+@pytest.mark.skipif(not (QUEUE_URL or "").startswith(("postgres://", "postgresql://")),
+                    reason="SIGNOFF_TEST_QUEUE_URL is not a PostgreSQL server")
+def test_plain_huey_baseline_on_postgresql_is_handed_over_in_one_transaction(backend):
+    # A commit per message would make the baseline time the producer, not the consumers.
+    import psycopg
+
+    from signoff.bench import _close_queue, _hand_over, plain_huey
+    huey, tasks = plain_huey({"url": backend.queue_url, "name": backend.queue_name})
+    try:
+        _hand_over(huey, [huey.serialize_task(tasks["noop"].s()) for _ in range(25)])
+        assert huey.storage.queue_size() == 25
+    finally:
+        _close_queue(huey)
+    with psycopg.connect(backend.queue_url, autocommit=True) as conn:
+        (transactions,) = conn.execute("SELECT count(DISTINCT xmin::text) FROM huey_task "
+                                       "WHERE queue = %s", (backend.queue_name,)).fetchone()
+    assert transactions == 1
