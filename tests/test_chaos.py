@@ -101,6 +101,21 @@ def leased_by(pid):
     return rows
 
 
+def busy_slot(workers, default, patience_s=1.5):
+    """A worker that holds a lease now, else ``default``.
+
+    Batches are short: a kill at a random instant mostly finds both workers
+    idle, and then no lease is orphaned and no takeover is exercised.
+    """
+    deadline = time.monotonic() + patience_s
+    while time.monotonic() < deadline:
+        for slot, proc in enumerate(workers.procs):
+            if proc is not None and proc.poll() is None and leased_by(proc.pid):
+                return slot
+        time.sleep(0.02)
+    return default
+
+
 def taken_over(kind, ref, old_token):
     """True once a row the killed worker held is claimed by another worker or has ended."""
     if kind == "delivery":
@@ -182,7 +197,7 @@ def test_chaos_kill_restart_and_drain(tmp_path, capsys):
                 sent += len(wave) - 3
                 next_wave = now + 2.0
             if now >= next_kill:
-                slot = rng.randrange(2)
+                slot = busy_slot(workers, rng.randrange(2))
                 pid = workers.kill(slot)
                 killed_at = time.monotonic()
                 kills += 1
