@@ -189,7 +189,7 @@ def test_a_lying_content_length_is_refused_without_waiting_for_the_body(served):
     (b"[1, 2]", "event: must be one JSON object"),
     (json.dumps({k: v for k, v in event().items() if k != "record_id"}).encode(), "record_id: missing"),
     (json.dumps(event(occurred=1.5)).encode(), "occurred: must be an integer"),
-])
+], ids=["utf8", "broken", "array", "no-record", "float-time"])
 def test_invalid_bodies_answer_400_with_a_reason(served, body, reason):
     rt, secret, server, client = served
     text = body.decode("utf-8", "replace")
