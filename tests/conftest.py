@@ -157,7 +157,7 @@ def child_env(**extra):
     return env
 
 
-def wait_for(predicate, timeout=20.0, interval=0.05, what="condition"):
+def wait_for(predicate, timeout=60.0, interval=0.05, what="condition"):
     """Poll ``predicate`` until it returns a truthy value or ``timeout`` passes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

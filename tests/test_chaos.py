@@ -72,7 +72,7 @@ class Workers:
     def kill(self, slot):
         proc = self.procs[slot]
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+        proc.wait(timeout=60)
         return proc.pid
 
     def stop_all(self):
@@ -85,7 +85,7 @@ class Workers:
                     proc.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-                    proc.wait(timeout=10)
+                    proc.wait(timeout=60)
 
     def stderr(self):
         return "\n".join(p.read_text(errors="replace") for p in sorted(self.logs.glob("*.log")))

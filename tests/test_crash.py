@@ -104,7 +104,7 @@ class Home:
         for proc in self.procs:
             if proc.poll() is None:
                 proc.kill()
-                proc.wait(timeout=10)
+                proc.wait(timeout=60)
         self.host.close()
         self.rt.close()
 
@@ -244,7 +244,7 @@ def test_kill_after_the_host_wrote_before_the_worker_recorded_it(real_home):
     assert task.lease_token is not None
     assert [r["key"] for r in h.host.results()] == [key]
     # Once the lease expires, a reaper pass says what is known: it may have been written.
-    wait_for(lambda: h.rt.reap()["tasks_released"], timeout=10, what="the lease to expire")
+    wait_for(lambda: h.rt.reap()["tasks_released"], timeout=60, what="the lease to expire")
     task = Task.get_by_id(key)
     assert (task.status, task.code, task.lease_token) == ("uncertain", "lease_expired", None)
 
@@ -274,7 +274,7 @@ def test_kill_while_uncertain(real_home):
     wait_for(lambda: Task.get_by_id(key).status == "uncertain", timeout=DRAIN_TIMEOUT,
              what="the task to become uncertain")
     victim.send_signal(signal.SIGKILL)
-    assert victim.wait(timeout=10) == -signal.SIGKILL
+    assert victim.wait(timeout=60) == -signal.SIGKILL
     task = Task.get_by_id(key)
     assert task.status == "uncertain", (task.status, task.code)
     assert [r["key"] for r in h.host.results()] == [key]

@@ -73,7 +73,7 @@ def test_a_single_job_is_not_held_back():
     async def main():
         commits = GroupCommit(lambda jobs: list(jobs), window_s=0)
         commits.start()
-        answer = await asyncio.wait_for(commits.submit(7), timeout=10)
+        answer = await asyncio.wait_for(commits.submit(7), timeout=60)
         await commits.stop()
         return answer
     assert asyncio.run(main()) == 7

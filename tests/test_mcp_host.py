@@ -256,7 +256,9 @@ def faulty(renamed):
     tools = dict(RENAMED, context={"name": "whoami_slowly"}, get={
         "name": "broken_fetch", "args": {"record_id": "comment_id"}},
         read_material={"name": "busy", "args": {"document": "doc"}})
-    host = renamed_mcp_host(home, tools=tools, timeout_s=3)
+    # Long enough for a server to start on a busy machine (connecting counts against it),
+    # short enough that the hung-call test does not wait long.
+    host = renamed_mcp_host(home, tools=tools, timeout_s=15)
     patiently(host.receipt, "warm-up")  # connected: the tests' calls do not pay for the start
     yield home, host
     host.close()

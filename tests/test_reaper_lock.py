@@ -92,7 +92,7 @@ def start_pass(rt):
 
 def assert_did_not_wait(reaper, passes):
     # Blocked on the lock, the pass would wait for as long as the writer holds it.
-    reaper.join(timeout=10)
+    reaper.join(timeout=60)
     assert passes and passes[0]["expired"] == 0, "the idle pass waited for the write lock"
 
 

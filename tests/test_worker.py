@@ -37,7 +37,7 @@ def test_a_signal_stops_the_worker_gracefully(live_home, signum):
         log = _StderrReader(proc)
         wait_for(lambda: b"worker started" in log.read(), what="worker start")
         proc.send_signal(signum)
-        out, err = proc.communicate(timeout=15)
+        out, err = proc.communicate(timeout=60)
         err = log.seen + err
     finally:
         proc.kill()
@@ -98,7 +98,7 @@ def test_watch_json_prints_snapshots_until_interrupted(live_home):
             assert line, "watch stopped printing"
             later = json.loads(line)
         proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=10)
+        proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 0
