@@ -57,7 +57,8 @@ How the figures are taken:
   counted on SQLite only (the counter traces SQLite connections).
 - ``--growth`` runs ingest again with ``--growth-rows`` finished tasks present
   and compares the median claim of a full batch (``claim_probe``, timed
-  before the workers start) with the empty database's.
+  before the workers start) with an empty database's, claimed from in
+  alternate rounds.
 
 ``python -m signoff.bench ...`` is the child side (worker and Huey
 consumers); it is not meant to be run by hand.
@@ -748,20 +749,21 @@ def _huey_figures(kind, n, rounds, first, final, handed):
 
 
 def bench_signoff(folder, n, workers, counter=None, history=0, pipeline=True, say=None,
-                  processes=1, per_event=False, backend=None):
+                  processes=1, per_event=False, backend=None, reference=None):
     """signoff end to end (or ingest only): figures and memory.
 
     ``processes`` worker processes of ``workers`` threads each share the home;
     ``per_event`` enqueues one API call per event (as webhooks send them)
     instead of one call for all. With a ``counter`` (installed before this
     call, so the connections opened here are traced) the worker children count
-    too, and ``steps`` has the commits.
+    too, and ``steps`` has the commits. With a ``reference`` home (an empty
+    one), ``claim_ms`` and ``claim_reference_ms`` are the claim probe's medians.
     """
     say = say or (lambda msg: None)
     count, counter = counter is not None, counter or _NoCounter()
     rt = _signoff_home(folder, n, history, backend, say)
     try:
-        claim_ms = claim_probe(rt)
+        claims = claim_probe(rt, reference) if reference is not None else None
         group = _Group([_Child(["worker", str(folder / f"worker-{i}.json"), "--home", str(folder),
                                 "worker", "--workers", str(workers)],
                                folder / f"worker-{i}.json", count, ready_line="worker started")
@@ -774,34 +776,53 @@ def bench_signoff(folder, n, workers, counter=None, history=0, pipeline=True, sa
         finally:
             group.kill()
         out["peak_kb"] = final["memory"]["peak_kb"]
-        out["claim_ms"] = claim_ms
+        if claims:
+            out["claim_ms"], out["claim_reference_ms"] = claims
     finally:
         _close_home(rt)
     return out
 
 
-def claim_probe(rt):
-    """Median milliseconds of one claim of a full batch, timed here before any worker runs.
+def claim_probe(rt, reference):
+    """Median milliseconds of one claim of a full batch in ``rt`` and in ``reference``.
 
-    Claims ``CLAIM_ROUNDS`` batches of probe deliveries one after the other,
-    with nothing else writing, then deletes the probe rows: the claim
-    statement's own cost as the tables grow, without lock waits in it.
+    Claims ``CLAIM_ROUNDS`` batches of probe deliveries, before any worker
+    runs, with nothing else writing, then deletes the probe rows: the claim
+    statement's own cost as the tables grow, without lock waits in it. The two
+    homes are claimed from in alternate rounds: a busy moment on the machine
+    then weighs on both alike, where two runs minutes apart differ by more
+    than the tables do.
     """
-    from .leases import claim_deliveries
+    from . import storage
     from .models import Delivery
+    homes = [rt, reference]
+    probes = [(home, _probe_rows(home)) for home in homes]
+    times = {id(home): [] for home in homes}
+    for _ in range(CLAIM_ROUNDS):
+        for home in homes:
+            times[id(home)].append(_timed_claim(home))
+    for home, ids in probes:
+        with storage.bind(home.database):
+            Delivery.delete().where(Delivery.id.in_(ids)).execute()
+    return tuple(statistics.median(times[id(home)]) for home in homes)
+
+
+def _probe_rows(rt):
     size, now = rt.config.batch_size, int(time.time())
     lines = b"".join(json.dumps({"event_id": f"probe-{i}", "name": "comment.created",
                                  "document": DOC, "record_id": f"probe-{i}",
                                  "occurred": now}).encode() + b"\n"
                      for i in range(size * CLAIM_ROUNDS))
-    ids = [r.delivery for r in rt.enqueue(io.BytesIO(lines), MONITOR)]
-    times = []
-    for _ in range(CLAIM_ROUNDS):
+    return [r.delivery for r in rt.enqueue(io.BytesIO(lines), MONITOR)]
+
+
+def _timed_claim(rt):
+    from . import storage
+    from .leases import claim_deliveries
+    with storage.bind(rt.database):
         start = time.perf_counter()
-        claim_deliveries(rt.clock.now(), "bench-probe", 60.0, size)
-        times.append((time.perf_counter() - start) * 1000)
-    Delivery.delete().where(Delivery.id.in_(ids)).execute()
-    return statistics.median(times)
+        claim_deliveries(rt.clock.now(), "bench-probe", 60.0, rt.config.batch_size)
+        return (time.perf_counter() - start) * 1000
 
 
 def _signoff_home(folder, n, history, backend, say):
@@ -941,9 +962,7 @@ def run_bench(n_events=2000, workers=2, growth=False, as_json=False, processes=(
         grown = None
         if growth:
             say(f"signoff: ingest of {n} events with {growth_rows:,} finished tasks present")
-            grown = bench_signoff(tmp / "home-grown", n, workers, history=growth_rows,
-                                  pipeline=False, say=say, processes=processes[0],
-                                  backend=backend)
+            grown = _grown_run(tmp, backend, n, workers, growth_rows, processes[0], say)
         # SQLite files are what the commit counter traces.
         counted = _counted_run(tmp, n, workers, say) if backend.label == "sqlite/sqlite" else None
     finally:
@@ -1054,13 +1073,25 @@ def _add_commits(report, counted, n):
     }
 
 
+def _grown_run(tmp, backend, n, workers, rows, processes, say):
+    """Ingest with ``rows`` finished tasks present; the claim probe alternates with an
+    empty home's, so the claim ratio compares two figures taken side by side."""
+    reference = _signoff_home(tmp / "home-claim-reference", n, 0, backend, say)
+    try:
+        return bench_signoff(tmp / "home-grown", n, workers, history=rows, pipeline=False,
+                             say=say, processes=processes, backend=backend, reference=reference)
+    finally:
+        _close_home(reference)
+
+
 def _add_growth(report, grown, main, rows):
     report["growth_rows"] = rows
     report["ingest_growth_per_s"] = round(grown["ingest_per_s"], 1)
     report["ingest_growth_ratio"] = round(grown["ingest_per_s"] / main["ingest_per_s"], 3)
-    report["claim_ms_p50"] = round(main["claim_ms"], 3)
+    report["claim_ms_p50"] = round(grown["claim_reference_ms"], 3)
     report["claim_growth_ms_p50"] = round(grown["claim_ms"], 3)
-    report["claim_growth_ratio"] = round(grown["claim_ms"] / max(main["claim_ms"], 1e-6), 3)
+    report["claim_growth_ratio"] = round(grown["claim_ms"] / max(grown["claim_reference_ms"], 1e-6),
+                                         3)
     report["growth_worker_peak_rss_mb"] = round(grown["peak_kb"] / 1024, 1)
 
 
