@@ -13,6 +13,7 @@ is set but unreachable fails the tests; it never skips them.
 import contextlib
 import gc
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -104,6 +105,18 @@ def empty_database(backend):
         yield {"SIGNOFF_DATABASE_URL": url}
     finally:
         BACKENDS.drop(name)
+
+
+def pytest_configure(config):
+    """Let the children that tests interrupt see Ctrl-C.
+
+    A suite started in the background (``nohup``, ``&`` in a script) inherits
+    SIGINT ignored, Python then leaves it ignored, and every child inherits
+    that: ``signoff watch`` would never see the SIGINT a test sends it. A
+    handled signal is reset to the default in a child at exec.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_sessionfinish(session):
