@@ -10,6 +10,8 @@ template); a Redis queue gets a unique name, and its keys are deleted after.
 import hashlib
 import itertools
 import os
+import queue
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +74,7 @@ class Backends:
         self._admin = self._redis = None
         self._template = None
         self._counter = itertools.count()
+        self._drops, self._dropper = queue.Queue(), None
 
     # -- servers (a server that is set but down fails the test) ------------------
 
@@ -145,8 +148,23 @@ class Backends:
         return name, _with_database(self._server_url(), name)
 
     def drop(self, name):
-        """Drop a database made here, whoever is still connected to it."""
-        self.admin().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        """Drop a database made here, whoever is still connected to it.
+
+        The drop runs on a thread of its own (a DROP DATABASE takes a second or
+        more on a busy server), so the next test does not wait for it; ``close``
+        waits until every drop is done.
+        """
+        if self._dropper is None:
+            self._dropper = threading.Thread(target=self._drop_all, name="drop-databases",
+                                             daemon=True)
+            self._dropper.start()
+        self._drops.put(name)
+
+    def _drop_all(self):
+        import psycopg
+        with psycopg.connect(self._server_url(), autocommit=True, connect_timeout=5) as admin:
+            for name in iter(self._drops.get, None):
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     def release(self, settings):
         """Drop the test's database and delete its queue's keys."""
@@ -158,5 +176,8 @@ class Backends:
                 client.delete(key)
 
     def close(self):
+        if self._dropper is not None:
+            self._drops.put(None)
+            self._dropper.join()
         if self._admin is not None:
             self._admin.close()
