@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from starlette.templating import Jinja2Templates
 
+from .. import gaps
 from ..errors import Blocked, Refused
 from ..models import Task
 from ..views import describe
@@ -120,9 +121,10 @@ class Pages:
         status = status if status in STATUSES or status == "all" else "ready"
         monitor, parked = q.get("monitor") or None, q.get("parked") == "1"
         rows, counts = await run_in_threadpool(_task_rows, status, monitor, parked)
+        unobserved = await run_in_threadpool(gaps.summary)
         return self.render(request, "index.html", viewer=viewer, rows=rows, counts=counts,
                            status=status, monitor=monitor, parked=parked, statuses=STATUSES,
-                           limit=PAGE_LIMIT)
+                           limit=PAGE_LIMIT, unobserved=unobserved)
 
     async def task(self, request):
         """``GET /tasks/{key}``: everything an approver needs to decide."""
@@ -163,6 +165,14 @@ class Pages:
             return RedirectResponse("/login", status_code=303)
         letters = await run_in_threadpool(self.rt.dead_letters)
         return self.render(request, "dead_letters.html", viewer=viewer, letters=letters[-PAGE_LIMIT:])
+
+    async def gaps(self, request):
+        """``GET /gaps``: what was not observed (resume gaps and stale events)."""
+        viewer = await self.viewer(request)
+        if viewer is None:
+            return RedirectResponse("/login", status_code=303)
+        listing = await run_in_threadpool(self.rt.gaps)
+        return self.render(request, "gaps.html", viewer=viewer, **listing)
 
     async def style(self, request):
         """``GET /style.css`` (no inline styles, so the CSP can forbid them)."""

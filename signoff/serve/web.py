@@ -93,6 +93,7 @@ def build_app(rt, secure_cookies=False, window_s=None):
         Route("/tasks/{key}/reject", pages.reject, methods=["POST"]),
         Route("/tasks/{key}/retry", pages.retry, methods=["POST"]),
         Route("/dead-letters", pages.dead_letters, methods=["GET"]),
+        Route("/gaps", pages.gaps, methods=["GET"]),
         Route("/dead-letters/{letter:int}/replay", pages.replay, methods=["POST"]),
         Route("/style.css", pages.style, methods=["GET"]),
     ]
