@@ -104,6 +104,18 @@ def collect(now):
     return len(added)
 
 
+def outbox_busy():
+    """True while a ``ready`` task's notification is still to be collected or sent.
+
+    What ended in the dead letters no longer counts: it waits for a replay.
+    """
+    cursor = Cursor.get_or_none(Cursor.name == CURSOR)
+    behind = Audit.select().where(Audit.seq > (cursor.seq if cursor else 0),
+                                  Audit.code == "ready", Audit.task_key.is_null(False))
+    return behind.exists() or Notification.select().where(
+        Notification.status == N.PENDING).exists()
+
+
 def payload(task, settings):
     """The notification body: identifiers, digest and the page; never record text."""
     return {"type": "task.ready", "key": task.key, "monitor": task.monitor,

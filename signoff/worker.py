@@ -27,16 +27,18 @@ UNREACHABLE_S = 30.0  # how long `--drain` waits for a database it cannot reach
 log = logging.getLogger("signoff.worker")
 
 
-def can_progress():
+def can_progress(notifying=False):
     """True while some delivery or task can still move without a human.
 
     Parked tasks, ready tasks and approval deadlines do not count: they wait
     for a person or for a cause to be fixed. An open batch does: it closes on its own.
+    So does, when this worker sends them (``notifying``), a notification not yet sent.
     """
     return (Delivery.select().where(Delivery.status.in_(list(DELIVERY_PENDING))).exists()
             or Task.select().where(Task.status.in_(list(TASK_ACTIVE)),
                                    Task.parked == False).exists()  # noqa: E712
-            or batching.holds_drain())
+            or batching.holds_drain()
+            or (notifying and notify.outbox_busy()))
 
 
 def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
@@ -90,7 +92,7 @@ def _loop(rt, workers, drain):
         signal.signal(signum, on_signal)
     log.info("worker started: %d threads, lease %.0fs, home %s", workers,
              rt.config.lease_ttl_s, rt.home)
-    health_at, drained = time.monotonic() + HEALTH_INTERVAL_S, _Drain(rt)
+    health_at, drained = time.monotonic() + HEALTH_INTERVAL_S, _Drain(rt, notifier is not None)
     chores_at = time.monotonic()
     try:
         while not stop.wait(REAP_INTERVAL_S if not drain else IDLE_POLL_S):
@@ -129,11 +131,13 @@ class _Drain:
     with ``database_unavailable`` instead of waiting forever.
     """
 
-    def __init__(self, rt):
-        self.rt, self.idle, self.reached_at = rt, 0, time.monotonic()
+    def __init__(self, rt, notifying):
+        self.rt, self.notifying = rt, notifying
+        self.idle, self.reached_at = 0, time.monotonic()
 
     def now(self):
-        progress = _safe(lambda: storage.retrying(self.rt.database, can_progress, 0), None)
+        progress = _safe(lambda: storage.retrying(
+            self.rt.database, lambda: can_progress(self.notifying), 0), None)
         if progress is None:  # not known: the database did not answer
             self.idle = 0
             if time.monotonic() - self.reached_at > UNREACHABLE_S:

@@ -106,3 +106,26 @@ def test_a_failing_receiver_ends_in_the_dead_letters_and_replay_sends_again(noti
     Webhook(secret).verify(receiver.received[-1][1], receiver.received[-1][0])
     wait_for(lambda: Notification.get(Notification.task_key == letter["ref"]).status == "sent",
              what="the replayed row sent")
+
+
+def test_drain_waits_for_a_notification_still_to_be_retried(home, receiver):
+    receiver.status = 503  # the first try fails; the retry comes a second later
+    secret = secrets.generate()
+    rt = make_home(home, extra_toml=(
+        f'[notify]\nurl = "{receiver.url}"\nsecret = "{secret}"\n'
+        'review_url = "https://review.example/"\nattempts = 3\nbase_delay_s = 1.0\n'
+        'max_delay_s = 1.0\ntimeout_s = 5.0\n'))
+    rt.enqueue_events([event(1)])
+
+    def answer_after_the_first_try():
+        wait_for(lambda: receiver.received, timeout=60, what="the first try")
+        receiver.status = 204
+    flip = threading.Thread(target=answer_after_the_first_try)
+    flip.start()
+    done = subprocess.run(signoff_cmd(home, "worker", "--drain"), env=child_env(),
+                          capture_output=True, timeout=120)
+    flip.join()
+    assert done.returncode == 0, done.stderr.decode()
+    assert len(receiver.received) == 2  # the failed try and the retry, before the exit
+    assert [n.status for n in Notification.select()] == ["sent"]
+    rt.database.close()
