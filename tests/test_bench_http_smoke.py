@@ -10,7 +10,7 @@ from conftest import child_env
 def test_http_bench_reports_every_figure_and_loses_nothing(tmp_path):
     done = subprocess.run([sys.executable, "-m", "signoff", "bench", "--http", "--events", "120",
                            "--json"], cwd=tmp_path, env=child_env(), capture_output=True,
-                          timeout=300)
+                          timeout=280)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     report = json.loads(done.stdout)
     assert report["events"] == 120 and report["clients"] == 50

@@ -15,6 +15,8 @@ TARGETS = ("ingest_ratio", "pipeline_ratio", "commits_per_event", "enqueue_per_s
            "worker_peak_rss_mb", "per_event_ratio_1p", "per_event_ratio_2p",
            "ingest_growth_ratio", "claim_growth_ratio")
 NOT_RATES = ("events", "workers", "backend", "processes", "commits_breakdown", "by_processes")
+# A whole bench run per test: minutes on a busy machine.
+pytestmark = pytest.mark.timeout(900)
 
 
 def bench(tmp_path, *args):
@@ -24,7 +26,7 @@ def bench(tmp_path, *args):
                           cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE) as proc:
         try:
-            out, err = proc.communicate(timeout=240)
+            out, err = proc.communicate(timeout=840)
         except subprocess.TimeoutExpired:
             proc.kill()
             raise
