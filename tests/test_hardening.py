@@ -202,7 +202,7 @@ def test_listings_are_newest_first_bounded_and_count_the_rest(rt):
 
 def test_stats_is_one_consistent_snapshot_while_a_worker_commits(rt, monkeypatch):
     rt.enqueue_events([make_event(event_id=f"e{i}") for i in range(3)])
-    first_count = views._count_by
+    first_count = views._delivery_tallies
     worked = []
 
     def count_then_let_a_worker_commit(*args):
@@ -213,7 +213,7 @@ def test_stats_is_one_consistent_snapshot_while_a_worker_commits(rt, monkeypatch
             worker.join(timeout=60)
         return counts
 
-    monkeypatch.setattr(views, "_count_by", count_then_let_a_worker_commit)
+    monkeypatch.setattr(views, "_delivery_tallies", count_then_let_a_worker_commit)
     snapshot = rt.stats()
     assert worked == [3], "the other thread did not commit its batch"
     assert snapshot["deliveries"] == {"queued": 3}
