@@ -128,4 +128,4 @@ def test_drain_waits_for_a_notification_still_to_be_retried(home, receiver):
     assert done.returncode == 0, done.stderr.decode()
     assert len(receiver.received) == 2  # the failed try and the retry, before the exit
     assert [n.status for n in Notification.select()] == ["sent"]
-    rt.database.close()
+    rt.close()
