@@ -29,6 +29,7 @@ was committed stands: the caller's answer does not change, one
 ``queue_unreachable`` warning is logged for the outage, and the reaper of any
 running worker sends the wake-ups once the queue is back.
 """
+
 import logging
 import sqlite3
 import threading
@@ -109,6 +110,8 @@ class WakePolicy:
                     self._timer.daemon = True  # close() flushes; the reaper covers the rest
                     self._timer.start()
                 return 0
+            # A timer that has not run yet at the window's end: this top-up covers it.
+            rows = max(rows, self._held.pop(kind, 0))
             self._window_end[kind] = now + WINDOW_S
         return self.top_up({kind: rows})
 
