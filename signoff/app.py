@@ -68,8 +68,9 @@ class Signoff:
         return rt
 
     def close(self):
-        """Close this thread's host (if it can be closed) and its connections to the
-        database and queue (reopened on next use)."""
+        """Send the wake-ups still held back, then close this thread's host (if it can
+        be closed) and its connections to the database and queue (reopened on next use)."""
+        self.wakers.flush()
         host = getattr(self._local, "host", None)
         if host is not None and callable(getattr(host, "close", None)):
             self._local.host = None

@@ -896,7 +896,7 @@ def _await_ingest(rt, group, n, first_id, out):
     mine = Delivery.id >= first_id
     _wait(lambda: not Delivery.select().where(mine, Delivery.status.in_(list(DELIVERY_PENDING))).exists(),
           _budget(n), "ingest", group.children)
-    w1 = group.snapshot()
+    w1 = _snapshot_covering(group, "ingest", n)
     rows = list(Delivery.select(Delivery.accepted_at, Delivery.updated_at,
                                 Delivery.outcome).where(mine).tuples())
     bad = [o for _, _, o in rows if o != "ready"]
@@ -907,6 +907,20 @@ def _await_ingest(rt, group, n, first_id, out):
     out["ingest_p50_ms"], out["ingest_p99_ms"] = _percentile(lat, 50), _percentile(lat, 99)
     out["ingest_batches"] = len(w1["extra"]["ingest"])
     return w1
+
+
+def _snapshot_covering(group, step, n, timeout=10.0):
+    """The children's counts once their ``step`` batches account for ``n`` rows.
+
+    A batch's rows are committed before the child records its timing, so a
+    snapshot taken as soon as the rows look done may miss the last batch.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        snap = group.snapshot()
+        if sum(b[2] for b in snap["extra"][step]) >= n or time.monotonic() >= deadline:
+            return snap
+        time.sleep(POLL_S)
 
 
 def _approve_and_submit(rt, group, n, counter, w1, out):
@@ -927,7 +941,7 @@ def _approve_and_submit(rt, group, n, counter, w1, out):
     out["done_at"] = time.perf_counter()
     _wait(lambda: rt.wakers.pending() == 0, 30, "an empty queue", group.children)
     time.sleep(0.2)
-    w2 = group.snapshot()
+    w2 = _snapshot_covering(group, "submit", n)
     rows = list(Task.select(Task.status, Task.approved_at, Task.updated_at).tuples())
     bad = [s for s, _, _ in rows if s != "done"]
     if bad:

@@ -90,8 +90,9 @@ def worker_name():
 class Wakers:
     """The two Huey tasks bound to one runtime, and the wake-up policy that sends them.
 
-    Callers ask for wake-ups with ``wake`` / ``top_up`` (see ``signoff.wakeups``);
-    ``ingest`` and ``submit`` send unconditionally and are the policy's own.
+    Callers ask for wake-ups with ``wake`` / ``top_up`` (see ``signoff.wakeups``)
+    and ``flush`` what is held before closing; ``ingest`` and ``submit`` send
+    unconditionally and are the policy's own.
     """
 
     def __init__(self, queue, runtime):
@@ -100,11 +101,11 @@ class Wakers:
 
         @queue.task(name="signoff.ingest")
         def ingest():
-            _drain_for_a_while(runtime.ingest_batch, lambda: self.wake("ingest"))
+            _drain_for_a_while(runtime.ingest_batch, lambda: self.top_up({"ingest": 1}))
 
         @queue.task(name="signoff.submit")
         def submit():
-            _drain_for_a_while(runtime.submit_batch, lambda: self.wake("submit"))
+            _drain_for_a_while(runtime.submit_batch, lambda: self.top_up({"submit": 1}))
 
         self._ingest, self._submit = ingest, submit
         # Messages name their task as Huey's registry does: read it off one.
@@ -112,12 +113,16 @@ class Wakers:
                          for task, kind in ((ingest, "ingest"), (submit, "submit"))}
 
     def wake(self, kind, rows=1):
-        """Make sure wake-ups are waiting for ``rows`` newly claimable rows of ``kind``."""
+        """Make sure wake-ups will be waiting for ``rows`` newly claimable rows of ``kind``."""
         return self.policy.wake(kind, rows)
 
     def top_up(self, backlog):
-        """Make sure wake-ups are waiting for ``{kind: claimable rows}``."""
+        """Make sure wake-ups are waiting for ``{kind: claimable rows}``, now."""
         return self.policy.top_up(backlog)
+
+    def flush(self):
+        """Send the wake-ups ``wake`` is holding back, now."""
+        return self.policy.flush()
 
     @property
     def unreachable(self):

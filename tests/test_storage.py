@@ -62,6 +62,28 @@ def test_claims_take_the_earliest_due_first_on_every_backend(rt, clock):
     assert sorted(r.event_id for r in first) == ["e3", "e4", "e5"]
 
 
+def test_a_claim_merges_the_waiting_statuses_in_due_order(rt, clock):
+    # Each status is picked on its own: the claim must still take the earliest due
+    # of them all, and no retry before its time.
+    rows = waiting_rows(7)
+    for i, row in enumerate(rows):
+        row.update(next_at=T0 - i, status="retrying" if i % 2 else "queued")
+    rows[6].update(status="retrying", next_at=T0 + 60)
+    insert_rows(Delivery, rows)
+    _, first = claim_deliveries(clock.now(), "w", 30, 3)
+    assert sorted(r.event_id for r in first) == ["e3", "e4", "e5"]
+    _, rest = claim_deliveries(clock.now(), "w", 30, 50)
+    assert sorted(r.event_id for r in rest) == ["e0", "e1", "e2"]
+
+    base = {"monitor": "default", "record_id": "r", "version": 1, "record": {}, "result": {},
+            "digest": "d" * 64, "created_at": T0, "updated_at": T0}
+    insert_rows(Task, [dict(base, key=f"{i:064x}", next_at=T0 - i,
+                            status="uncertain" if i % 2 else "approved") for i in range(6)])
+    _, tasks = claim_tasks(clock.now(), "w", 30, 3)
+    assert sorted(int(t.key, 16) for t in tasks) == [3, 4, 5]
+    assert {t.status for t in tasks} == {TaskStatus.APPROVED, TaskStatus.UNCERTAIN}
+
+
 def test_a_task_claim_is_bounded_and_keeps_the_status(rt, clock):
     base = {"monitor": "default", "record_id": "r", "version": 1, "status": "approved",
             "record": {}, "result": {}, "digest": "d" * 64, "next_at": T0,

@@ -1,12 +1,14 @@
 """The wake-up policy: coalesced wake-ups, and a queue that cannot be reached after a commit."""
 
+import json
 import logging
 import subprocess
+import sys
 import time
 
 import pytest
 
-from conftest import child_env, signoff_cmd
+from conftest import child_env, signoff_cmd, wait_for
 from signoff.app import Signoff
 from signoff.models import Delivery, Task
 from signoff.wakeups import CAP, needed
@@ -69,6 +71,84 @@ def test_a_batch_gets_one_wake_up_per_batch_up_to_the_cap_and_the_reaper_only_to
     rt.queue.flush()  # wake-ups lost (a Redis restart, a crash before sending)
     assert rt.reap()["woken"] == 3
     assert rt.wakers.pending_by_kind(100)["ingest"] == 3
+
+
+# -- bursts from one process, on every queue ------------------------------------------
+
+BURST = 200
+
+# The real CLI, with its periodic loop (reaper included) put off for the length of
+# the test: only the wake-ups others send can reach this worker.
+WORKER_WITHOUT_REAPER = ("import signoff.worker as w; w.REAP_INTERVAL_S = 3600.0; "
+                         "from signoff.cli import main; main()")
+# The real CLI, storing each line as a commit of its own and holding every
+# announcement after the first for longer than the test: what it still has to
+# send when it exits is all the worker will hear.
+ENQUEUE_HOLDING_BACK = ("import signoff.intake as i, signoff.wakeups as w; i.CHUNK = 1; "
+                        "w.WINDOW_S = 3600.0; from signoff.cli import main; main()")
+
+
+def python_cli(code, home, *args):
+    return [sys.executable, "-c", code, "--home", str(home), *args]
+
+
+def all_done(count):
+    def check():
+        return Delivery.select().where(Delivery.status == "done").count() == count
+    return check
+
+
+def serving(home, rt, command):
+    """Start ``command`` (a worker) and return it once it has ingested a first event."""
+    worker = subprocess.Popen(command, env=child_env(), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
+    rt.enqueue_events([event(0, "evt-warm-up")])
+    try:
+        wait_for(all_done(1), timeout=60, what="the worker's first delivery")
+    except AssertionError:
+        worker.kill()
+        raise
+    return worker
+
+
+def stop(worker):
+    worker.terminate()
+    _, err = worker.communicate(timeout=60)
+    assert b"Traceback" not in err, err.decode()[-2000:]
+
+
+def test_a_burst_of_one_call_enqueues_sends_few_wake_ups_and_every_event_completes(live):
+    home, rt = live
+    worker = serving(home, rt, signoff_cmd(home, "worker", "--workers", "2"))
+    sent, send = [], rt.wakers.send
+    rt.wakers.send = lambda kind, count: (sent.append(count), send(kind, count))
+    try:
+        for n in range(BURST):
+            [line] = rt.enqueue_events([event(n)])
+            assert line.accepted
+        rt.close()  # sends what is held back
+        wait_for(all_done(BURST + 1), timeout=120, what="every delivery done")
+    finally:
+        del rt.wakers.send
+        stop(worker)
+    # A worker blocked on a Redis or PostgreSQL queue takes each wake-up at once,
+    # so only the process's own pacing keeps this from being one per event.
+    assert 1 <= sum(sent) <= BURST // 5, sent
+
+
+def test_a_cli_enqueue_that_exits_with_wake_ups_held_back_still_wakes_an_idle_worker(live):
+    home, rt = live
+    worker = serving(home, rt, python_cli(WORKER_WITHOUT_REAPER, home, "worker"))
+    try:
+        events_file = home.parent / "events.jsonl"
+        events_file.write_text("".join(json.dumps(event(n)) + "\n" for n in range(BURST)))
+        done = subprocess.run(python_cli(ENQUEUE_HOLDING_BACK, home, "enqueue", str(events_file)),
+                              env=child_env(), capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        assert done.stdout.decode().strip() == f"accepted {BURST}, rejected 0"
+        wait_for(all_done(BURST + 1), timeout=60, what="every delivery done")
+    finally:
+        stop(worker)
 
 
 # -- a queue that cannot be reached after the commit -----------------------------------
