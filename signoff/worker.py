@@ -51,8 +51,11 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
     # instead of failing every attempt into the dead letters.
     rt.host()
     rt.drafter()
-    with storage.bind(rt.database):
-        return _loop(rt, workers, drain)
+    try:
+        with storage.bind(rt.database):
+            return _loop(rt, workers, drain)
+    finally:
+        rt.close()  # with the consumer's threads ended, their queue connections too
 
 
 def _open(home, clock):

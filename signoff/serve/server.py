@@ -54,5 +54,5 @@ def run(home=None, host="127.0.0.1", port=8080, secure_cookies=None, access_log=
         # a graceful stop exits 0 with its summary instead of dying of it.
         signal.signal(signum, lambda *_: None)
     server.run(sockets=[sock])
-    rt.database.close()
+    rt.close()
     return {"stopped": "signal", "port": actual}
