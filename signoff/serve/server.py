@@ -14,6 +14,7 @@ import sys
 import uvicorn
 
 from ..app import Signoff
+from ..tasks import close_queue
 from .settings import serve_settings
 from .web import build_app
 
@@ -54,5 +55,6 @@ def run(home=None, host="127.0.0.1", port=8080, secure_cookies=None, access_log=
         # a graceful stop exits 0 with its summary instead of dying of it.
         signal.signal(signum, lambda *_: None)
     server.run(sockets=[sock])
-    rt.close()
+    rt.database.close()
+    close_queue(rt.queue)
     return {"stopped": "signal", "port": actual}
