@@ -79,7 +79,7 @@ import threading
 import time
 from pathlib import Path
 
-from .bench_backends import BenchBackend, kind_of
+from .bench_backends import BenchBackend, backend_env_set_aside, kind_of
 
 DOC = "doc-demo"
 MONITOR = "bench"
@@ -972,13 +972,15 @@ def run_bench(n_events=2000, workers=2, growth=False, as_json=False, processes=(
     tmp = Path(tempfile.mkdtemp(prefix="signoff-bench-"))
     backend = BenchBackend(database_url, queue_url)
     try:
-        runs = {p: _timed_run(tmp, backend, n, workers, p, say) for p in processes}
-        grown = None
-        if growth:
-            say(f"signoff: ingest of {n} events with {growth_rows:,} finished tasks present")
-            grown = _grown_run(tmp, backend, n, workers, growth_rows, processes[0], say)
-        # SQLite files are what the commit counter traces.
-        counted = _counted_run(tmp, n, workers, say) if backend.label == "sqlite/sqlite" else None
+        with backend_env_set_aside():
+            runs = {p: _timed_run(tmp, backend, n, workers, p, say) for p in processes}
+            grown = None
+            if growth:
+                say(f"signoff: ingest of {n} events with {growth_rows:,} finished tasks present")
+                grown = _grown_run(tmp, backend, n, workers, growth_rows, processes[0], say)
+            # SQLite files are what the commit counter traces.
+            counted = (_counted_run(tmp, n, workers, say) if backend.label == "sqlite/sqlite"
+                       else None)
     finally:
         backend.close()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -4,14 +4,17 @@ SQLite files in each bench home by default. With a PostgreSQL database URL
 every home gets a database of its own, created for the run and dropped after
 it; with a PostgreSQL queue URL the run gets one queue database. Every home
 and every plain-Huey baseline uses a queue name of its own, so a run shares
-nothing with other runs or deployments on the same servers.
+nothing with other runs or deployments on the same servers. The backend
+overrides of the environment (``SIGNOFF_DATABASE_URL`` …) are set aside for
+a run: only the bench's flags choose its backends.
 """
 
+import contextlib
 import os
 import uuid
 from urllib.parse import urlsplit, urlunsplit
 
-from .config import write_default
+from .config import BACKEND_ENV, write_default
 
 POSTGRES = ("postgres://", "postgresql://")
 REDIS = ("redis://", "rediss://", "unix://")
@@ -26,6 +29,21 @@ def kind_of(url):
     if url.startswith(REDIS):
         return "redis"
     raise ValueError(f"unsupported url {url!r}")
+
+
+@contextlib.contextmanager
+def backend_env_set_aside():
+    """Within: the environment's backend overrides are unset, for this process and its children.
+
+    ``SIGNOFF_DATABASE_URL`` and the like point a deployment's homes at its
+    servers; a bench's homes are its own, named in their own ``signoff.toml``.
+    Left set, the override would put every home of a run in one database.
+    """
+    saved = {name: os.environ.pop(name) for name in BACKEND_ENV.values() if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def _with_database(url, name):

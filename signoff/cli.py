@@ -823,7 +823,11 @@ class BackendUrl(click.ParamType):
 @click.option("--http", is_flag=True, help="Instead: `signoff serve` webhook ingest against a bare endpoint.")
 def bench(obj, as_json, n_events, workers, processes, database_url, queue_url, growth,
           growth_rows, over_mcp, http):
-    """Measure signoff against plain Huey on this machine, in one run."""
+    """Measure signoff against plain Huey on this machine, in one run.
+
+    The homes it makes are its own: their backends are the flags' (SQLite by
+    default), whatever SIGNOFF_DATABASE_URL and SIGNOFF_QUEUE_URL say.
+    """
     if http:
         from click.core import ParameterSource
         from .serve.bench_http import EVENTS, run_http_bench

@@ -30,7 +30,10 @@ DOCUMENT = "doc-demo"
 DEMO_DATE = "2026-11-01"
 # A retry that waits this long leaves the task visibly `uncertain` until the kill.
 BASE_DELAY_S = 3.0
-WAIT_S = 15.0
+# How long a step may wait for its condition. Generous: on a loaded machine a
+# worker's start alone (Python, then an MCP server per thread with --mcp) can
+# take most of 15 s; a step that holds returns as soon as it does.
+WAIT_S = 60.0
 POLL_S = 0.05
 REPORT_NAME = "report.json"
 

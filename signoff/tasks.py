@@ -41,7 +41,7 @@ def make_queue(config, create=False):
         return RedisHuey(name=name, url=url, results=False)
     if is_postgres_url(url):
         queue = PostgresHuey(name=name, dsn=url, results=False, create_tables=False,
-                             connect_timeout=5, application_name="signoff-queue")
+                             connection=QueueConnections(url))
         if create:
             _create_postgres_queue(queue)
         return queue
@@ -52,12 +52,58 @@ def close_queue(queue):
     """Release ``queue``'s connections (Huey reopens them on next use).
 
     Huey's Redis storage has no ``close`` of its own: its pool's sockets would
-    stay open until the collector finds them.
+    stay open until the collector finds them. Its PostgreSQL storage closes
+    only the calling thread's LISTEN connection; the ones of threads that
+    have ended are closed here too.
     """
     pool = getattr(queue.storage, "pool", None)
     if pool is not None:
         pool.disconnect()
     queue.storage.close()
+    connections = getattr(queue.storage, "connection", None)
+    if isinstance(connections, QueueConnections):
+        connections.close_unused()
+
+
+class QueueConnections:
+    """Opens the connections of a PostgreSQL queue and keeps hold of every one.
+
+    Huey's ``PostgresStorage`` keeps a LISTEN connection per consumer thread in
+    a thread-local and leaves it to the garbage collector once the thread has
+    ended (an unclosed psycopg connection warns when collected). Held here,
+    such a connection stays reachable until ``close_unused`` closes it.
+    """
+
+    def __init__(self, url):
+        self.url = url
+        self._lock = threading.Lock()
+        self._opened = []  # (connection, thread that opened it)
+
+    def __call__(self):
+        import psycopg
+        conn = psycopg.connect(self.url, connect_timeout=5, application_name="signoff-queue")
+        with self._lock:
+            self._opened = [(c, t) for c, t in self._opened if not c.closed]
+            self._opened.append((conn, threading.current_thread()))
+        return conn
+
+    def close_unused(self):
+        """Close the connections of ended threads and of this one; returns how many.
+
+        A live thread's LISTEN connection may be waiting for a notification
+        right now: closing it under that thread is not safe, so it is kept.
+        """
+        me = threading.current_thread()
+        unused, kept = [], []
+        with self._lock:
+            for conn, thread in self._opened:
+                if not conn.closed:
+                    (unused if thread is me or not thread.is_alive() else kept).append(
+                        (conn, thread))
+            self._opened = kept
+        for conn, _ in unused:
+            conn.close()
+        return len(unused)
 
 
 def _create_postgres_queue(queue):

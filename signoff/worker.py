@@ -17,6 +17,7 @@ from .config import load_config, resolve_home
 from .errors import StorageError
 from .lifecycle import DELIVERY_PENDING, TASK_ACTIVE
 from .models import Delivery, Task
+from .tasks import close_queue
 
 REAP_INTERVAL_S = 1.0
 HEALTH_INTERVAL_S = 10.0
@@ -53,8 +54,11 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
     # instead of failing every attempt into the dead letters.
     rt.host()
     rt.drafter()
-    with storage.bind(rt.database):
-        return _loop(rt, workers, drain)
+    try:
+        with storage.bind(rt.database):
+            return _loop(rt, workers, drain)
+    finally:
+        close_queue(rt.queue)  # the consumer's threads have ended: their connections too
 
 
 def _open(home, clock):

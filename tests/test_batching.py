@@ -211,7 +211,7 @@ def test_without_a_batch_window_the_single_record_path_is_unchanged(rt):
 
 def test_bind_batch_window_cli(tmp_path):
     home = tmp_path / "cli-home"
-    Signoff.init(home).database.close()
+    Signoff.init(home).close()
     run = CliRunner().invoke(main, ["--home", str(home), "monitor", "bind", "--document",
                                     "doc-demo", "--batch-window", "5", "--json"])
     assert run.exit_code == 0, run.output

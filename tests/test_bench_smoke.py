@@ -9,7 +9,6 @@ import pytest
 from conftest import child_env
 
 from signoff.bench import GROWTH_KEYS, KEYS
-from signoff.config import BACKEND_ENV
 
 TARGETS = ("ingest_ratio", "pipeline_ratio", "commits_per_event", "enqueue_per_s",
            "worker_peak_rss_mb", "per_event_ratio_1p", "per_event_ratio_2p",
@@ -20,10 +19,9 @@ pytestmark = pytest.mark.timeout(900)
 
 
 def bench(tmp_path, *args):
-    # The bench makes homes of its own on the backends its flags name, whatever the test switch says.
-    env = {k: v for k, v in child_env().items() if k not in BACKEND_ENV.values()}
+    # Under the backend switch too: the bench's homes are on the backends its flags name.
     with subprocess.Popen([sys.executable, "-m", "signoff", "bench", "--json", *args],
-                          cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                          cwd=tmp_path, env=child_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE) as proc:
         try:
             out, err = proc.communicate(timeout=840)

@@ -286,3 +286,4 @@ def test_chaos_kill_restart_and_drain(tmp_path, capsys):
             assert "lease_expired" in codes, call
     assert figures["lost_acks"] > 0 and figures["read_timeouts"] > 0
     assert figures["takeover_waits"] > 0
+    rt.close()

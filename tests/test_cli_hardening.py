@@ -125,7 +125,7 @@ def _wait_for_stored(home, count):
     try:
         wait_for(lambda: len(rt.events()) >= count, what=f"{count} stored deliveries")
     finally:
-        rt.database.close()
+        rt.close()
 
 
 def test_watch_json_help_says_it_streams_one_snapshot_per_line(home):

@@ -114,7 +114,7 @@ def test_a_host_without_changes_refuses_replay_and_changes_nothing(tmp_path, clo
         assert Monitor.select().count() == 1 and Gap.select().count() == 0
         assert rt.resume("default", "again", "new_only")["gap"]["mode"] == "new_only"
     finally:
-        rt.database.close()
+        rt.close()
 
 
 def test_resume_refusals(watched):
@@ -163,7 +163,7 @@ def test_resume_and_gaps_cli(tmp_path):
     home = tmp_path / "cli-home"
     rt = Signoff.init(home)
     rt.bind("doc-demo")
-    rt.database.close()
+    rt.close()
     assert cli(home, "monitor", "cancel", "default", "--json").exit_code == 0
     assert cli(home, "monitor", "resume", "default", "--as", "b", "--json").exit_code == 2
     assert cli(home, "monitor", "resume", "default", "--as", "b", "--new-only", "--replay",

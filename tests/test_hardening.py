@@ -290,7 +290,7 @@ def test_init_tightens_an_existing_open_home(tmp_path, clock):
     os.chmod(home, 0o755)
     (home / "notes.txt").write_text("the operator's own file")
     os.chmod(home / "notes.txt", 0o644)
-    Signoff.init(home, clock=clock).database.close()
+    Signoff.init(home, clock=clock).close()
     modes = _modes(home)
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     assert modes.pop("notes.txt") == 0o644  # not signoff's: left alone

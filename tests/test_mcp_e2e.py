@@ -54,9 +54,8 @@ def mcp_rt(home):
     ref.put_material("doc-demo", "2026-11-01")
     rt.bind("doc-demo", window_s=600)  # the grant is read over MCP
     yield rt, ref
-    rt.host().close()
+    rt.close()  # with its host, the MCP session
     ref.close()
-    rt.database.close()
 
 
 def test_a_worker_with_a_mistyped_server_command_does_not_start(home):

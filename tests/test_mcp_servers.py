@@ -44,7 +44,7 @@ def home(tmp_path_factory):
     rt.bind("doc-demo", window_s=3600)
     rt.bind("doc-demo", "other", window_s=3600)
     yield path, rt
-    rt.database.close()
+    rt.close()
 
 
 @pytest.fixture(scope="module")

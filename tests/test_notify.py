@@ -62,7 +62,7 @@ def notified_home(home, receiver):
     worker.send_signal(signal.SIGTERM)
     out, err = worker.communicate(timeout=60)
     assert worker.returncode == 0, err.decode()
-    rt.database.close()
+    rt.close()
 
 
 def test_a_ready_task_is_announced_signed_and_without_record_text(notified_home, receiver):

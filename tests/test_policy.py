@@ -217,7 +217,7 @@ def cli_home(tmp_path):
     home = tmp_path / "cli-home"
     rt = Signoff.init(home)  # the real clock, as the CLI has
     rt.bind("doc-demo")
-    rt.database.close()
+    rt.close()
     return home
 
 

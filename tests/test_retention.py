@@ -185,7 +185,7 @@ def cli_home(tmp_path):
     rt.run_until_idle()
     key = Task.get().key
     rt.reject(key)
-    rt.database.close()
+    rt.close()
     return home
 
 

@@ -31,7 +31,7 @@ def served(home):
     yield rt, secret, server, client
     client.close()
     assert server.stop() == 0, server.stderr()
-    rt.database.close()
+    rt.close()
 
 
 def counts():
@@ -290,7 +290,7 @@ def test_kill_9_while_8_clients_post_loses_no_202(home):
         assert len(rt.events()) == len(stored)
     finally:
         assert again.stop() == 0
-    rt.database.close()
+    rt.close()
 
 
 def test_secret_cli_shows_a_secret_once_and_never_again(home):
@@ -321,4 +321,4 @@ def test_secret_cli_shows_a_secret_once_and_never_again(home):
     assert code == 0
     code, out = cli("monitor", "secret", "remove", "default", str(added["secret_id"]))
     assert (code, json.loads(out)["error"]) == (1, "unknown_secret")
-    rt.database.close()
+    rt.close()

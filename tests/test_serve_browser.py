@@ -39,7 +39,7 @@ def site(home):
     server = Server(home)
     yield rt, server, tokens
     assert server.stop() == 0, server.stderr()
-    rt.database.close()
+    rt.close()
 
 
 def log_in(browser, server, name, token):

@@ -45,7 +45,7 @@ def site(home):
     for client in clients:
         client.close()
     assert server.stop() == 0, server.stderr()
-    rt.database.close()
+    rt.close()
 
 
 def csrf(page):
@@ -216,7 +216,7 @@ def test_parked_uncertain_and_dead_letters_are_shown_with_their_actions(site, ho
     assert f"/dead-letters/{letter['id']}/replay" in dead
     r = c.post(f"/dead-letters/{letter['id']}/replay", data={"csrf_token": csrf(dead)})
     assert r.status_code == 303 and rt.dead_letters()[0]["replayed"] == 1
-    fake.database.close()
+    fake.close()
 
 
 def test_get_requests_change_nothing(site):
@@ -254,7 +254,7 @@ def test_reviewer_cli_shapes_and_refusals(home):
     assert rows == [{"name": "sam", "read_only": True, "created_at": rows[0]["created_at"]}]
     assert added["token"] not in json.dumps(rows) + json.dumps(rt.audit())
     assert cli("remove", "nobody")[1]["error"] == "unknown_reviewer"
-    rt.database.close()
+    rt.close()
 
 
 def test_metrics_match_stats(site, home):
@@ -301,7 +301,7 @@ def test_record_and_draft_text_cannot_script_or_forge_a_form(home):
         assert r.headers["x-frame-options"] == "DENY"
     finally:
         assert server.stop() == 0
-        rt.database.close()
+        rt.close()
 
 
 def test_what_was_not_observed_is_on_the_review_page(site):

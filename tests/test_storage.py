@@ -5,9 +5,11 @@ PostgreSQL/Redis and PostgreSQL/PostgreSQL. A few are about one engine only
 and say so.
 """
 
+import gc
 import json
 import shutil
 import subprocess
+import threading
 import time
 
 import pytest
@@ -19,6 +21,7 @@ from signoff.errors import Blocked, StorageError
 from signoff.leases import claim_deliveries, claim_tasks
 from signoff.lifecycle import DeliveryStatus, TaskStatus, move_task
 from signoff.models import Delivery, Task, insert_rows
+from signoff.tasks import close_queue
 
 
 def on_postgres(rt):
@@ -375,6 +378,29 @@ def test_a_worker_process_rides_out_every_connection_being_terminated(home, back
     assert log.count("Traceback") == log.count("Error reading from queue"), log[-4000:]
     assert {e["outcome"] for e in rt.events()} == {"ready"}
     assert len(rt.tasks()) == 90
+
+
+def test_closing_a_postgresql_queue_closes_the_listen_connections_of_ended_threads(rt):
+    # Huey leaves a consumer thread's LISTEN connection to the collector, which warns
+    # about it (an error in this suite); closing the queue must close it instead.
+    if not storage.is_postgres_url(rt.config.queue_url):
+        pytest.skip("a PostgreSQL queue's connections")
+
+    def queue_connections():
+        return rt.database.execute_sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = 'signoff-queue'").fetchone()[0]
+
+    close_queue(rt.queue)
+    consumers = [threading.Thread(target=rt.queue.storage.dequeue) for _ in range(2)]
+    for thread in consumers:  # nothing is waiting: each listens, then gives up
+        thread.start()
+    for thread in consumers:
+        thread.join(timeout=30)
+    assert queue_connections() >= 2
+    close_queue(rt.queue)
+    wait_for(lambda: queue_connections() == 0, 10, what="the queue's connections to close")
+    gc.collect()  # a connection left open would warn here, failing the test
 
 
 def test_homes_on_two_engines_in_one_process_keep_apart(tmp_path, clock, backend, monkeypatch):

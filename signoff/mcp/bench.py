@@ -6,6 +6,8 @@ host in the process, one whose host is ``McpHost`` on ``signoff host mcp``
 apart). Each runs N events through ingest (event → ``ready``), bulk approval
 and submit (→ ``done``, receipt confirmed) in this process, single-threaded,
 so the difference is the host calls. MCP calls are counted by the session.
+Both homes keep their state and queue in SQLite files, whatever the
+environment's backend overrides say.
 
 Run: ``signoff bench --mcp [--events N] [--json]`` or
 ``python -m signoff.mcp.bench [N]``.
@@ -20,6 +22,7 @@ from pathlib import Path
 import click
 
 from ..app import Signoff
+from ..bench_backends import backend_env_set_aside
 from ..hosts.reference import ReferenceHost
 
 PHASES = ("ingest", "approve", "submit")
@@ -27,7 +30,7 @@ PHASES = ("ingest", "approve", "submit")
 
 def run_mcp_bench(n_events=200, as_json=False):
     """Measure both homes; the report dict (printed as lines unless ``as_json``)."""
-    with tempfile.TemporaryDirectory(prefix="signoff-bench-mcp-") as tmp:
+    with backend_env_set_aside(), tempfile.TemporaryDirectory(prefix="signoff-bench-mcp-") as tmp:
         reference = measure(Path(tmp) / "reference", n_events, over_mcp=False)
         over_mcp = measure(Path(tmp) / "mcp", n_events, over_mcp=True)
     report = {"events": n_events, "reference": reference, "mcp": over_mcp,

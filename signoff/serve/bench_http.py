@@ -7,7 +7,8 @@ Starlette, same middleware) that reads the body and answers 202; then
 group-committed, durable before the 202); then badly signed requests (each
 must be 401); then a paced run at half the rate signoff reached, for latency,
 and the bare endpoint paced the same (the machine's own tail, for comparison).
-Finally every 202 is looked up in the database: none may be lost.
+Finally every 202 is looked up in the database: none may be lost. The home
+is SQLite, whatever the environment's backend overrides say.
 """
 
 import asyncio
@@ -19,6 +20,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from ..bench_backends import backend_env_set_aside
 
 EVENTS = 20_000
 CLIENTS = 50
@@ -151,7 +154,7 @@ def run_http_bench(events=EVENTS, clients=CLIENTS, bad=None, paced=None, as_json
     bad = max(1, events // 40) if bad is None else bad
     paced = max(1, events // 4) if paced is None else paced
     say = (lambda msg: None) if as_json else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    with tempfile.TemporaryDirectory(prefix="signoff-bench-http-") as tmp:
+    with backend_env_set_aside(), tempfile.TemporaryDirectory(prefix="signoff-bench-http-") as tmp:
         rt, secret = _home(Path(tmp))
         good, sign = events_for(events, "evt"), signer(secret)
         bare_proc, bare_url = _start([sys.executable, "-m", "signoff.serve.bench_http"])

@@ -14,6 +14,7 @@ import sys
 import uvicorn
 
 from ..app import Signoff
+from ..tasks import close_queue
 from .settings import serve_settings
 from .web import build_app
 
@@ -56,4 +57,5 @@ def run(home=None, host="127.0.0.1", port=8080, secure_cookies=None, access_log=
     server.run(sockets=[sock])
     rt.wakers.flush()  # what the last webhooks announced, before the process ends
     rt.database.close()
+    close_queue(rt.queue)
     return {"stopped": "signal", "port": actual}
