@@ -11,6 +11,8 @@ import threading
 import time
 from dataclasses import replace
 
+from peewee import InterfaceError, OperationalError
+
 from . import batching, notify, policy, retention, storage
 from .app import Signoff
 from .config import load_config, resolve_home
@@ -159,9 +161,14 @@ def _reap(rt):
 
 
 def _safe(call, fallback):
-    # The loop must outlive a locked database or a bug in one pass.
+    # The loop must outlive a locked database or a bug in one pass. A database
+    # error (a lost connection, a lock) is one line: the next pass reconnects.
     try:
         return call()
+    except (OperationalError, InterfaceError) as exc:
+        log.warning("worker loop step failed: database error (%s); retrying on the next pass",
+                    str(exc).strip() or type(exc).__name__)
+        return fallback
     except Exception:
         log.exception("worker loop step failed; retrying on the next pass")
         return fallback
