@@ -832,7 +832,8 @@ def bench(obj, as_json, n_events, workers, processes, database_url, queue_url, g
         from click.core import ParameterSource
         from .serve.bench_http import EVENTS, run_http_bench
         given = click.get_current_context().get_parameter_source("n_events") != ParameterSource.DEFAULT
-        report = run_http_bench(events=n_events if given else EVENTS, as_json=as_json)
+        report = run_http_bench(events=n_events if given else EVENTS, as_json=as_json,
+                                database_url=database_url, queue_url=queue_url)
         if as_json:
             click.echo(json.dumps(report, ensure_ascii=False, indent=2))
         return

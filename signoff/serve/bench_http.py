@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..bench_backends import backend_env_set_aside
+from ..bench_backends import BenchBackend, backend_env_set_aside
 
 EVENTS = 20_000
 CLIENTS = 50
@@ -136,55 +136,72 @@ async def _load(url, requests, sign, clients, rate=None):
             "accepted_ids": answers}
 
 
-def _home(tmp):
+def _home(tmp, backend):
     from ..app import Signoff
     from . import secrets
+    backend.write_config(tmp / "home", "http")
     rt = Signoff.init(tmp / "home")
     rt.host().put_grant(docs=["doc-bench"])  # the reference host grants doc-demo only
     rt.bind("doc-bench", "bench")
     return rt, secrets.add(rt, "bench")["secret"]
 
 
-def run_http_bench(events=EVENTS, clients=CLIENTS, bad=None, paced=None, as_json=False):
+def run_http_bench(events=EVENTS, clients=CLIENTS, bad=None, paced=None, as_json=False,
+                   database_url=None, queue_url=None):
     """Run the four passes; print a summary unless ``as_json``; return the figures.
 
     ``bad`` and ``paced`` default to a fortieth and a quarter of ``events``
-    (500 and 5,000 for the full 20,000).
+    (500 and 5,000 for the full 20,000). ``database_url`` / ``queue_url`` put
+    the served home on PostgreSQL and Redis or PostgreSQL, as ``signoff bench``
+    does (a database and queue name of its own, dropped after the run).
     """
     bad = max(1, events // 40) if bad is None else bad
     paced = max(1, events // 4) if paced is None else paced
     say = (lambda msg: None) if as_json else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    with backend_env_set_aside(), tempfile.TemporaryDirectory(prefix="signoff-bench-http-") as tmp:
-        rt, secret = _home(Path(tmp))
-        good, sign = events_for(events, "evt"), signer(secret)
-        bare_proc, bare_url = _start([sys.executable, "-m", "signoff.serve.bench_http"])
-        try:
-            say(f"bare endpoint: {events} requests from {clients} clients")
-            bare = asyncio.run(_load(bare_url, good, sign, clients))
-            serve_proc, url = _start([sys.executable, "-m", "signoff", "--home", str(rt.home),
-                                      "serve", "--port", "0"])
+    backend = BenchBackend(database_url, queue_url)
+    try:
+        with backend_env_set_aside(), tempfile.TemporaryDirectory(prefix="signoff-bench-http-") as tmp:
+            rt, secret = _home(Path(tmp), backend)
             try:
-                say(f"signoff serve: {events} signed events from {clients} clients")
-                ingest = asyncio.run(_load(url, good, sign, clients))
-                say(f"signoff serve: {bad} badly signed requests")
-                refused = asyncio.run(_load(url, events_for(bad, "bad"), signer(secret, bad=True),
-                                            clients))
-                rate = ingest["per_s"] * 0.5
-                say(f"signoff serve: {paced} events paced at {rate:.0f}/s (half its rate)")
-                half = asyncio.run(_load(url, events_for(paced, "paced"), sign, clients, rate=rate))
+                passes = _passes(rt, secret, events, clients, bad, paced, say)
+                report = _report(rt, *passes[:4], events, clients)
             finally:
-                _stop(serve_proc)
-            say(f"bare endpoint: {paced} requests paced at {rate:.0f}/s (the machine's own tail)")
-            bare_half = asyncio.run(_load(bare_url, good[:paced], sign, clients, rate=rate))
-        finally:
-            _stop(bare_proc)
-        report = _report(rt, bare, ingest, refused, half, events, clients)
-        bare_half.pop("accepted_ids")
-        report["bare_half_rate"] = bare_half
-        rt.database.close()
+                rt.close()
+    finally:
+        backend.close()
+    passes[4].pop("accepted_ids")
+    report["bare_half_rate"] = passes[4]
+    report["backend"] = backend.label
     if not as_json:
         _print(report)
     return report
+
+
+def _passes(rt, secret, events, clients, bad, paced, say):
+    """The bare endpoint, then ``signoff serve``: full rate, bad signatures, half rate."""
+    good, sign = events_for(events, "evt"), signer(secret)
+    bare_proc, bare_url = _start([sys.executable, "-m", "signoff.serve.bench_http"])
+    try:
+        say(f"bare endpoint: {events} requests from {clients} clients")
+        bare = asyncio.run(_load(bare_url, good, sign, clients))
+        serve_proc, url = _start([sys.executable, "-m", "signoff", "--home", str(rt.home),
+                                  "serve", "--port", "0"])
+        try:
+            say(f"signoff serve: {events} signed events from {clients} clients")
+            ingest = asyncio.run(_load(url, good, sign, clients))
+            say(f"signoff serve: {bad} badly signed requests")
+            refused = asyncio.run(_load(url, events_for(bad, "bad"), signer(secret, bad=True),
+                                        clients))
+            rate = ingest["per_s"] * 0.5
+            say(f"signoff serve: {paced} events paced at {rate:.0f}/s (half its rate)")
+            half = asyncio.run(_load(url, events_for(paced, "paced"), sign, clients, rate=rate))
+        finally:
+            _stop(serve_proc)
+        say(f"bare endpoint: {paced} requests paced at {rate:.0f}/s (the machine's own tail)")
+        bare_half = asyncio.run(_load(bare_url, good[:paced], sign, clients, rate=rate))
+    finally:
+        _stop(bare_proc)
+    return bare, ingest, refused, half, bare_half
 
 
 def _report(rt, bare, ingest, refused, half, events, clients):
