@@ -636,7 +636,7 @@ def add_history(rt, count=HISTORY):
     result, a delivery and a task attempt, and three audit rows.
     """
     from .models import Attempt, Audit, Delivery, Inbox, Monitor, Task, db, insert_rows
-    from .storage import checkpoint
+    from .storage import analyze, checkpoint
     grant_digest = Monitor.get_by_id(MONITOR).grant_digest
     tenant = rt.host().context()["tenant"]
     draft = rt.drafter()
@@ -659,7 +659,7 @@ def add_history(rt, count=HISTORY):
                                  "step": "confirm", "code": "done", "worker": "bench:1:Worker"})
             insert_rows(Attempt, attempts)
     checkpoint(db.obj, "TRUNCATE")
-    db.execute_sql("ANALYZE")
+    analyze(db.obj)
 
 
 # -- the measurements -----------------------------------------------------------------------

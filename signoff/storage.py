@@ -381,6 +381,20 @@ def read_snapshot(database):
             yield
 
 
+def analyze(database):
+    """Refresh the planner's statistics after a bulk load, on PostgreSQL only.
+
+    PostgreSQL keeps the most common values of a column, so a table of a
+    million ``done`` rows and a few waiting ones still plans the waiting ones
+    through the status index. SQLite's statistics keep only the average rows
+    per value: after ANALYZE of such a table it reads every row to find the
+    few waiting ones (a reaper pass at 100,000 finished tasks: 1.8 ms
+    without statistics, 61 ms with). Without statistics SQLite takes the index.
+    """
+    if not is_sqlite(database):
+        database.execute_sql("ANALYZE")
+
+
 def checkpoint(database, mode="PASSIVE"):
     """Copy SQLite's write-ahead log into the database file; nothing elsewhere.
 
