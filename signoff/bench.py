@@ -795,16 +795,13 @@ def claim_probe(rt, reference):
     """
     from . import storage
     from .models import Delivery
-    homes = [rt, reference]
-    probes = [(home, _probe_rows(home)) for home in homes]
-    times = {id(home): [] for home in homes}
-    for _ in range(CLAIM_ROUNDS):
-        for home in homes:
-            times[id(home)].append(_timed_claim(home))
-    for home, ids in probes:
+    homes = (rt, reference)
+    probes = [_probe_rows(home) for home in homes]
+    rounds = [[_timed_claim(home) for home in homes] for _ in range(CLAIM_ROUNDS)]
+    for home, ids in zip(homes, probes):
         with storage.bind(home.database):
             Delivery.delete().where(Delivery.id.in_(ids)).execute()
-    return tuple(statistics.median(times[id(home)]) for home in homes)
+    return tuple(statistics.median(times) for times in zip(*rounds))
 
 
 def _probe_rows(rt):

@@ -1,4 +1,4 @@
-"""`signoff bench --json` runs end to end with small N and reports every figure."""
+"""`signoff bench --json` (and `--http`) runs end to end with small N and reports every figure."""
 
 import json
 import os
@@ -89,12 +89,44 @@ def test_bench_on_the_test_backends_leaves_no_database_behind(tmp_path):
     assert report["commits_per_event"] is None  # only SQLite files are traced
     assert report["by_processes"]["1"]["per_event_flow_per_s"] > 0
     if DATABASE_URL:
-        import psycopg
-        with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
-            # Only this run's: other benchmarks may share the server meanwhile.
-            left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s",
-                                (f"signoff_bench_{done.pid}_%",)).fetchall()
-        assert left == []
+        assert databases_left(done) == []
+
+
+def databases_left(done):
+    """The databases the bench run ``done`` made that are still there."""
+    import psycopg
+    with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
+        # Only this run's: other benchmarks may share the server meanwhile.
+        return conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s",
+                            (f"signoff_bench_{done.pid}_%",)).fetchall()
+
+
+def test_http_bench_reports_every_figure_and_loses_nothing(tmp_path):
+    done = bench(tmp_path, "--http", "--events", "120")
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    report = json.loads(done.stdout)
+    assert report["backend"] == "sqlite/sqlite"  # the test switch is not the bench's
+    assert report["events"] == 120 and report["clients"] == 50
+    assert report["signoff"]["statuses"] == {"202": 120}
+    assert report["bare"]["statuses"] == {"202": 120}
+    assert report["bad_signatures"]["statuses"] == {"401": 3} and report["bad_all_401"]
+    assert report["accepted"] == 120 + 30 and report["lost"] == 0
+    assert report["events_per_commit"] >= 1
+    for name in ("bare", "bare_half_rate", "signoff", "half_rate"):
+        assert report[name]["per_s"] > 0 and report[name]["p99_ms"] >= report[name]["p50_ms"] > 0
+    assert set(report["targets"]) == {"ratio", "p99_ms_at_half_rate"}
+    assert all(isinstance(t["pass"], bool) for t in report["targets"].values())
+
+
+@pytest.mark.skipif(not DATABASE_URL, reason="SIGNOFF_TEST_DATABASE_URL is not set")
+def test_http_bench_runs_on_the_test_backends_and_drops_its_database(tmp_path):
+    args = ["--database-url", DATABASE_URL] + (["--queue-url", QUEUE_URL] if QUEUE_URL else [])
+    done = bench(tmp_path, "--http", "--events", "40", *args)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    report = json.loads(done.stdout)
+    assert report["backend"].startswith("postgresql/") and report["lost"] == 0
+    assert report["signoff"]["statuses"] == {"202": 40}
+    assert databases_left(done) == []
 
 
 @pytest.mark.skipif(not (QUEUE_URL or "").startswith(("postgres://", "postgresql://")),

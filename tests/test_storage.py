@@ -399,7 +399,7 @@ def test_closing_a_postgresql_queue_closes_the_listen_connections_of_ended_threa
         thread.join(timeout=30)
     assert queue_connections() >= 2
     close_queue(rt.queue)
-    wait_for(lambda: queue_connections() == 0, 10, what="the queue's connections to close")
+    wait_for(lambda: queue_connections() == 0, what="the queue's connections to close")
     gc.collect()  # a connection left open would warn here, failing the test
 
 

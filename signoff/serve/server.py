@@ -14,7 +14,6 @@ import sys
 import uvicorn
 
 from ..app import Signoff
-from ..tasks import close_queue
 from .settings import serve_settings
 from .web import build_app
 
@@ -55,7 +54,5 @@ def run(home=None, host="127.0.0.1", port=8080, secure_cookies=None, access_log=
         # a graceful stop exits 0 with its summary instead of dying of it.
         signal.signal(signum, lambda *_: None)
     server.run(sockets=[sock])
-    rt.wakers.flush()  # what the last webhooks announced, before the process ends
-    rt.database.close()
-    close_queue(rt.queue)
+    rt.close()  # sends what the last webhooks announced, then closes the connections
     return {"stopped": "signal", "port": actual}
