@@ -101,7 +101,9 @@ class BenchBackend:
         return _with_database(server_url, name)
 
     def close(self):
-        """Drop every database this run created."""
+        """Drop every database this run created, and its queues' Redis keys."""
+        if self.queue == "redis":
+            self._delete_redis_keys()
         if not self._created:
             return
         import psycopg
@@ -109,3 +111,16 @@ class BenchBackend:
             with psycopg.connect(server_url, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         self._created = []
+
+    def _delete_redis_keys(self):
+        # Wake-ups no worker took (a home without workers, the last of a run) would
+        # otherwise stay on the server. Huey keeps a queue name's letters, digits
+        # and underscores in its keys, so the run id survives.
+        import redis
+        client = redis.Redis.from_url(self.queue_url)
+        try:
+            keys = list(client.scan_iter(match=f"huey.*.bench{self.run_id}*"))
+            if keys:
+                client.delete(*keys)
+        finally:
+            client.close()

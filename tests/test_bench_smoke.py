@@ -88,17 +88,25 @@ def test_bench_on_the_test_backends_leaves_no_database_behind(tmp_path):
     assert report["backend"] != "sqlite/sqlite"
     assert report["commits_per_event"] is None  # only SQLite files are traced
     assert report["by_processes"]["1"]["per_event_flow_per_s"] > 0
+    assert left_behind(done) == ([], [])
+
+
+def left_behind(done):
+    """The databases and Redis queue keys the bench run ``done`` made that are still there.
+
+    Only this run's (named after its pid): other benchmarks may share the servers.
+    """
+    databases, keys = [], []
     if DATABASE_URL:
-        assert databases_left(done) == []
-
-
-def databases_left(done):
-    """The databases the bench run ``done`` made that are still there."""
-    import psycopg
-    with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
-        # Only this run's: other benchmarks may share the server meanwhile.
-        return conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s",
-                            (f"signoff_bench_{done.pid}_%",)).fetchall()
+        import psycopg
+        with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
+            databases = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s",
+                                     (f"signoff_bench_{done.pid}_%",)).fetchall()
+    if QUEUE_URL and not QUEUE_URL.startswith(("postgres://", "postgresql://")):
+        import redis
+        with redis.Redis.from_url(QUEUE_URL) as client:
+            keys = list(client.scan_iter(match=f"huey.*.bench{done.pid}_*"))
+    return databases, keys
 
 
 def test_http_bench_reports_every_figure_and_loses_nothing(tmp_path):
@@ -126,7 +134,7 @@ def test_http_bench_runs_on_the_test_backends_and_drops_its_database(tmp_path):
     report = json.loads(done.stdout)
     assert report["backend"].startswith("postgresql/") and report["lost"] == 0
     assert report["signoff"]["statuses"] == {"202": 40}
-    assert databases_left(done) == []
+    assert left_behind(done) == ([], [])  # the served home's wake-ups had no worker
 
 
 @pytest.mark.skipif(not (QUEUE_URL or "").startswith(("postgres://", "postgresql://")),
