@@ -51,14 +51,16 @@ def make_queue(config, create=False):
 def close_queue(queue):
     """Release ``queue``'s connections (Huey reopens them on next use).
 
-    Huey's Redis storage has no ``close`` of its own: its pool's sockets would
-    stay open until the collector finds them. Its PostgreSQL storage closes
-    only the calling thread's LISTEN connection; the ones of threads that
-    have ended are closed here too.
+    Huey's Redis storage has no ``close`` of its own: its pool's idle sockets
+    would stay open until the collector finds them. A socket in use is left to
+    its thread: a consumer still blocked in its read (a stop on a busy machine
+    can outlast the shutdown timeout) would fail on a socket closed under it.
+    Its PostgreSQL storage closes only the calling thread's LISTEN connection;
+    the ones of threads that have ended are closed here too.
     """
     pool = getattr(queue.storage, "pool", None)
     if pool is not None:
-        pool.disconnect()
+        pool.disconnect(inuse_connections=False)
     queue.storage.close()
     connections = getattr(queue.storage, "connection", None)
     if isinstance(connections, QueueConnections):

@@ -403,6 +403,31 @@ def test_closing_a_postgresql_queue_closes_the_listen_connections_of_ended_threa
     gc.collect()  # a connection left open would warn here, failing the test
 
 
+def test_closing_a_redis_queue_leaves_a_consumer_blocked_in_its_read_unharmed(rt):
+    # A worker stopping on a busy machine may close its queue while a consumer thread
+    # is still blocked in BRPOP: the socket under it must not be closed.
+    pool = getattr(rt.queue.storage, "pool", None)
+    if pool is None:
+        pytest.skip("a Redis queue's connection pool")
+    failures = []
+
+    def consume():
+        try:
+            rt.queue.storage.dequeue()
+        except Exception as exc:  # noqa: BLE001 - what the thread met is the finding
+            failures.append(exc)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    wait_for(lambda: pool._in_use_connections, what="the consumer to block in its read")
+    close_queue(rt.queue)
+    consumer.join(timeout=30)
+    assert not consumer.is_alive()
+    assert failures == []
+    close_queue(rt.queue)  # now idle: closed
+    assert not pool._in_use_connections and not pool._available_connections[0]._sock
+
+
 def test_homes_on_two_engines_in_one_process_keep_apart(tmp_path, clock, backend, monkeypatch):
     if backend is None or not backend.database_url:
         pytest.skip("needs a PostgreSQL server beside SQLite")
