@@ -60,7 +60,8 @@ class Delivery(BaseModel):
     updated_at = DoubleField()
 
     class Meta:
-        indexes = ((("status", "next_at"), False),)
+        # Claim order (storage.claim): due first, then as accepted.
+        indexes = ((("status", "next_at", "id"), False),)
 
 
 class Inbox(BaseModel):
@@ -109,7 +110,8 @@ class Task(BaseModel):
     superseded_by = CharField(max_length=64, null=True)
 
     class Meta:
-        indexes = ((("status", "next_at"), False), (("monitor",), False),
+        # Claim order (storage.claim): due first, then as created, then by key.
+        indexes = ((("status", "next_at", "created_at", "key"), False), (("monitor",), False),
                    (("lease_until",), False))
 
 

@@ -28,8 +28,12 @@ from .errors import ConfigError, NoHome, StorageError
 
 log = logging.getLogger("signoff.storage")
 
-# Bumped whenever a table, column or index changes; `signoff init` records it.
-SCHEMA_VERSION = 1
+# Bumped whenever a table, column or index changes; `signoff init` records it
+# (and brings an older schema up to date).
+SCHEMA_VERSION = 2
+# Indexes of older versions that `init` drops: version 2 made each claim index
+# end in the claim's tie-break, so every engine claims in the same order.
+RETIRED_INDEXES = ("delivery_status_next_at", "task_status_next_at")
 SCHEMA_TABLE = "signoff_schema"
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 # PostgreSQL session settings (milliseconds): no statement, lock wait or idle
@@ -243,6 +247,8 @@ def create_schema(database, models):
         if not is_sqlite(database):
             database.execute_sql("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
         database.create_tables(models, safe=True)
+        for name in RETIRED_INDEXES:
+            database.execute_sql(f'DROP INDEX IF EXISTS "{name}"')
         database.execute_sql(f"CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} "
                              "(version INTEGER NOT NULL, at DOUBLE PRECISION NOT NULL)")
         database.execute_sql(f"DELETE FROM {SCHEMA_TABLE}")
@@ -436,18 +442,22 @@ def prepare_worker(database):
 
 # -- claims --------------------------------------------------------------------
 
-# A claim picks up to ``limit`` waiting rows, earliest ``next_at`` first (ties:
-# deliveries by id, tasks in the order they were written), and writes its
-# lease on them in one statement. ``suspect`` picks only rows whose last lease
-# expired without an outcome (see leases.py), else only the others.
+# A claim picks up to ``limit`` waiting rows in one order on every engine:
+# earliest ``next_at`` first, ties broken by id for deliveries and by
+# (created_at, key) for tasks, and writes its lease on them in one statement.
+# Each table's claim index is (status, next_at, tie-break), so that order is
+# the index's own: a range of it is read in order and cut at the limit, however
+# many rows one enqueue or approval call wrote with the same next_at.
+# ``suspect`` picks only rows whose last lease expired without an outcome (see
+# leases.py), else only the others.
 #
 # SQLite (one writer at a time) picks first and updates the keys picked. With
 # the portable OR of statuses SQLite reads every waiting row (and, for the
 # suspect test, every row behind them) and sorts them all, so a claim slows
 # down as the backlog grows: ~14 ms per claim at 100,000 waiting. Here each
-# status is one range of the (status, next_at) index read in order and cut at
-# the limit; suspects come from their own small partial index (the unary ``+``
-# keeps the status index out of that query).
+# status is one range of the claim index read in order and cut at the limit;
+# suspects come from their own small partial index (the unary ``+`` keeps the
+# status index out of that query).
 SUSPECT = "lease_expired"
 _SQLITE_PICK = {
     ("delivery", False): """
@@ -468,56 +478,53 @@ _SQLITE_PICK = {
         ORDER BY next_at, id LIMIT :limit""",
     ("task", False): """
         SELECT key FROM (
-          SELECT key, next_at FROM (SELECT key, next_at FROM task
+          SELECT key, next_at, created_at FROM (SELECT key, next_at, created_at FROM task
             WHERE status = 'approved' AND next_at <= :now AND parked = 0
               AND lease_token IS NULL AND (code IS NULL OR code != :suspect)
-            ORDER BY next_at LIMIT :limit)
+            ORDER BY next_at, created_at, key LIMIT :limit)
           UNION ALL
-          SELECT key, next_at FROM (SELECT key, next_at FROM task
+          SELECT key, next_at, created_at FROM (SELECT key, next_at, created_at FROM task
             WHERE status = 'uncertain' AND next_at <= :now AND parked = 0
               AND lease_token IS NULL AND (code IS NULL OR code != :suspect)
-            ORDER BY next_at LIMIT :limit)
-          ORDER BY 2 LIMIT :limit)""",
+            ORDER BY next_at, created_at, key LIMIT :limit)
+          ORDER BY 2, 3, 1 LIMIT :limit)""",
     ("task", True): """
         SELECT key FROM task
         WHERE code = :suspect AND +status IN ('approved', 'uncertain') AND +next_at <= :now
           AND parked = 0 AND lease_token IS NULL
-        ORDER BY next_at LIMIT :limit""",
+        ORDER BY next_at, created_at, key LIMIT :limit""",
 }
 
 # PostgreSQL (many claimers at once) locks its pick with SKIP LOCKED, so two
 # claimers never wait for or share a row. As on SQLite, an OR or IN of statuses
 # has the planner read and sort every waiting row before the LIMIT (a sort
 # under FOR UPDATE is not cut at the limit: 140 ms a claim at 200,000 waiting,
-# against 1 ms this way). So each
-# status is its own range of the (status, next_at) index, read in index order,
-# locked and cut at the limit, and the union of the ranges is cut again in claim
-# order. A range is read by next_at alone: sorting it by the tie-break too would
-# read every row tied at the cut, and one enqueue or approval call writes
-# thousands with one next_at. So rows due at the same moment are taken in index
-# order (the order they reached that status) where SQLite takes them by id.
-# PostgreSQL refuses FOR UPDATE inside a UNION, so each range is a CTE of its
-# own; the rows a range locked that the second cut drops stay locked only until
-# the claim commits (other claimers skip them as they skip claimed ones). Every
-# CTE is MATERIALIZED: as a plain subquery the planner may run it once per outer
-# row when its statistics are stale (a fresh table), and a claim with limit 50
-# then takes every waiting row. (With no statistics at all, before the first
-# ANALYZE of a freshly filled table, the planner may still sort a whole range;
-# the claim still stops at its limit.) Suspects come from their own small partial
-# index; the suspect code is written into the statement (it is a constant) so
-# that the planner can match that index in a generic plan too.
+# against 1 ms this way). So each status is its own range of the claim index,
+# read in index order, locked and cut at the limit, and the union of the ranges
+# is cut again in claim order. PostgreSQL refuses FOR UPDATE inside a UNION, so
+# each range is a CTE of its own; the rows a range locked that the second cut
+# drops stay locked only until the claim commits (other claimers skip them as
+# they skip claimed ones). Every CTE is MATERIALIZED: as a plain subquery the
+# planner may run it once per outer row when its statistics are stale (a fresh
+# table), and a claim with limit 50 then takes every waiting row. (With no
+# statistics at all, before the first ANALYZE of a freshly filled table, the
+# planner may still sort a whole range; the claim still stops at its limit.)
+# Suspects come from their own small partial index; the suspect code is written
+# into the statement (it is a constant) so that the planner can match that
+# index in a generic plan too.
 _POSTGRES_RANGES = {
     "delivery": ("status = 'queued'", "status = 'retrying' AND next_at <= %s"),
     "task": tuple(f"status = '{status}' AND NOT parked AND next_at <= %s AND lease_token IS NULL"
                   for status in ("approved", "uncertain")),
 }
-_POSTGRES_ORDER = {"delivery": ("next_at", "id"), "task": ("next_at", "created_at", "key")}
+# The claim order, as the claim indexes end (models.py).
+_CLAIM_ORDER = {"delivery": ("next_at", "id"), "task": ("next_at", "created_at", "key")}
 _SUSPECT_COLUMN = {"delivery": "last_code", "task": "code"}
 
 
 def _postgres_pick(table, suspect, now, limit):
     """``(SQL of CTEs ending in "picked", its parameters)``: the keys a claim takes."""
-    order = ", ".join(_POSTGRES_ORDER[table])
+    order = ", ".join(_CLAIM_ORDER[table])
     column = _SUSPECT_COLUMN[table]
     if suspect:
         waiting = " OR ".join(f"({where})" for where in _POSTGRES_RANGES[table])
@@ -529,7 +536,7 @@ def _postgres_pick(table, suspect, now, limit):
     for n, where in enumerate(_POSTGRES_RANGES[table]):
         ranges.append(f'range{n} AS MATERIALIZED (SELECT {order} FROM "{table}" '
                       f"WHERE {where} AND ({column} IS NULL OR {column} <> '{SUSPECT}') "
-                      f"ORDER BY next_at LIMIT %s FOR UPDATE SKIP LOCKED)")
+                      f"ORDER BY {order} LIMIT %s FOR UPDATE SKIP LOCKED)")
         params += [now] * where.count("%s") + [limit]
     union = " UNION ALL ".join(f"SELECT * FROM range{n}" for n in range(len(ranges)))
     ranges.append(f"picked AS MATERIALIZED ({union} ORDER BY {order} LIMIT %s)")

@@ -87,6 +87,26 @@ def test_a_claim_merges_the_waiting_statuses_in_due_order(rt, clock):
     assert {t.status for t in tasks} == {TaskStatus.APPROVED, TaskStatus.UNCERTAIN}
 
 
+def test_rows_due_at_the_same_moment_are_claimed_in_one_order_on_every_backend(rt, clock):
+    # Written in the reverse of claim order, so neither insertion order (SQLite's
+    # rowid) nor heap order (PostgreSQL's index ties) can pass for it.
+    rows = waiting_rows(8)
+    for i, row in enumerate(rows):
+        row["id"] = 8 - i
+    insert_rows(Delivery, rows)
+    _, first = claim_deliveries(clock.now(), "w", 30, 3)
+    assert [r.id for r in first] == [1, 2, 3]
+
+    base = {"monitor": "default", "record_id": "r", "version": 1, "status": "approved",
+            "record": {}, "result": {}, "digest": "d" * 64, "next_at": T0, "updated_at": T0}
+    # Earliest created first; a tie in created_at goes to the lower key.
+    created = [T0 + 5, T0 + 4, T0 + 3, T0 + 1, T0 + 1, T0]
+    insert_rows(Task, [dict(base, key=f"{9 - i:064x}", created_at=at)
+                       for i, at in enumerate(created)])
+    _, tasks = claim_tasks(clock.now(), "w", 30, 2)
+    assert sorted(int(t.key, 16) for t in tasks) == [4, 5]
+
+
 def test_a_task_claim_is_bounded_and_keeps_the_status(rt, clock):
     base = {"monitor": "default", "record_id": "r", "version": 1, "status": "approved",
             "record": {}, "result": {}, "digest": "d" * 64, "next_at": T0,
@@ -189,6 +209,32 @@ def test_init_records_the_schema_version_and_a_worker_refuses_another(rt, home):
     assert "999" in err
     code, _, err = run_cli(home, "tasks", "list")
     assert code == 1 and "schema_mismatch" in err
+
+
+def test_init_brings_a_version_1_schema_up_to_date(rt, home, clock):
+    # Version 1 had claim indexes without the tie-break: put them back, as such a
+    # home has them, and record version 1.
+    database = rt.database
+    for table, columns in (("delivery", "status, next_at"), ("task", "status, next_at")):
+        for index in database.get_indexes(table):
+            if index.name.startswith(f"{table}_status_next_at"):
+                database.execute_sql(f'DROP INDEX "{index.name}"')
+        database.execute_sql(f'CREATE INDEX "{table}_status_next_at" ON "{table}" ({columns})')
+    database.execute_sql(f"UPDATE {storage.SCHEMA_TABLE} SET version = 1")
+    rt.close()
+    code, _, err = run_cli(home, "worker", "--drain")
+    assert code == 1 and "schema_mismatch" in err and "signoff init" in err
+
+    with Signoff.init(home, clock=clock) as again:
+        [(version,)] = again.database.execute_sql(
+            f"SELECT version FROM {storage.SCHEMA_TABLE}").fetchall()
+        names = {i.name for table in ("delivery", "task")
+                 for i in again.database.get_indexes(table)}
+    assert version == storage.SCHEMA_VERSION == 2
+    assert {"delivery_status_next_at_id", "task_status_next_at_created_at_key"} <= names
+    assert not names & set(storage.RETIRED_INDEXES)
+    code, _, err = run_cli(home, "worker", "--drain")
+    assert code == 0, err
 
 
 def test_an_empty_state_file_makes_the_worker_refuse_at_once(tmp_path, sqlite_only):
