@@ -84,16 +84,6 @@ class Signoff:
     def __exit__(self, *exc):
         self.close()
 
-    def _steps(self, stream):
-        # A generator's steps run later, in the caller's loop: bind each one.
-        while True:
-            with storage.session(self.database):
-                try:
-                    item = next(stream)
-                except StopIteration:
-                    return
-            yield item
-
     # -- plug-ins ----------------------------------------------------------
 
     def host(self):
@@ -142,20 +132,21 @@ class Signoff:
         """Every monitor."""
         return monitors.listing()
 
+    @_own_database
     def enqueue(self, stream, monitor_id="default", progress=None):
         """Accept JSON Lines from a binary stream; returns the list of line results.
 
         Everything accepted is committed before this returns, whether or not
         the caller looks at the answers (``intake.enqueue`` streams them).
         """
-        return list(self._steps(intake.enqueue(self, stream, monitor_id, progress)))
+        return list(intake.enqueue(self, stream, monitor_id, progress))
 
     @_own_database
     def enqueue_events(self, events, monitor_id="default"):
         """Accept a list of event dicts (or raw values); returns the line results."""
         # Checked here, all before anything is stored, each as its JSON line would be.
         items = [(n, check_value(e)) for n, e in enumerate(events, 1)]
-        return list(self._steps(intake.enqueue_items(self, items, monitor_id)))
+        return list(intake.enqueue_items(self, items, monitor_id))
 
     # -- the worker's steps (Huey tasks call these) ---------------------------
 

@@ -122,6 +122,16 @@ def _reject_constant(name):
     raise _NotJson(f"{name} is not a JSON number")
 
 
+# One decoder for every line: json.loads with an option builds a new one per call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _loads(text):
+    if text.startswith("\ufeff"):  # refused as json.loads refuses it
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _DECODER.decode(text)
+
+
 # Python's decoder messages, in the words the reason uses.
 _JSON_PROBLEMS = (
     ("Expecting value", "a value was expected"),
@@ -160,7 +170,7 @@ def parse_line(raw):
         raise InvalidEvent(f"line: not valid UTF-8 (byte {exc.start + 1}); "
                            "lines must be UTF-8 text") from None
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = _loads(text)
     except (ValueError, RecursionError) as exc:
         raise InvalidEvent(broken_json_reason(exc)) from None
     return validate(value)
@@ -245,7 +255,7 @@ def read_events(stream):
     head = stream.read(MAX_LINE_BYTES + 1)
     if len(head) <= MAX_LINE_BYTES and b"\n" in head.strip():
         try:
-            whole = json.loads(head.decode("utf-8"), parse_constant=_reject_constant)
+            whole = _loads(head.decode("utf-8"))
         except (ValueError, UnicodeDecodeError, RecursionError):
             whole = None
         if isinstance(whole, dict):

@@ -13,6 +13,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import T0, child_env, make_event, signoff_cmd, start_worker, wait_for
 from signoff import storage
@@ -138,6 +140,25 @@ def test_nul_and_lone_surrogates_in_host_text_are_kept_exactly(rt, host, monkeyp
     assert {e["outcome"] for e in rt.events()} == {"ready"}  # neither line aborted the batch
     [task] = [t for t in rt.tasks() if t["record_id"] == "comment-1"]
     assert rt.task(task["key"])["record"]["text"] == HOSTILE
+
+
+# Text of any code point: NUL, lone surrogates (hypothesis leaves them out
+# unless asked) and the escape character itself among them.
+ANY_TEXT = st.text(st.characters(exclude_categories=())) | st.text(st.characters(categories=["Cs"]))
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | ANY_TEXT
+    | st.sampled_from([HOSTILE, storage.ESCAPE, "\\u0000", "\\ud800"]),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(ANY_TEXT | st.just(HOSTILE), inner, max_size=4),
+    max_leaves=12)
+
+
+@given(JSON_VALUES)
+@settings(max_examples=300, deadline=None)
+def test_json_is_dumped_once_and_still_as_escaped_as_a_full_walk(value):
+    walked = json.dumps(storage._walk(value, storage.escape_text))
+    assert storage.lossless_dumps(value) == walked
+    assert storage._walk(json.loads(walked), storage.unescape_text) == value  # lossless
 
 
 def test_free_form_strings_of_any_length_are_stored(rt, host, clock):
