@@ -33,6 +33,10 @@ def bench(tmp_path, *args):
     return done
 
 
+# A bench's homes are on the backends its flags name, never on the test switch's:
+# the runs without those flags are the same in every stage.
+@pytest.mark.slow
+@pytest.mark.backend_independent
 def test_bench_json_has_every_key(tmp_path):
     done = bench(tmp_path, "--events", "40", "--processes", "1,2", "--growth",
                  "--growth-rows", "1000")
@@ -66,6 +70,7 @@ def test_bench_json_has_every_key(tmp_path):
 @pytest.mark.parametrize("args", [["--processes", "0"], ["--processes", "1,x"],
                                   ["--processes", "2,2"], ["--queue-url", "mysql://h/db"],
                                   ["--database-url", "redis://127.0.0.1:6379/0"]])
+@pytest.mark.backend_independent
 def test_bench_refuses_bad_flags_as_usage_errors(tmp_path, args):
     done = bench(tmp_path, *args)
     assert done.returncode == 2, done
@@ -109,6 +114,8 @@ def left_behind(done):
     return databases, keys
 
 
+@pytest.mark.slow
+@pytest.mark.backend_independent
 def test_http_bench_reports_every_figure_and_loses_nothing(tmp_path):
     done = bench(tmp_path, "--http", "--events", "120")
     assert done.returncode == 0, done.stderr.decode()[-2000:]

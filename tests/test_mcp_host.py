@@ -27,6 +27,9 @@ if str(PLUGINS) not in sys.path:
 
 from testhosts import RecordingHost  # noqa: E402
 
+# A host and its MCP server: nothing here reads or writes signoff's own state or queue.
+pytestmark = pytest.mark.backend_independent
+
 CHILD_ENV = {"PYTHONPATH": os.pathsep.join([str(PLUGINS), str(ROOT)])}
 RENAMED = {"context": {"name": "whoami"},
            "get": {"name": "fetch_comment", "args": {"record_id": "comment_id"}},
