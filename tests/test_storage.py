@@ -183,14 +183,11 @@ def test_a_long_approver_name_is_stored_whole(rt, host):
 
 # -- the Signoff object owns its database ------------------------------------------------
 
-@pytest.fixture
-def sqlite_only(monkeypatch):
-    """Homes of this test use their own SQLite files, whatever the backend switch says."""
-    for name in ("SIGNOFF_DATABASE_URL", "SIGNOFF_QUEUE_URL", "SIGNOFF_QUEUE_NAME"):
-        monkeypatch.delenv(name, raising=False)
+# Tests marked backend_independent make SQLite homes of their own (or name a server
+# themselves): the PostgreSQL stages would only run them again.
 
-
-def test_two_homes_in_one_process_each_use_their_own_database(tmp_path, clock, sqlite_only):
+@pytest.mark.backend_independent
+def test_two_homes_in_one_process_each_use_their_own_database(tmp_path, clock):
     first, second = (Signoff.init(tmp_path / name, clock=clock) for name in ("a", "b"))
     with first, second:
         for rt in (first, second):
@@ -258,7 +255,8 @@ def test_init_brings_a_version_1_schema_up_to_date(rt, home, clock):
     assert code == 0, err
 
 
-def test_an_empty_state_file_makes_the_worker_refuse_at_once(tmp_path, sqlite_only):
+@pytest.mark.backend_independent
+def test_an_empty_state_file_makes_the_worker_refuse_at_once(tmp_path):
     home = tmp_path / "home"
     Signoff.init(home).close()
     (home / "signoff.db").write_bytes(b"")
@@ -270,8 +268,9 @@ def test_an_empty_state_file_makes_the_worker_refuse_at_once(tmp_path, sqlite_on
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.backend_independent
 @pytest.mark.parametrize("name", ["signoff.db", "queue.db", "host.db"])
-def test_a_garbage_file_in_the_home_is_named(tmp_path, sqlite_only, name):
+def test_a_garbage_file_in_the_home_is_named(tmp_path, name):
     home = tmp_path / "home"
     Signoff.init(home).close()
     for suffix in ("", "-wal", "-shm"):
@@ -284,7 +283,8 @@ def test_a_garbage_file_in_the_home_is_named(tmp_path, sqlite_only, name):
     assert len(err.strip().splitlines()) == 1
 
 
-def test_read_commands_never_create_a_missing_state_file(tmp_path, sqlite_only):
+@pytest.mark.backend_independent
+def test_read_commands_never_create_a_missing_state_file(tmp_path):
     home = tmp_path / "home"
     Signoff.init(home).close()
     for suffix in ("", "-wal", "-shm"):
@@ -315,8 +315,9 @@ def test_concurrent_inits_on_one_empty_database_all_succeed(tmp_path, empty_data
 
 # -- engine faults -------------------------------------------------------------------------
 
+@pytest.mark.backend_independent
 def test_drain_on_an_unreachable_database_gives_up_with_database_unavailable(
-        tmp_path, monkeypatch, sqlite_only):
+        tmp_path, monkeypatch):
     from signoff import worker
     home = tmp_path / "home"
     Signoff.init(home).close()
@@ -365,9 +366,10 @@ def read_only_cli(home, *args, stdin=None):
     return done.returncode, done.stdout, done.stderr
 
 
+@pytest.mark.backend_independent
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
 def test_a_read_only_home_is_read_and_writes_are_refused_as_read_only_home(
-        tmp_path, sqlite_only):
+        tmp_path):
     home = tmp_path / "home"
     with Signoff.init(home) as rt:
         rt.host().put_record("comment-1", document="doc-demo", text="t")
@@ -517,7 +519,8 @@ def test_homes_on_two_engines_in_one_process_keep_apart(tmp_path, clock, backend
             assert rt.task(task["key"])["result"]["sources"]  # JSON read back on each engine
 
 
-def test_a_foreign_database_is_named_and_left_alone(tmp_path, sqlite_only):
+@pytest.mark.backend_independent
+def test_a_foreign_database_is_named_and_left_alone(tmp_path):
     import sqlite3
     home = tmp_path / "home"
     Signoff.init(home).close()
@@ -534,8 +537,9 @@ def test_a_foreign_database_is_named_and_left_alone(tmp_path, sqlite_only):
     conn.close()
 
 
+@pytest.mark.backend_independent
 def test_the_environment_overrides_the_backend_keys_and_empty_counts_as_unset(
-        tmp_path, monkeypatch, sqlite_only):
+        tmp_path, monkeypatch):
     from signoff.config import load_config
     home = tmp_path / "home"
     home.mkdir()
