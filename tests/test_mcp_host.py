@@ -170,6 +170,9 @@ def test_server_killed_right_after_a_write(served):
     _, ref, host = served
     record = fresh_record(ref, "c-crash")
     result = result_for(record)
+    # Connected first: the tests of this module that start the session may run on
+    # another pytest worker.
+    patiently(host.receipt, "warm-up")
     starts = host.session.starts
     dead = host.session.process
     ref.set_fault("crash-after-write", times=1)
