@@ -31,6 +31,7 @@ from .errors import ConfigError, Refused
 from .lifecycle import Fenced, NotificationStatus as N, audit, bury, move_notification, record_attempts
 from .models import Audit, Cursor, DeadLetter, Notification, Task, db, insert_rows
 from .retry import backoff
+from .storage import log_failed_pass
 
 CURSOR = "notify"
 LOOKBACK = 200  # audit rows re-read behind the cursor (see the module docstring)
@@ -226,7 +227,7 @@ class Pump:
                     collect(self.rt.clock.now())
                     send_due(self.rt, self.settings, client)
                 except Exception:
-                    log.exception("notification pass failed; retrying on the next pass")
+                    log_failed_pass(log, "notification pass", "retrying on the next pass")
                     db.close()  # this thread's connection: the next pass reconnects
         db.close()
 

@@ -31,7 +31,7 @@ from .events import check_label
 from .gate import gate
 from .lifecycle import audit, move_tasks
 from .models import Audit, Monitor, Policy, PolicyDecision, Task, db, insert_rows
-from .storage import lock_rows
+from .storage import lock_rows, log_failed_pass
 
 HOUR_S = 60 * 60
 PASS_LIMIT = 200  # tasks one policy considers per pass; the next pass takes the rest
@@ -139,7 +139,7 @@ def after_ingest(rt, monitor_ids):
                                  Policy.monitor.in_(list(monitor_ids))).exists():
             run_pass(rt, set(monitor_ids))
     except Exception:
-        log.exception("policy pass after ingest failed; the worker loop runs it again")
+        log_failed_pass(log, "policy pass after ingest", "the worker loop runs it again")
 
 
 def _end_code(policy, monitor, context, now):

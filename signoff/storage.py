@@ -16,6 +16,7 @@ import functools
 import json
 import logging
 import os
+import sys
 import time
 from contextlib import contextmanager
 from urllib.parse import quote, unquote, urlsplit
@@ -369,10 +370,28 @@ def retrying(database, call, budget_s=RECONNECT_S):
             drop_connection(database)
             if time.monotonic() >= deadline:
                 raise
-            log.warning("database call failed (%s); retrying on a new connection",
-                        str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+            log.warning("database call failed (%s); retrying on a new connection", _first_line(exc))
             time.sleep(delay)
             delay = min(1.0, delay * 2)
+
+
+def _first_line(exc):
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def log_failed_pass(logger, what, then):
+    """Log the exception being handled, for a pass that runs again later.
+
+    A database fault (a lost connection, a lock) is one warning line: it is the
+    operator's weather, and the next pass opens a new connection. Anything else
+    keeps its traceback, since it is a bug.
+    """
+    exc = sys.exc_info()[1]
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        logger.warning("%s failed: database error (%s); %s", what, _first_line(exc), then)
+    else:
+        logger.exception("%s failed; %s", what, then)
 
 
 def retried(unit):

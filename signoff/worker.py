@@ -11,8 +11,6 @@ import threading
 import time
 from dataclasses import replace
 
-from peewee import InterfaceError, OperationalError
-
 from . import batching, notify, policy, retention, storage
 from .app import Signoff
 from .config import load_config, resolve_home
@@ -165,10 +163,6 @@ def _safe(call, fallback):
     # error (a lost connection, a lock) is one line: the next pass reconnects.
     try:
         return call()
-    except (OperationalError, InterfaceError) as exc:
-        log.warning("worker loop step failed: database error (%s); retrying on the next pass",
-                    str(exc).strip() or type(exc).__name__)
-        return fallback
     except Exception:
-        log.exception("worker loop step failed; retrying on the next pass")
+        storage.log_failed_pass(log, "worker loop step", "retrying on the next pass")
         return fallback

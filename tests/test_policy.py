@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from conftest import T0, example_backends, make_event
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from peewee import OperationalError
 
 from signoff import policy
 from signoff.app import Signoff
@@ -178,6 +179,40 @@ def test_a_host_that_cannot_answer_ends_nothing(rt, host):
     host.context = broken
     assert policy.run_pass(rt)["ended"] == 0
     assert rt.policies()[0]["active"] is True
+
+
+def test_a_database_fault_in_ingests_policy_pass_is_one_line_and_left_to_the_loop(
+        rt, monkeypatch, caplog):
+    # As when PostgreSQL drops the connection between ingest's commit and its pass.
+    rt.add_policy("default")
+    real_pass = policy.run_pass
+
+    def dropped(*args, **kwargs):
+        raise OperationalError("server closed the connection unexpectedly\nmore detail")
+
+    monkeypatch.setattr(policy, "run_pass", dropped)
+    key = ready(rt, 1)
+    assert status(key) == "ready"  # ingest's outcome stands; only its pass failed
+    [record] = [r for r in caplog.records if r.name == "signoff.policy"]
+    assert record.levelname == "WARNING" and record.exc_info is None
+    assert record.getMessage() == ("policy pass after ingest failed: database error (server "
+                                   "closed the connection unexpectedly); the worker loop runs "
+                                   "it again")
+    monkeypatch.setattr(policy, "run_pass", real_pass)
+    policy.run_pass(rt)  # the worker loop's pass
+    assert status(key) == "approved"
+
+
+def test_a_bug_in_ingests_policy_pass_keeps_its_traceback(rt, monkeypatch, caplog):
+    rt.add_policy("default")
+
+    def buggy(*args, **kwargs):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(policy, "run_pass", buggy)
+    ready(rt, 1)
+    [record] = [r for r in caplog.records if r.name == "signoff.policy"]
+    assert record.levelname == "ERROR" and record.exc_info[0] is KeyError
 
 
 def test_event_and_record_content_cannot_create_or_widen_a_policy(rt, host):
