@@ -308,7 +308,7 @@ def check_schema(database):
 def describe(exc, database):
     """A stable ``(code, one-line message)`` for a database failure."""
     where = label(database)
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = _first_line(exc)
     if "readonly database" in text or "read-only" in text:
         return "read_only_home", f"{where} is read-only: this command needs to write"
     if is_sqlite(database):
