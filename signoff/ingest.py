@@ -14,10 +14,11 @@ from .events import validate
 from .gate import gate
 from .batch import open_batch
 from .leases import claim_deliveries
-from .lifecycle import RELEASED, Fenced, bury, move_deliveries, move_delivery, record_attempts
+from .lifecycle import (RELEASED, Fenced, bury, move_delivery, prepare_move_deliveries,
+                        record_attempts)
 from .models import Audit, Delivery, Inbox, Task, db, insert_rows
 from .retry import decide
-from .storage import retried
+from .storage import PreparedInsert, retried
 
 FUTURE_TOLERANCE_S = 5
 RECORD_KEYS = ("id", "document", "version", "status", "kind")
@@ -157,13 +158,15 @@ def check_draft(drafted):
 def write_outcomes(rt, token, owner, rows, outcomes):
     """Persist a batch's outcomes in one transaction; fenced rows are skipped.
 
-    Final outcomes take a few statements per batch (see ``_finish``); retries
-    and dead letters are written row by row.
+    Final outcomes take a few statements per batch, built before the
+    transaction begins (see ``_prepare_finish``); retries and dead letters are
+    written row by row.
     """
     now = rt.clock.now()
+    finish = _prepare_finish(rows, outcomes, token, now)
     audits, attempts = [], []
     with db.atomic():
-        kept = _finish(rows, outcomes, token, now)
+        kept = _finish(finish, now)
         for row, out in zip(rows, outcomes):
             if out.kind == "final":
                 if row.id not in kept:
@@ -183,13 +186,23 @@ def write_outcomes(rt, token, owner, rows, outcomes):
         insert_rows(Audit, audits)
 
 
-def _finish(rows, outcomes, token, now):
-    """Write a batch's final outcomes; returns the ids that were still ours.
+@dataclass
+class _Finish:
+    """A batch's final-outcome writes, built before its transaction (``_prepare_finish``)."""
+
+    moves: list  # one prepared UPDATE per group of equal values
+    consumed: list  # (row, outcome) of each final outcome that writes an inbox row
+    inbox: PreparedInsert  # their inbox rows, in the order of ``consumed``
+    tasks: PreparedInsert  # the tasks they create, in the order of ``consumed``
+    task_at: dict  # position in ``consumed`` -> position in ``tasks``
+
+
+def _prepare_finish(rows, outcomes, token, now):
+    """Build the statements that write a batch's final outcomes, without running them.
 
     One guarded UPDATE per group of equal values moves the deliveries to
-    ``done`` (each row fenced by the token, as ``move_delivery`` does), then the
-    inbox rows and the new tasks are inserted in bulk. An inbox row another
-    worker wrote first turns that delivery into a duplicate of its task.
+    ``done`` (each row fenced by the token, as ``move_delivery`` does); the
+    inbox rows and the new tasks are converted for their bulk inserts.
     """
     groups = {}
     for row, out in zip(rows, outcomes):
@@ -197,29 +210,46 @@ def _finish(rows, outcomes, token, now):
             failures = out.failures or row.failures
             group = groups.setdefault((out.code, canonical(failures)), (failures, {}))
             group[1][row.id] = out.task_key
-    kept = set()
-    for (code, _), (failures, keys) in groups.items():
-        kept |= move_deliveries(keys, ["processing"], "done", now, token,
-                                per_row={"task_key": keys}, outcome=code, last_code=code,
-                                failures=failures, **RELEASED)
+    moves = [prepare_move_deliveries(keys, ["processing"], "done", now, token,
+                                     per_row={"task_key": keys}, outcome=code, last_code=code,
+                                     failures=failures, **RELEASED)
+             for (code, _), (failures, keys) in groups.items()]
     consumed = [(row, out) for row, out in zip(rows, outcomes)
-                if out.kind == "final" and out.consume and row.id in kept]
-    if not consumed:
+                if out.kind == "final" and out.consume]
+    creating = [i for i, (_, out) in enumerate(consumed) if out.task is not None]
+    return _Finish(
+        moves, consumed,
+        PreparedInsert(Inbox, [{"monitor": row.monitor, "event_id": row.event_id,
+                                "outcome": out.code, "task_key": out.task_key, "at": now}
+                               for row, out in consumed],
+                       ignore_conflicts=True, returning=("monitor", "event_id")),
+        PreparedInsert(Task, [consumed[i][1].task for i in creating], ignore_conflicts=True),
+        {i: n for n, i in enumerate(creating)})
+
+
+def _finish(finish, now):
+    """Write a batch's final outcomes (``_prepare_finish``); returns the ids still ours.
+
+    An inbox row another worker wrote first turns that delivery into a
+    duplicate of its task.
+    """
+    kept = set()
+    for move in finish.moves:
+        kept |= move.run()
+    ours = [i for i, (row, _) in enumerate(finish.consumed) if row.id in kept]
+    if not ours:
         return kept
-    inserted = set(insert_rows(Inbox, [
-        {"monitor": row.monitor, "event_id": row.event_id, "outcome": out.code,
-         "task_key": out.task_key, "at": now} for row, out in consumed
-    ], ignore_conflicts=True, returning=("monitor", "event_id")))
+    inserted = set(finish.inbox.run(ours))
     tasks, members = [], []
-    for row, out in consumed:
+    for i in ours:
+        row, out = finish.consumed[i]
         if (row.monitor, row.event_id) not in inserted:
             _lost_race(row, out)
         elif out.task is not None:
-            tasks.append(out.task)
+            tasks.append(finish.task_at[i])
         elif out.member is not None:
             members.append(out.member)
-    if tasks:
-        insert_rows(Task, tasks, ignore_conflicts=True)
+    finish.tasks.run(tasks)
     if members:  # in the transaction of their inbox rows: never lost, never twice
         batching.join(members, now)
     return kept

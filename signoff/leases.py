@@ -59,7 +59,7 @@ def _claim(model, now, owner, ttl, limit):
     with db.atomic():
         rows = (claim_rows(model, True, now, 1, lease)
                 or claim_rows(model, False, now, limit, lease))
-    return token, rows
+    return token, rows.instances()
 
 
 def renew(model, token, now, ttl):

@@ -116,7 +116,10 @@ def move_notification(task_key, sources, target, now, **fields):
 
 
 def claim_rows(model, suspect, now, limit, lease):
-    """Write ``lease`` on up to ``limit`` waiting rows in one statement; the rows claimed.
+    """Write ``lease`` on up to ``limit`` waiting rows in one statement.
+
+    Returns the rows claimed as ``storage.Fetched`` (instances once the claim
+    has committed).
 
     A delivery moves from waiting to processing (an edge of the table); a task
     keeps its status and only gains the lease. ``suspect`` claims only rows
@@ -137,15 +140,19 @@ def _guarded(model, which, statuses, token, **fields):
         raise Fenced(which)
 
 
-def move_deliveries(ids, sources, target, now, token, per_row=None, **fields):
-    """Move many deliveries at once under the rules of ``move_delivery``.
+def prepare_move_deliveries(ids, sources, target, now, token, per_row=None, **fields):
+    """Build a move of many deliveries at once under the rules of ``move_delivery``.
 
     One guarded UPDATE: each row must still be in one of ``sources`` and carry
     ``token``. ``per_row`` maps a field to ``{delivery id: value}`` for values
-    that differ by row. Returns the ids that moved; the others are fenced.
+    that differ by row. ``run()`` it in the writer's transaction: it returns
+    the ids that moved; the others are fenced. Building the UPDATE of a batch
+    costs more than running it, so a writer that builds it first holds the
+    write lock for the statement alone.
     """
     _check(DELIVERY_EDGES, sources, target)
-    return _move_many(Delivery, Delivery.id, ids, sources, target, now, token, per_row, fields)
+    return PreparedMove(_move_query(Delivery, Delivery.id, ids, sources, target, now, token,
+                                    per_row, fields))
 
 
 def move_tasks(keys, sources, target, now, token=None, per_row=None, where=None, **fields):
@@ -154,13 +161,27 @@ def move_tasks(keys, sources, target, now, token=None, per_row=None, where=None,
     ``where`` adds a condition every moved row must also meet.
     """
     _check(TASK_EDGES, sources, target)
-    return _move_many(Task, Task.key, keys, sources, target, now, token, per_row, fields, where)
+    return PreparedMove(_move_query(Task, Task.key, keys, sources, target, now, token,
+                                    per_row, fields, where)).run()
 
 
-def _move_many(model, pk, ids, sources, target, now, token, per_row, fields, where=None):
+class PreparedMove:
+    """A guarded many-row move, compiled to SQL; ``run()`` returns the keys that moved."""
+
+    def __init__(self, query):
+        self.statement = None if query is None else query.sql()
+
+    def run(self):
+        """Run the move (in the caller's transaction); the keys of the rows it moved."""
+        if self.statement is None:
+            return set()
+        return {moved for (moved,) in db.execute_sql(*self.statement).fetchall()}
+
+
+def _move_query(model, pk, ids, sources, target, now, token, per_row, fields, where=None):
     ids = list(ids)
     if not ids:
-        return set()
+        return None
     for name, values in (per_row or {}).items():
         distinct = set(values.values())
         fields[name] = distinct.pop() if len(distinct) == 1 else _case(pk, values)
@@ -170,7 +191,7 @@ def _move_many(model, pk, ids, sources, target, now, token, per_row, fields, whe
         query = query.where(model.lease_token == token)
     if where is not None:
         query = query.where(where)
-    return {moved for (moved,) in query.returning(pk).tuples().execute()}
+    return query.returning(pk)
 
 
 def _case(pk, values):

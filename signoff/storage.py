@@ -24,8 +24,8 @@ from urllib.parse import quote, unquote, urlsplit
 import re
 
 from peewee import (CharField, DatabaseError, DatabaseProxy, FloatField, IntegerField,
-                    InterfaceError, JSONField, Node, OperationalError, PostgresqlDatabase,
-                    SqliteDatabase, TextField)
+                    InterfaceError, JSONField, ModelObjectCursorWrapper, Node, OperationalError,
+                    PostgresqlDatabase, SqliteDatabase, TextField)
 
 from .errors import ConfigError, NoHome, StorageError
 
@@ -587,7 +587,8 @@ def _postgres_pick(table, suspect, now, limit):
 def claim(model, suspect, now, limit, changes):
     """Write ``changes`` (and one more attempt) on up to ``limit`` waiting rows.
 
-    Returns the claimed rows as ``model`` instances, as they are after the claim.
+    Returns the claimed rows as they are after the claim, as ``Fetched`` rows:
+    call ``instances()`` once the transaction has ended.
     """
     database = model._meta.database
     table, pk = model._meta.table_name, model._meta.primary_key.column_name
@@ -595,17 +596,64 @@ def claim(model, suspect, now, limit, changes):
         params = {"now": now, "limit": limit, "suspect": SUSPECT}
         keys = [k for (k,) in database.execute_sql(_SQLITE_PICK[table, suspect], params)]
         if not keys:
-            return []
+            return Fetched(model, None, [])
         chosen = f'"{pk}" IN (' + ", ".join("?" * len(keys)) + ")"
         sets = ", ".join(f'"{column}" = ?' for column in changes)
         sql = (f'UPDATE "{table}" SET {sets}, attempts = attempts + 1 WHERE {chosen} '
                "RETURNING *")
-        return list(model.raw(sql, *changes.values(), *keys))
+        return Fetched.run(model, sql, [*changes.values(), *keys])
     pick, params = _postgres_pick(table, suspect, now, limit)
     sets = ", ".join(f'"{column}" = %s' for column in changes)
     sql = (f'WITH {pick} UPDATE "{table}" AS t SET {sets}, attempts = t.attempts + 1 '
            f'FROM picked WHERE t."{pk}" = picked."{pk}" RETURNING t.*')
-    return list(model.raw(sql, *params, *changes.values()))
+    return Fetched.run(model, sql, [*params, *changes.values()])
+
+
+class Fetched:
+    """Rows a statement returned, kept raw until ``instances()`` is asked for.
+
+    A claim runs under the write lock (SQLite has one for the whole file):
+    turning fifty rows into model instances there cost more than the claim's
+    own SQL, and every other writer, a caller enqueueing one event included,
+    waited for it. So the rows are only fetched in the transaction, and made
+    into instances after it.
+    """
+
+    def __init__(self, model, description, rows):
+        self.model, self.description, self.rows = model, description, rows
+
+    @classmethod
+    def run(cls, model, sql, params):
+        """Run ``sql`` and fetch every row it returns."""
+        cursor = model._meta.database.execute_sql(sql, params)
+        return cls(model, cursor.description, cursor.fetchall())
+
+    def __bool__(self):
+        return bool(self.rows)
+
+    def __len__(self):
+        return len(self.rows)
+
+    def instances(self):
+        """The rows as ``model`` instances, converted as a query would convert them."""
+        if not self.rows:
+            return []
+        wrapper = ModelObjectCursorWrapper(_Replay(self.description, self.rows), self.model,
+                                           [], self.model)
+        return list(wrapper)
+
+
+class _Replay:
+    """Just enough of a DB-API cursor to hand fetched rows to Peewee's row wrappers."""
+
+    def __init__(self, description, rows):
+        self.description, self._rows = description, iter(rows)
+
+    def fetchone(self):
+        return next(self._rows, None)
+
+    def close(self):
+        pass
 
 
 # -- bulk inserts --------------------------------------------------------------
@@ -622,24 +670,46 @@ def insert_rows(model, rows, ignore_conflicts=False, returning=()):
     (``ON CONFLICT DO NOTHING``); ``returning`` names fields to return for the
     rows actually inserted.
     """
-    if not rows:
-        return []
-    database = model._meta.database
-    database = getattr(database, "obj", database)  # resolved once, not per value
-    plan = _insert_plan(model, tuple(rows[0]), (is_sqlite(database), database.param),
-                        ignore_conflicts, tuple(returning))
-    fixed = {name: d() if callable(d) else d for name, d in plan.defaults.items()}
-    per = max(1, MAX_PARAMS // len(plan.fields))
-    out = []
-    for lo in range(0, len(rows), per):
-        chunk = rows[lo:lo + per]
-        params = [c(r[name] if name in r else fixed[name])
-                  for r in chunk for name, c in plan.convert]
-        cursor = database.execute_sql(plan.head + ", ".join([plan.one] * len(chunk)) + plan.tail,
-                                      params)
-        if returning:
-            out.extend(tuple(row) for row in cursor.fetchall())
-    return out
+    return PreparedInsert(model, rows, ignore_conflicts, returning).run()
+
+
+class PreparedInsert:
+    """The rows of an ``insert_rows`` call converted to parameters now, inserted by ``run``.
+
+    Converting values (JSON above all) is most of an insert's Python work; a
+    writer that prepares its rows before its transaction holds the write lock
+    for the statements only.
+    """
+
+    def __init__(self, model, rows, ignore_conflicts=False, returning=()):
+        self.database = None
+        self.params = []
+        if not rows:
+            return
+        database = model._meta.database
+        self.database = getattr(database, "obj", database)  # resolved once, not per value
+        self.plan = plan = _insert_plan(model, tuple(rows[0]),
+                                        (is_sqlite(self.database), self.database.param),
+                                        ignore_conflicts, tuple(returning))
+        fixed = {name: d() if callable(d) else d for name, d in plan.defaults.items()}
+        self.params = [[c(r[name] if name in r else fixed[name]) for name, c in plan.convert]
+                       for r in rows]
+
+    def run(self, only=None):
+        """Insert the rows (those at the positions in ``only``, if given); the returned rows."""
+        params = self.params if only is None else [self.params[i] for i in only]
+        if not params:
+            return []
+        plan, out = self.plan, []
+        per = max(1, MAX_PARAMS // len(plan.fields))
+        for lo in range(0, len(params), per):
+            chunk = params[lo:lo + per]
+            cursor = self.database.execute_sql(
+                plan.head + ", ".join([plan.one] * len(chunk)) + plan.tail,
+                [v for row in chunk for v in row])
+            if plan.returning:
+                out.extend(tuple(row) for row in cursor.fetchall())
+        return out
 
 
 class _InsertPlan:
@@ -663,6 +733,7 @@ class _InsertPlan:
         self.head = (f'INSERT INTO "{meta.table_name}" ('
                      + ", ".join(f'"{f.column_name}"' for f in self.fields) + ") VALUES ")
         self.tail = " ON CONFLICT DO NOTHING" if ignore_conflicts else ""
+        self.returning = bool(returning)
         if returning:
             self.tail += " RETURNING " + ", ".join(f'"{meta.fields[n].column_name}"'
                                                    for n in returning)

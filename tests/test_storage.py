@@ -120,6 +120,60 @@ def test_a_task_claim_is_bounded_and_keeps_the_status(rt, clock):
     assert Task.select().where(Task.lease_token == token).count() == 50
 
 
+# -- what runs under the write lock ------------------------------------------------
+# SQLite has one write lock for the whole file: a caller enqueueing one event at a
+# time waits for every worker transaction. So a worker builds its rows outside
+# its transactions and holds the lock for the SQL alone.
+
+def test_a_claim_makes_its_rows_into_instances_after_its_transaction(rt, clock, monkeypatch):
+    insert_rows(Delivery, waiting_rows(30))
+    made_inside = []
+    init = Delivery.__init__
+
+    def recording_init(self, *args, **kwargs):
+        made_inside.append(rt.database.in_transaction())
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Delivery, "__init__", recording_init)
+    token, rows = claim_deliveries(clock.now(), "w", 30, 50)
+    assert len(rows) == 30 and {r.lease_token for r in rows} == {token}
+    assert rows[0].failures == {} and rows[0].status == DeliveryStatus.PROCESSING
+    assert len(made_inside) == 30 and not any(made_inside)
+
+
+def test_an_outcome_write_converts_its_rows_before_its_transaction(rt, host, monkeypatch):
+    if on_postgres(rt):
+        # Row locks there, no file lock; psycopg dumps JSON as it sends the statement.
+        pytest.skip("SQLite's write lock")
+    for i in range(2, 12):
+        host.put_record(f"comment-{i}", document="doc-demo", text=f"note {i}")
+    rt.enqueue_events([make_event(event_id=f"evt-{i}", record_id=f"comment-{i}")
+                       for i in range(2, 12)])
+    dumped_inside = []
+    dumps = storage.lossless_dumps
+
+    def recording_dumps(value, *args):
+        dumped_inside.append(rt.database.in_transaction())
+        return dumps(value, *args)
+
+    monkeypatch.setattr(storage, "lossless_dumps", recording_dumps)
+    claimed, _ = rt.ingest_batch("w")
+    assert claimed == 10
+    assert Task.select().where(Task.status == TaskStatus.READY).count() == 10
+    # Each task's record and result are JSON: all of it dumped before BEGIN.
+    assert dumped_inside and not any(dumped_inside)
+
+
+def test_a_prepared_insert_writes_the_rows_it_is_told_to_and_returns_theirs(rt):
+    rows = waiting_rows(5)
+    prepared = storage.PreparedInsert(Delivery, rows, returning=("event_id",))
+    rows[1]["event_id"] = "changed after preparing"  # converted already: no effect
+    assert prepared.run([1, 3]) == [("e1",), ("e3",)]
+    assert sorted(d.event_id for d in Delivery.select()) == ["e1", "e3"]
+    assert storage.PreparedInsert(Delivery, []).run() == []
+    assert prepared.run([]) == []
+
+
 # -- strings from hosts, drafters and people -----------------------------------------
 
 HOSTILE = "nul\x00 lone\ud800 high\udfff escape\U000F0000E \U000F0000 done"
