@@ -160,9 +160,16 @@ def move_tasks(keys, sources, target, now, token=None, per_row=None, where=None,
 
     ``where`` adds a condition every moved row must also meet.
     """
+    return prepare_move_tasks(keys, sources, target, now, token, per_row, where, **fields).run()
+
+
+def prepare_move_tasks(keys, sources, target, now, token=None, per_row=None, where=None,
+                       **fields):
+    """``move_tasks`` built now, to ``run()`` in the writer's transaction (as
+    ``prepare_move_deliveries``)."""
     _check(TASK_EDGES, sources, target)
     return PreparedMove(_move_query(Task, Task.key, keys, sources, target, now, token,
-                                    per_row, fields, where)).run()
+                                    per_row, fields, where))
 
 
 class PreparedMove:

@@ -15,7 +15,7 @@ from .errors import Blocked
 from .gate import SUBMIT_ACTIONS, gate
 from .batch import open_batch
 from .leases import claim_tasks
-from .lifecycle import (RELEASED, TASK_ACTIVE, Fenced, bury, move_task, move_tasks,
+from .lifecycle import (RELEASED, TASK_ACTIVE, Fenced, bury, move_task, prepare_move_tasks,
                         record_attempts, update_task)
 from .models import Audit, Task, db, insert_rows
 from .retry import decide
@@ -135,9 +135,12 @@ def _mark_write_possible(rt, token, tasks):
 def write_outcomes(rt, token, owner, tasks, outcomes):
     """Persist every task outcome of a batch in one transaction, fenced."""
     now = rt.clock.now()
+    moves = _prepare_finish(tasks, outcomes, token, now)  # built before the write lock
     audits, attempts = [], []
     with db.atomic():
-        kept = _finish(tasks, outcomes, token, now)
+        kept = set()
+        for move in moves:
+            kept |= move.run()
         for task in tasks:
             out = outcomes[task.key]
             if out.kind == "fenced":
@@ -160,11 +163,11 @@ def write_outcomes(rt, token, owner, tasks, outcomes):
         insert_rows(Audit, audits)
 
 
-def _finish(tasks, outcomes, token, now):
-    """Move the batch's ``done`` tasks: one guarded UPDATE per group of equal values.
+def _prepare_finish(tasks, outcomes, token, now):
+    """The moves of the batch's ``done`` tasks: one guarded UPDATE per group of equal values.
 
-    Each row is fenced by the token as ``move_task`` fences it; returns the keys
-    that were still ours.
+    Each row is fenced by the token as ``move_task`` fences it; each move's
+    ``run()`` returns the keys that were still ours.
     """
     groups = {}
     for task in tasks:
@@ -172,15 +175,13 @@ def _finish(tasks, outcomes, token, now):
         if out.kind == "done":
             failures = out.failures if out.failures is not None else task.failures
             groups.setdefault(canonical(failures), (failures, []))[1].append(task.key)
-    kept = set()
-    for failures, keys in groups.values():
-        kept |= move_tasks(keys, list(TASK_ACTIVE), "done", now, token, code=None,
-                           failures=failures, **RELEASED)
-    return kept
+    return [prepare_move_tasks(keys, list(TASK_ACTIVE), "done", now, token, code=None,
+                               failures=failures, **RELEASED)
+            for failures, keys in groups.values()]
 
 
 def _apply(task, out, token, now):
-    """Write every outcome but ``done`` (that goes through ``_finish``)."""
+    """Write every outcome but ``done`` (those are the moves of ``_prepare_finish``)."""
     sources = list(TASK_ACTIVE)
     failures = out.failures if out.failures is not None else task.failures
     if out.kind == "blocked":
