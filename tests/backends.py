@@ -11,6 +11,7 @@ import hashlib
 import itertools
 import os
 import queue
+import re
 import threading
 import uuid
 from dataclasses import dataclass
@@ -34,6 +35,18 @@ def _schema_digest():
     text = (SIGNOFF / "models.py").read_text(encoding="utf-8") + repr(
         [(f.name, f.field_type) for m in MODELS for f in m._meta.sorted_fields])
     return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+# Every name a test process makes holds its process id (see ``allocate``).
+_OWNER = re.compile(r"signoff_(?:test|empty)_(\d+)_|signoff_template_.*_building_(\d+)$")
+
+
+def _made_by_a_dead_process(name):
+    """True when ``name`` was made by a test process no longer running on this machine."""
+    found = _OWNER.search(name)
+    if found is None:
+        return False
+    return not os.path.exists(f"/proc/{found.group(1) or found.group(2)}")
 
 
 @dataclass
@@ -122,6 +135,28 @@ class Backends:
 
     def _server_url(self):
         return self.database_url or self.queue_url
+
+    def sweep_leftovers(self):
+        """Drop the databases and Redis keys of test processes that no longer exist.
+
+        A run that was killed (Ctrl-C at the wrong moment, a lost CI job) never
+        reaches its teardown: its per-test databases would stay behind, each
+        one costing the server a checkpoint when it is finally dropped. Every
+        name made here holds its process id (``allocate``), so a name whose
+        process is gone on this machine is a leftover; a name of a live process
+        (another session running beside this one) is left alone.
+        """
+        if storage.is_postgres_url(self._server_url()):
+            names = [n for (n,) in self.admin().execute(
+                "SELECT datname FROM pg_database WHERE datname LIKE 'signoff\\_%'")]
+            for name in names:
+                if _made_by_a_dead_process(name):
+                    self.drop(name)
+        if self.queue_url and not storage.is_postgres_url(self.queue_url):
+            client = self.redis()
+            for key in client.scan_iter(match="huey.*signoff_test_*"):
+                if _made_by_a_dead_process(key.decode(errors="replace")):
+                    client.delete(key)
 
     # -- per test --------------------------------------------------------------
 

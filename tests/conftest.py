@@ -120,6 +120,32 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_sessionstart(session):
+    """Clear what an earlier run that was killed left behind (once, not per xdist worker)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    _stop_orphaned_test_children()
+    if BACKENDS.active:
+        BACKENDS.sweep_leftovers()
+
+
+def _stop_orphaned_test_children():
+    # A killed run's `signoff worker` children go on polling forever, re-parented
+    # to init: a process of this suite's (its home is under pytest's temporary
+    # folder) whose parent is gone.
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        if parent == 1 and b"signoff" in b" ".join(argv) and any(b"/pytest-of-" in a for a in argv):
+            with contextlib.suppress(OSError):
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
 def pytest_collection_modifyitems(config, items):
     """Under the backend switch, skip what would only run the SQLite stage's test again."""
     if not BACKENDS.active:

@@ -1,0 +1,69 @@
+"""The suite's own housekeeping: what a killed run left behind, the next run clears."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import conftest
+from conftest import BACKENDS, wait_for
+
+
+def _parent(pid):
+    """``pid``'s parent, or ``None`` once it has exited."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else int(fields[1])
+
+
+@pytest.mark.backend_independent
+def test_a_run_stops_the_test_workers_a_killed_run_left_behind(tmp_path):
+    # An orphan with a test worker's command line (its home under pytest's
+    # temporary folder): the process that started it has exited, as a killed
+    # run's xdist worker would have.
+    spawn = ("import subprocess, sys; print(subprocess.Popen([sys.executable, '-c', "
+             "'import time; time.sleep(120)', 'signoff', '--home', sys.argv[1], 'worker'], "
+             "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)")
+    started = subprocess.run([sys.executable, "-c", spawn, str(tmp_path / "home")],
+                             capture_output=True, text=True, check=True)
+    orphan = int(started.stdout)
+    try:
+        parent = wait_for(lambda: _parent(orphan), 10, what="the orphan to be re-parented")
+        if parent != 1:
+            pytest.skip(f"orphans are re-parented to a subreaper ({parent}) here, not to init")
+        conftest._stop_orphaned_test_children()
+        wait_for(lambda: _parent(orphan) is None, 10, what="the orphan to be stopped")
+    finally:
+        if _parent(orphan) is not None:
+            os.kill(orphan, 9)
+
+
+def test_a_sweep_drops_the_databases_of_dead_test_processes_and_no_other():
+    if not BACKENDS.active or not storage_on_postgres():
+        pytest.skip("PostgreSQL databases: the stages with SIGNOFF_TEST_DATABASE_URL set")
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True).stdout)
+    admin = BACKENDS.admin()
+    dead, alive = f"signoff_test_{gone}_0_sweep", f"signoff_test_{os.getpid()}_0_sweep"
+    for name in (dead, alive):
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        BACKENDS.sweep_leftovers()
+        wait_for(lambda: not _exists(admin, dead), 60, what="the dead process's database dropped")
+        assert _exists(admin, alive)
+    finally:
+        for name in (dead, alive):
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def storage_on_postgres():
+    from signoff import storage
+    return storage.is_postgres_url(BACKENDS.database_url or BACKENDS.queue_url)
+
+
+def _exists(admin, name):
+    return admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
