@@ -8,7 +8,7 @@ import sys
 import pytest
 from conftest import child_env
 
-from signoff.bench import GROWTH_KEYS, KEYS
+from signoff.bench import GROWTH_KEYS, KEYS, PER_EVENT_PAIRS
 
 TARGETS = ("ingest_ratio", "pipeline_ratio", "commits_per_event", "enqueue_per_s",
            "worker_peak_rss_mb", "per_event_ratio_1p", "per_event_ratio_2p",
@@ -55,6 +55,11 @@ def test_bench_json_has_every_key(tmp_path):
                     "per_event_ratio", "ingest_scaling"):
             assert figures[key] > 0, (key, figures)
     assert report["by_processes"]["1"]["ingest_scaling"] == 1.0
+    for figures in report["by_processes"].values():
+        # Batch and one-call-per-event runs in turn: the median pair gives the ratio.
+        ratios = figures["per_event_ratios"]
+        assert len(ratios) == PER_EVENT_PAIRS and ratios == sorted(ratios)
+        assert figures["per_event_ratio"] == ratios[len(ratios) // 2]
     breakdown = report["commits_breakdown"]
     assert set(breakdown["by_file"]) >= {"signoff.db", "host.db"}
     assert set(breakdown["by_step"]) == {"enqueue", "ingest", "approve", "submit"}
