@@ -15,7 +15,7 @@ from .gate import gate
 from .batch import open_batch
 from .leases import claim_deliveries
 from .lifecycle import (RELEASED, Fenced, bury, move_delivery, prepare_move_deliveries,
-                        record_attempts)
+                        record_attempts, run_moves)
 from .models import Audit, Delivery, Inbox, Task, db, insert_rows
 from .retry import decide
 from .storage import PreparedInsert, retried
@@ -233,9 +233,7 @@ def _finish(finish, now):
     An inbox row another worker wrote first turns that delivery into a
     duplicate of its task.
     """
-    kept = set()
-    for move in finish.moves:
-        kept |= move.run()
+    kept = run_moves(finish.moves)
     ours = [i for i, (row, _) in enumerate(finish.consumed) if row.id in kept]
     if not ours:
         return kept

@@ -172,6 +172,11 @@ def prepare_move_tasks(keys, sources, target, now, token=None, per_row=None, whe
                                     per_row, fields, where))
 
 
+def run_moves(moves):
+    """Run prepared moves in the caller's transaction; the keys that moved, all together."""
+    return set().union(*(move.run() for move in moves))
+
+
 class PreparedMove:
     """A guarded many-row move, compiled to SQL; ``run()`` returns the keys that moved."""
 

@@ -631,9 +631,6 @@ class Fetched:
     def __bool__(self):
         return bool(self.rows)
 
-    def __len__(self):
-        return len(self.rows)
-
     def instances(self):
         """The rows as ``model`` instances, converted as a query would convert them."""
         if not self.rows:

@@ -16,7 +16,7 @@ from .gate import SUBMIT_ACTIONS, gate
 from .batch import open_batch
 from .leases import claim_tasks
 from .lifecycle import (RELEASED, TASK_ACTIVE, Fenced, bury, move_task, prepare_move_tasks,
-                        record_attempts, update_task)
+                        record_attempts, run_moves, update_task)
 from .models import Audit, Task, db, insert_rows
 from .retry import decide
 from .storage import retried
@@ -138,9 +138,7 @@ def write_outcomes(rt, token, owner, tasks, outcomes):
     moves = _prepare_finish(tasks, outcomes, token, now)  # built before the write lock
     audits, attempts = [], []
     with db.atomic():
-        kept = set()
-        for move in moves:
-            kept |= move.run()
+        kept = run_moves(moves)
         for task in tasks:
             out = outcomes[task.key]
             if out.kind == "fenced":

@@ -129,19 +129,27 @@ def pytest_sessionstart(session):
         BACKENDS.sweep_leftovers()
 
 
+def parent_of(pid):
+    """``pid``'s parent process id, or ``None`` once it has exited (or is a zombie)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else int(fields[1])
+
+
 def _stop_orphaned_test_children():
     # A killed run's `signoff worker` children go on polling forever, re-parented
     # to init: a process of this suite's (its home is under pytest's temporary
     # folder) whose parent is gone.
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or parent_of(entry.name) != 1:
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile, or not ours to read
-        if parent == 1 and b"signoff" in b" ".join(argv) and any(b"/pytest-of-" in a for a in argv):
+        except OSError:
+            continue  # gone meanwhile
+        if b"signoff" in b" ".join(argv) and any(b"/pytest-of-" in a for a in argv):
             with contextlib.suppress(OSError):
                 os.kill(int(entry.name), signal.SIGKILL)
 

@@ -7,17 +7,8 @@ import sys
 import pytest
 
 import conftest
-from conftest import BACKENDS, wait_for
-
-
-def _parent(pid):
-    """``pid``'s parent, or ``None`` once it has exited."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else int(fields[1])
+from conftest import BACKENDS, parent_of, wait_for
+from signoff import storage
 
 
 @pytest.mark.backend_independent
@@ -32,18 +23,18 @@ def test_a_run_stops_the_test_workers_a_killed_run_left_behind(tmp_path):
                              capture_output=True, text=True, check=True)
     orphan = int(started.stdout)
     try:
-        parent = wait_for(lambda: _parent(orphan), 10, what="the orphan to be re-parented")
+        parent = wait_for(lambda: parent_of(orphan), 10, what="the orphan to be re-parented")
         if parent != 1:
             pytest.skip(f"orphans are re-parented to a subreaper ({parent}) here, not to init")
         conftest._stop_orphaned_test_children()
-        wait_for(lambda: _parent(orphan) is None, 10, what="the orphan to be stopped")
+        wait_for(lambda: parent_of(orphan) is None, 10, what="the orphan to be stopped")
     finally:
-        if _parent(orphan) is not None:
+        if parent_of(orphan) is not None:
             os.kill(orphan, 9)
 
 
 def test_a_sweep_drops_the_databases_of_dead_test_processes_and_no_other():
-    if not BACKENDS.active or not storage_on_postgres():
+    if not storage.is_postgres_url(BACKENDS.database_url or BACKENDS.queue_url):
         pytest.skip("PostgreSQL databases: the stages with SIGNOFF_TEST_DATABASE_URL set")
     gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True, check=True).stdout)
@@ -58,11 +49,6 @@ def test_a_sweep_drops_the_databases_of_dead_test_processes_and_no_other():
     finally:
         for name in (dead, alive):
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def storage_on_postgres():
-    from signoff import storage
-    return storage.is_postgres_url(BACKENDS.database_url or BACKENDS.queue_url)
 
 
 def _exists(admin, name):
