@@ -724,7 +724,10 @@ def stats(obj, as_json):
               help="Days since a task finished (default: [retention] finished_days, 30).")
 @click.option("--dry-run", is_flag=True, help="Only count what would be purged.")
 def purge(obj, as_json, older_than, dry_run):
-    """Drop the record snapshot and result of finished tasks past retention."""
+    """Drop the record snapshot and result of finished tasks past retention.
+
+    Webhook answers past it are dropped and refusal counts folded likewise.
+    """
     from .retention import purge as run_purge
     show_progress = sys.stderr.isatty() and not dry_run
 
@@ -737,7 +740,10 @@ def purge(obj, as_json, older_than, dry_run):
         click.echo("", err=True)
     emit(summary, as_json, lambda s: (
         f"{'would purge' if s['dry_run'] else 'purged'} {s['purged']} finished task(s) "
-        f"older than {s['older_than_days']:g} day(s) ({_by_status(s['by_status'])})"))
+        f"older than {s['older_than_days']:g} day(s) ({_by_status(s['by_status'])}); "
+        f"{'would drop' if s['dry_run'] else 'dropped'} {s['webhook_answers']} webhook "
+        f"answer(s), {'would fold' if s['dry_run'] else 'folded'} {s['refusal_minutes']} "
+        "refusal count(s)"))
 
 
 def _by_status(counts):

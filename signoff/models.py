@@ -8,7 +8,7 @@ difference between engines, is ``storage.py``'s.
 """
 
 from peewee import (
-    BigAutoField, BigIntegerField, BooleanField, CharField, DoubleField, IntegerField,
+    EXCLUDED, BigAutoField, BigIntegerField, BooleanField, CharField, DoubleField, IntegerField,
     Model, CompositeKey,
 )
 
@@ -282,7 +282,7 @@ class WebhookAnswer(BaseModel):
     webhook_id = CharField()
     delivery = BigIntegerField()
     event_id = Text()
-    at = DoubleField()
+    at = DoubleField(index=True)  # retention drops answers past its period
 
     class Meta:
         primary_key = CompositeKey("monitor", "webhook_id")
@@ -292,12 +292,20 @@ class WebhookRefusal(BaseModel):
     """Refused webhook requests counted per monitor, minute and code."""
 
     monitor = CharField()  # "" for a monitor that does not exist
-    minute = BigIntegerField()
+    minute = BigIntegerField(index=True)  # 0: every minute retention has folded
     code = CharField()
     count = BigIntegerField(default=0)
 
     class Meta:
         primary_key = CompositeKey("monitor", "minute", "code")
+
+    @classmethod
+    def add(cls, monitor, minute, code, count):
+        """Count ``count`` more refusals of ``code`` for ``monitor`` in ``minute``."""
+        (cls.insert(monitor=monitor, minute=minute, code=code, count=count)
+         .on_conflict(conflict_target=[cls.monitor, cls.minute, cls.code],
+                      update={cls.count: cls.count + EXCLUDED.count})
+         .execute())
 
 
 class Reviewer(BaseModel):

@@ -8,14 +8,21 @@ duplicate of its task). A purged task is marked by a ``PurgedTask`` row.
 Work is done in chunks of ``CHUNK`` tasks, each its own short transaction read
 in key order, so a purge of any size runs in constant memory and a crash
 mid-way loses nothing: the next run carries on where this one stopped.
+
+The HTTP layer's rows age out with the same period. A webhook answer (the
+``webhook-id`` dedupe) older than it is dropped: a sender retrying that late
+gets a new delivery, which the inbox still knows as a duplicate. Refusal counts
+older than it are folded into one row per monitor and code (minute 0), so the
+``signoff_webhook_refusals_total`` counter never goes down.
 """
 
 import time
 
-from peewee import fn
+from peewee import Tuple, fn
 
 from .lifecycle import audit, key_in
-from .models import Chore, DeadLetter, PurgedTask, Task, db, insert_rows
+from .models import (Chore, DeadLetter, PurgedTask, Task, WebhookAnswer, WebhookRefusal, db,
+                     insert_rows)
 
 # A dead task counts as finished only once it has been replayed and died again:
 # until then ``dlq replay`` may still need its snapshot.
@@ -42,7 +49,9 @@ def purge(rt, older_than_days=None, dry_run=False, progress=None):
     """Purge finished tasks older than ``older_than_days`` (default from the config).
 
     ``dry_run`` only counts them. ``progress(done)`` is called after each chunk.
-    Returns ``{older_than_days, cutoff, dry_run, purged, by_status, seconds}``.
+    Returns ``{older_than_days, cutoff, dry_run, purged, by_status, webhook_answers,
+    refusal_minutes, seconds}``: the last two count webhook answers dropped and
+    refusal counts folded (or, in a dry run, that would be).
     """
     started = time.monotonic()
     now = rt.clock.now()
@@ -51,10 +60,14 @@ def purge(rt, older_than_days=None, dry_run=False, progress=None):
     if dry_run:
         by_status = dict(Task.select(Task.status, fn.COUNT(Task.key)).where(_purgeable(cutoff))
                          .group_by(Task.status).tuples())
+        answers = WebhookAnswer.select().where(WebhookAnswer.at < cutoff).count()
+        refusals = WebhookRefusal.select().where(_old_minutes(cutoff)).count()
     else:
         by_status = _purge_chunks(cutoff, now, progress)
+        answers, refusals = _drop_webhook_answers(cutoff), _fold_refusals(cutoff)
     return {"older_than_days": days, "cutoff": cutoff, "dry_run": dry_run,
             "purged": sum(by_status.values()), "by_status": by_status,
+            "webhook_answers": answers, "refusal_minutes": refusals,
             "seconds": round(time.monotonic() - started, 3)}
 
 
@@ -81,6 +94,47 @@ def _purge_chunks(cutoff, now, progress):
         if progress:
             progress(sum(by_status.values()))
     return by_status
+
+
+def _drop_webhook_answers(cutoff):
+    dropped = 0
+    while True:
+        with db.atomic():
+            keys = list(WebhookAnswer.select(WebhookAnswer.monitor, WebhookAnswer.webhook_id)
+                        .where(WebhookAnswer.at < cutoff).limit(CHUNK).tuples())
+            if keys:
+                dropped += WebhookAnswer.delete().where(
+                    Tuple(WebhookAnswer.monitor, WebhookAnswer.webhook_id).in_(keys),
+                    WebhookAnswer.at < cutoff).execute()
+        if len(keys) < CHUNK:
+            return dropped
+
+
+def _old_minutes(cutoff):
+    return (WebhookRefusal.minute > 0) & (WebhookRefusal.minute < int(cutoff // 60))
+
+
+def _fold_refusals(cutoff):
+    folded = 0
+    while True:
+        with db.atomic():
+            minutes = [m for (m,) in WebhookRefusal.select(WebhookRefusal.minute).distinct()
+                       .where(_old_minutes(cutoff)).order_by(WebhookRefusal.minute)
+                       .limit(CHUNK).tuples()]
+            # What a DELETE returns is this transaction's alone: a purge running
+            # beside it (the CLI's and a worker's) gets none of the same rows,
+            # so no count is added twice.
+            rows = list(WebhookRefusal.delete().where(WebhookRefusal.minute.in_(minutes))
+                        .returning(WebhookRefusal.monitor, WebhookRefusal.code,
+                                   WebhookRefusal.count).tuples().execute()) if minutes else []
+            totals = {}
+            for monitor, code, count in rows:
+                totals[(monitor, code)] = totals.get((monitor, code), 0) + count
+            for (monitor, code), count in totals.items():
+                WebhookRefusal.add(monitor, 0, code, count)
+        folded += len(rows)
+        if len(minutes) < CHUNK:
+            return folded
 
 
 def tick(rt):

@@ -7,6 +7,7 @@ home whose config sets the retention period.
 import json
 
 import pytest
+from peewee import fn
 from click.testing import CliRunner
 from conftest import T0, make_event, wait_for
 
@@ -16,7 +17,7 @@ from signoff.canonical import digest
 from signoff.cli import main
 from signoff.errors import Refused
 from signoff.lifecycle import bury, move_task
-from signoff.models import Inbox, PurgedTask, Task
+from signoff.models import Inbox, PurgedTask, Task, WebhookAnswer, WebhookRefusal
 
 DAY = 24 * 60 * 60
 MONITOR = "year"  # bound for longer than the ages these tests give their tasks
@@ -166,6 +167,53 @@ def test_the_hourly_run_is_claimed_by_one_worker(rt, home, clock):
     assert retention.tick(rt) is None
 
 
+def answer(n, at):
+    WebhookAnswer.create(monitor=MONITOR, webhook_id=f"msg-{n}", delivery=n,
+                         event_id=f"evt-{n}", at=at)
+
+
+def test_webhook_answers_past_the_period_are_dropped_in_chunks(rt, clock, monkeypatch):
+    monkeypatch.setattr(retention, "CHUNK", 2)
+    for n in range(5):
+        answer(n, clock.now())
+    clock.advance(20 * DAY)
+    answer(5, clock.now())
+    clock.advance(11 * DAY)  # five answers 31 days old, one 11
+    assert retention.purge(rt, dry_run=True)["webhook_answers"] == 5
+    assert WebhookAnswer.select().count() == 6  # a dry run only counts
+    assert retention.purge(rt)["webhook_answers"] == 5
+    assert [a.webhook_id for a in WebhookAnswer.select()] == ["msg-5"]
+    assert retention.purge(rt)["webhook_answers"] == 0
+
+
+def refusal_totals():
+    return dict(WebhookRefusal.select(WebhookRefusal.code, fn.SUM(WebhookRefusal.count))
+                .group_by(WebhookRefusal.code).tuples())
+
+
+def test_old_refusal_counts_fold_into_one_row_and_the_totals_stay(rt, clock, monkeypatch):
+    monkeypatch.setattr(retention, "CHUNK", 2)
+    clock.advance(60 * DAY)  # so that the oldest minute below is still after the epoch
+    minute = int(clock.now() // 60)
+    for back, monitor, code, count in ((0, MONITOR, "bad_signature", 1),
+                                       (31 * 24 * 60, MONITOR, "bad_signature", 4),
+                                       (32 * 24 * 60, MONITOR, "bad_signature", 2),
+                                       (33 * 24 * 60, MONITOR, "too_large", 3),
+                                       (34 * 24 * 60, "", "unknown_monitor", 5)):
+        WebhookRefusal.add(monitor, minute - back, code, count)
+    totals = refusal_totals()
+    assert retention.purge(rt, dry_run=True)["refusal_minutes"] == 4
+    assert retention.purge(rt)["refusal_minutes"] == 4
+    assert refusal_totals() == totals == {"bad_signature": 7, "too_large": 3, "unknown_monitor": 5}
+    rows = {(r.monitor, r.minute, r.code): r.count for r in WebhookRefusal.select()}
+    assert rows == {(MONITOR, minute, "bad_signature"): 1, (MONITOR, 0, "bad_signature"): 6,
+                    (MONITOR, 0, "too_large"): 3, ("", 0, "unknown_monitor"): 5}
+    WebhookRefusal.add(MONITOR, minute - 40 * 24 * 60, "too_large", 2)
+    assert retention.purge(rt)["refusal_minutes"] == 1  # folded onto the row already there
+    assert WebhookRefusal.get(monitor=MONITOR, minute=0, code="too_large").count == 5
+    assert retention.purge(rt)["refusal_minutes"] == 0
+
+
 # -- the command line ------------------------------------------------------------
 
 def invoke(home, *args):
@@ -193,7 +241,8 @@ def test_purge_cli_json_shapes_dry_run_and_usage_errors(cli_home):
     result = invoke(cli_home, "purge", "--dry-run", "--json")
     assert result.exit_code == 0, result.output
     dry = json.loads(result.stdout)
-    assert set(dry) == {"older_than_days", "cutoff", "dry_run", "purged", "by_status", "seconds"}
+    assert set(dry) == {"older_than_days", "cutoff", "dry_run", "purged", "by_status",
+                        "webhook_answers", "refusal_minutes", "seconds"}
     assert (dry["dry_run"], dry["purged"], dry["older_than_days"]) == (True, 0, 30.0)
     dry = json.loads(invoke(cli_home, "purge", "--older-than", "0", "--dry-run", "--json").stdout)
     assert dry["by_status"] == {"rejected": 1}

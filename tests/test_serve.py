@@ -14,9 +14,10 @@ import time
 import httpx
 import pytest
 
-from conftest import child_env, signoff_cmd, state_tables
+from conftest import child_env, signoff_cmd, state_tables, wait_for
 from servekit import SECRET_TEXT, Server, event, make_home, signed
 from signoff.models import Audit, Delivery, WebhookAnswer, WebhookRefusal
+from signoff import retention
 from signoff.serve import secrets
 
 import subprocess
@@ -81,6 +82,22 @@ def test_replayed_webhook_id_answers_the_first_answer_whatever_the_body(served):
         assert r.status_code == 200, r.text
         assert r.json() == dict(first.json(), duplicate=True)
     assert counts() == before
+
+
+def test_a_webhook_id_retried_after_retention_dropped_its_answer_is_still_a_duplicate(served):
+    rt, secret, server, client = served
+    first = post(client, secret, event(), "msg-1")
+    assert first.status_code == 202
+    rt.run_until_idle()
+    assert wait_for(lambda: retention.purge(rt, older_than_days=0)["webhook_answers"],
+                    what="the answer to age past a period of 0 days") == 1
+    again = post(client, secret, event(), "msg-1")
+    assert again.status_code == 202, again.text  # no answer left: a new delivery
+    assert again.json()["delivery"] != first.json()["delivery"]
+    rt.run_until_idle()
+    assert len(rt.tasks()) == 1
+    outcomes = {e["delivery"]: e["outcome"] for e in rt.events()}
+    assert outcomes == {first.json()["delivery"]: "ready", again.json()["delivery"]: "duplicate"}
 
 
 def test_concurrent_copies_of_one_webhook_id_store_one_delivery(served):

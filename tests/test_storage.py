@@ -283,27 +283,35 @@ def test_init_records_the_schema_version_and_a_worker_refuses_another(rt, home):
     assert code == 1 and "schema_mismatch" in err
 
 
-def test_init_brings_a_version_1_schema_up_to_date(rt, home, clock):
-    # Version 1 had claim indexes without the tie-break: put them back, as such a
-    # home has them, and record version 1.
+V3_INDEXES = {"webhook_answer": "webhook_answer_at", "webhook_refusal": "webhook_refusal_minute"}
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_init_brings_an_older_schema_up_to_date(rt, home, clock, version):
+    # Put back what such a home has: version 1's claim indexes had no tie-break,
+    # and before version 3 retention's times were not indexed.
     database = rt.database
-    for table, columns in (("delivery", "status, next_at"), ("task", "status, next_at")):
-        for index in database.get_indexes(table):
-            if index.name.startswith(f"{table}_status_next_at"):
-                database.execute_sql(f'DROP INDEX "{index.name}"')
-        database.execute_sql(f'CREATE INDEX "{table}_status_next_at" ON "{table}" ({columns})')
-    database.execute_sql(f"UPDATE {storage.SCHEMA_TABLE} SET version = 1")
+    for table, index in V3_INDEXES.items():
+        database.execute_sql(f'DROP INDEX "{index}"')
+    if version == 1:
+        for table, columns in (("delivery", "status, next_at"), ("task", "status, next_at")):
+            for index in database.get_indexes(table):
+                if index.name.startswith(f"{table}_status_next_at"):
+                    database.execute_sql(f'DROP INDEX "{index.name}"')
+            database.execute_sql(f'CREATE INDEX "{table}_status_next_at" ON "{table}" ({columns})')
+    database.execute_sql(f"UPDATE {storage.SCHEMA_TABLE} SET version = {version}")
     rt.close()
     code, _, err = run_cli(home, "worker", "--drain")
     assert code == 1 and "schema_mismatch" in err and "signoff init" in err
 
     with Signoff.init(home, clock=clock) as again:
-        [(version,)] = again.database.execute_sql(
+        [(found,)] = again.database.execute_sql(
             f"SELECT version FROM {storage.SCHEMA_TABLE}").fetchall()
-        names = {i.name for table in ("delivery", "task")
+        names = {i.name for table in ("delivery", "task", *V3_INDEXES)
                  for i in again.database.get_indexes(table)}
-    assert version == storage.SCHEMA_VERSION == 2
-    assert {"delivery_status_next_at_id", "task_status_next_at_created_at_key"} <= names
+    assert found == storage.SCHEMA_VERSION == 3
+    assert {"delivery_status_next_at_id", "task_status_next_at_created_at_key",
+            *V3_INDEXES.values()} <= names
     assert not names & set(storage.RETIRED_INDEXES)
     code, _, err = run_cli(home, "worker", "--drain")
     assert code == 0, err

@@ -10,7 +10,7 @@ written before it is answered.
 
 from dataclasses import dataclass
 
-from peewee import EXCLUDED, InterfaceError, OperationalError, fn
+from peewee import InterfaceError, OperationalError, fn
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from starlette.responses import JSONResponse
 
@@ -200,8 +200,4 @@ def _count_refusals(refusals, now):
         counts[(monitor, r.code)] = counts.get((monitor, r.code), 0) + 1
     insert_rows(Audit, audits)
     for (monitor, code), n in counts.items():
-        (WebhookRefusal.insert(monitor=monitor, minute=minute, code=code, count=n)
-         .on_conflict(conflict_target=[WebhookRefusal.monitor, WebhookRefusal.minute,
-                                       WebhookRefusal.code],
-                      update={WebhookRefusal.count: WebhookRefusal.count + EXCLUDED.count})
-         .execute())
+        WebhookRefusal.add(monitor, minute, code, n)
