@@ -15,6 +15,7 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from peewee import OperationalError
 
 from conftest import T0, child_env, make_event, signoff_cmd, start_worker, wait_for
 from signoff import storage
@@ -620,3 +621,52 @@ def test_the_environment_overrides_the_backend_keys_and_empty_counts_as_unset(
     (home / "signoff.toml").write_text("", encoding="utf-8")
     monkeypatch.delenv("SIGNOFF_QUEUE_NAME")
     assert load_config(home).queue_name == "signoff"
+
+
+# -- SQLite's write lock -----------------------------------------------------------------
+
+def hold_write_lock(home):
+    """Another connection to the home's file, holding its write lock until rolled back."""
+    import sqlite3
+    holder = sqlite3.connect(home / "signoff.db", isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    return holder
+
+
+@pytest.mark.parametrize("how", ["one statement", "a transaction"])
+def test_a_sqlite_writer_waits_for_the_lock_itself_and_writes_once_it_is_free(rt, home, how):
+    if on_postgres(rt):
+        pytest.skip("SQLite's write lock")
+    # SQLite's own busy handler is off: what waits below is storage's loop.
+    assert rt.database.execute_sql("PRAGMA busy_timeout").fetchone() == (0,)
+    holder = hold_write_lock(home)
+    events = [make_event()] if how == "one statement" else [make_event(), {"bad": "line"}]
+    answers, failed = [], []
+
+    def write():
+        try:
+            answers.extend(rt.enqueue_events(events))
+        except Exception as exc:  # reported below, not lost in the thread
+            failed.append(exc)
+    writer = threading.Thread(target=write)
+    writer.start()
+    writer.join(0.3)
+    assert writer.is_alive() and not failed  # waiting while the lock is held, not failing
+    holder.rollback()
+    writer.join(30)
+    assert not writer.is_alive() and not failed, failed
+    assert [a.accepted for a in answers] == [True] + [False] * (len(events) - 1)
+    assert [e["event_id"] for e in rt.events()] == ["evt-1"]
+
+
+def test_a_sqlite_writer_gives_up_after_the_lock_wait_and_changes_nothing(rt, home, monkeypatch):
+    if on_postgres(rt):
+        pytest.skip("SQLite's write lock")
+    monkeypatch.setattr(storage, "LOCK_WAIT_S", 0.2)
+    holder = hold_write_lock(home)
+    try:
+        with pytest.raises(OperationalError, match="database is locked"):
+            rt.enqueue_events([make_event()])
+    finally:
+        holder.rollback()
+    assert rt.events() == []
