@@ -60,6 +60,8 @@ def test_bench_json_has_every_key(tmp_path):
         ratios = figures["per_event_ratios"]
         assert len(ratios) == PER_EVENT_PAIRS and ratios == sorted(ratios)
         assert figures["per_event_ratio"] == ratios[len(ratios) // 2]
+        assert figures["per_event_ingest_lag_s"] >= 0
+        assert figures["batch_after_ingest_s"] > 0 and figures["per_event_after_ingest_s"] > 0
     breakdown = report["commits_breakdown"]
     assert set(breakdown["by_file"]) >= {"signoff.db", "host.db"}
     assert set(breakdown["by_step"]) == {"enqueue", "ingest", "approve", "submit"}
