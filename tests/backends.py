@@ -92,8 +92,14 @@ class Backends:
     # -- servers (a server that is set but down fails the test) ------------------
 
     def admin(self):
+        import psycopg
+        if (self._admin is not None
+                and self._admin.info.transaction_status != psycopg.pq.TransactionStatus.IDLE):
+            # A test timed out inside one of its statements: a new connection,
+            # or every later test would fail on "another command is already in progress".
+            self._admin.close()
+            self._admin = None
         if self._admin is None:
-            import psycopg
             url = self.database_url or self.queue_url
             self._admin = psycopg.connect(url, autocommit=True, connect_timeout=5)
         return self._admin
@@ -136,6 +142,14 @@ class Backends:
     def _server_url(self):
         return self.database_url or self.queue_url
 
+    def leftover_databases(self):
+        """The databases of test processes that no longer exist (see ``sweep_leftovers``)."""
+        if not storage.is_postgres_url(self._server_url()):
+            return []
+        return [n for (n,) in self.admin().execute(
+                "SELECT datname FROM pg_database WHERE datname LIKE 'signoff\\_%'")
+                if _made_by_a_dead_process(n)]
+
     def sweep_leftovers(self):
         """Drop the databases and Redis keys of test processes that no longer exist.
 
@@ -146,14 +160,10 @@ class Backends:
         process is gone on this machine is a leftover; a name of a live process
         (another session running beside this one) is left alone.
         """
-        if storage.is_postgres_url(self._server_url()):
-            names = [n for (n,) in self.admin().execute(
-                "SELECT datname FROM pg_database WHERE datname LIKE 'signoff\\_%'")]
-            for name in names:
-                if _made_by_a_dead_process(name):
-                    # Here, not on the drop thread: behind a run's worth of drops it
-                    # could take minutes, and a run sweeps once, before its tests.
-                    self.admin().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for name in self.leftover_databases():
+            # Here, not on the drop thread: behind a run's worth of drops it
+            # could take minutes, and a run sweeps once, before its tests.
+            self.admin().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         if self.queue_url and not storage.is_postgres_url(self.queue_url):
             client = self.redis()
             for key in client.scan_iter(match="huey.*signoff_test_*"):
