@@ -7,8 +7,8 @@ home whose config sets the retention period.
 import json
 
 import pytest
-from peewee import fn
 from click.testing import CliRunner
+from peewee import fn
 from conftest import T0, make_event, wait_for
 
 from signoff import retention

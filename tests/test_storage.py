@@ -292,7 +292,7 @@ def test_init_brings_an_older_schema_up_to_date(rt, home, clock, version):
     # Put back what such a home has: version 1's claim indexes had no tie-break,
     # and before version 3 retention's times were not indexed.
     database = rt.database
-    for table, index in V3_INDEXES.items():
+    for index in V3_INDEXES.values():
         database.execute_sql(f'DROP INDEX "{index}"')
     if version == 1:
         for table, columns in (("delivery", "status, next_at"), ("task", "status, next_at")):
