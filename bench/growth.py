@@ -2,7 +2,7 @@
 
     python bench/growth.py [--events N] [--workers K] [--rows ROWS] [--json]
 
-Same as ``signoff bench --growth --growth-rows ROWS`` (100,000 by default; a
+Same as ``python -m bench --growth --growth-rows ROWS`` (100,000 by default; a
 million takes a few minutes to write): every figure of the bench, plus
 ``ingest_growth_ratio`` (target >= 0.9) and ``claim_growth_ratio``, the
 median claim statement's time with ROWS finished tasks over an empty
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from signoff.bench import run_bench  # noqa: E402
+from bench.pipeline import run_bench  # noqa: E402
 
 
 def main():

@@ -768,87 +768,8 @@ def demo(obj, as_json, keep, over_mcp):
     """The whole story in a fresh home, with a real worker killed and restarted."""
     from .demo import run_demo
     if over_mcp:
-        _mcp_module("demo")  # a one-line refusal when the extra is missing
-    report = run_demo(keep, as_json, mcp=over_mcp)
+        _mcp_module("session")  # a one-line refusal when the extra is missing
+    report = run_demo(main, keep, as_json, mcp=over_mcp)
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False, indent=2))
     sys.exit(0 if report["passed"] else 1)
-
-
-class ProcessCounts(click.ParamType):
-    """A comma-separated list of worker-process counts, e.g. ``1,2,4``."""
-
-    name = "counts"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, (list, tuple)):
-            return value
-        try:
-            counts = [int(part) for part in value.split(",")]
-        except ValueError:
-            self.fail(f"{value!r} is not a comma-separated list of numbers", param, ctx)
-        if not counts or min(counts) < 1 or max(counts) > 64 or len(set(counts)) != len(counts):
-            self.fail(f"{value!r}: each count must be 1 to 64, each once", param, ctx)
-        return counts
-
-
-class BackendUrl(click.ParamType):
-    """A database or queue URL of one of ``kinds`` (see ``bench_backends.kind_of``)."""
-
-    name = "url"
-
-    def __init__(self, *kinds):
-        self.kinds = kinds
-
-    def convert(self, value, param, ctx):
-        from .bench_backends import kind_of
-        try:
-            ok = kind_of(value) in self.kinds
-        except ValueError:
-            ok = False
-        if not ok:
-            self.fail(f"unsupported url {value!r} (wanted {' or '.join(self.kinds)})", param, ctx)
-        return value
-
-
-@command(main)
-@click.option("--events", "n_events", type=click.IntRange(min=1), default=2000, show_default=True)
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Threads per worker process.")
-@click.option("--processes", type=ProcessCounts(), default="1", show_default=True,
-              help="Worker-process counts to measure, e.g. 1,2,4.")
-@click.option("--database-url", type=BackendUrl("postgresql"), default=None, help="PostgreSQL server for the state "
-              "(a database is created for the run and dropped after it); default SQLite.")
-@click.option("--queue-url", type=BackendUrl("redis", "postgresql"), default=None, help="Redis or PostgreSQL server for the queue "
-              "(a queue name of its own per run); default SQLite.")
-@click.option("--growth", is_flag=True, help="Also measure ingest with finished tasks present.")
-@click.option("--growth-rows", type=click.IntRange(min=1000), default=100_000, show_default=True,
-              help="Finished tasks present for --growth.")
-@click.option("--mcp", "over_mcp", is_flag=True,
-              help="Instead: the host in-process against the host over MCP (in this process).")
-@click.option("--http", is_flag=True, help="Instead: `signoff serve` webhook ingest against a bare endpoint.")
-def bench(obj, as_json, n_events, workers, processes, database_url, queue_url, growth,
-          growth_rows, over_mcp, http):
-    """Measure signoff against plain Huey on this machine, in one run.
-
-    The homes it makes are its own: their backends are the flags' (SQLite by
-    default), whatever SIGNOFF_DATABASE_URL and SIGNOFF_QUEUE_URL say.
-    """
-    if http:
-        from click.core import ParameterSource
-        from .serve.bench_http import EVENTS, run_http_bench
-        given = click.get_current_context().get_parameter_source("n_events") != ParameterSource.DEFAULT
-        report = run_http_bench(events=n_events if given else EVENTS, as_json=as_json,
-                                database_url=database_url, queue_url=queue_url)
-        if as_json:
-            click.echo(json.dumps(report, ensure_ascii=False, indent=2))
-        return
-    from .bench import run_bench
-    if over_mcp:
-        report = _mcp_module("bench").run_mcp_bench(n_events, as_json)
-    else:
-        report = run_bench(n_events=n_events, workers=workers, growth=growth, as_json=as_json,
-                           processes=processes, database_url=database_url, queue_url=queue_url,
-                           growth_rows=growth_rows)
-    if as_json:
-        click.echo(json.dumps(report, ensure_ascii=False, indent=2))

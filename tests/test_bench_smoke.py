@@ -8,7 +8,7 @@ import sys
 import pytest
 from conftest import child_env
 
-from signoff.bench import GROWTH_KEYS, KEYS, PER_EVENT_PAIRS
+from bench.pipeline import GROWTH_KEYS, KEYS, PER_EVENT_PAIRS
 
 TARGETS = ("ingest_ratio", "pipeline_ratio", "commits_per_event", "enqueue_per_s",
            "worker_peak_rss_mb", "per_event_ratio_1p", "per_event_ratio_2p",
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(900)
 
 def bench(tmp_path, *args):
     # Under the backend switch too: the bench's homes are on the backends its flags name.
-    with subprocess.Popen([sys.executable, "-m", "signoff", "bench", "--json", *args],
+    with subprocess.Popen([sys.executable, "-m", "bench", "--json", *args],
                           cwd=tmp_path, env=child_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE) as proc:
         try:
@@ -157,7 +157,7 @@ def test_plain_huey_baseline_on_postgresql_is_handed_over_in_one_transaction(bac
     # A commit per message would make the baseline time the producer, not the consumers.
     import psycopg
 
-    from signoff.bench import _close_queue, _hand_over, plain_huey
+    from bench.pipeline import _close_queue, _hand_over, plain_huey
     huey, tasks = plain_huey({"url": backend.queue_url, "name": backend.queue_name})
     try:
         _hand_over(huey, [huey.serialize_task(tasks["noop"].s()) for _ in range(25)])

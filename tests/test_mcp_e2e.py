@@ -137,7 +137,7 @@ def test_demo_over_mcp(tmp_path):
 
 @pytest.mark.slow
 def test_bench_over_mcp_counts_the_calls_per_event(tmp_path):
-    done = subprocess.run(signoff_cmd(tmp_path, "bench", "--mcp", "--events", "5", "--json"),
+    done = subprocess.run([sys.executable, "-m", "bench", "--mcp", "--events", "5", "--json"],
                           cwd=tmp_path, env=child_env(), capture_output=True, timeout=180,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr.decode()[-2000:]

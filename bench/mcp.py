@@ -1,4 +1,4 @@
-"""``signoff bench --mcp``: the same work with the host in-process and over MCP.
+"""``python -m bench --mcp``: the same work with the host in-process and over MCP.
 
 Two fresh homes in one run on this machine: one whose host is the reference
 host in the process, one whose host is ``McpHost`` on ``signoff host mcp``
@@ -9,8 +9,7 @@ so the difference is the host calls. MCP calls are counted by the session.
 Both homes keep their state and queue in SQLite files, whatever the
 environment's backend overrides say.
 
-Run: ``signoff bench --mcp [--events N] [--json]`` or
-``python -m signoff.mcp.bench [N]``.
+Run: ``python -m bench --mcp [--events N] [--json]``.
 """
 
 import json
@@ -21,9 +20,9 @@ from pathlib import Path
 
 import click
 
-from ..app import Signoff
-from ..bench_backends import backend_env_set_aside
-from ..hosts.reference import ReferenceHost
+from signoff.app import Signoff
+from .backends import backend_env_set_aside
+from signoff.hosts.reference import ReferenceHost
 
 PHASES = ("ingest", "approve", "submit")
 
@@ -125,7 +124,3 @@ def _calls(host):
     session = getattr(host, "session", None)
     return session.calls if session is not None else 0
 
-
-if __name__ == "__main__":
-    events = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-    print(json.dumps(run_mcp_bench(events, as_json=True), indent=2))

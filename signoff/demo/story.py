@@ -1,7 +1,7 @@
 """``signoff demo``: the whole story in a fresh home, end to end.
 
-Every step goes through the real command line (run in this process, with
-``--json``) and the work is done by real ``signoff worker`` processes: one is
+Every step goes through the real command line (its ``main``, handed in by the
+``demo`` command and run in this process with ``--json``) and the work is done by real ``signoff worker`` processes: one is
 killed with SIGKILL while its task is ``uncertain`` and a new one resolves it by
 reading the receipt under the same key. Each step is printed as it ends, and
 ``report.json`` in the home records what was expected and what happened; it
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import click
 
-from .config import private_file
+from ..config import private_file
 
 RECORD_ID = "comment-1"
 DOCUMENT = "doc-demo"
@@ -46,16 +46,17 @@ class StepFailed(Exception):
         self.got = got
 
 
-def run_demo(keep=None, as_json=False, mcp=False):
+def run_demo(cli, keep=None, as_json=False, mcp=False):
     """Run the demo; return the report (``report["passed"]`` is the verdict).
 
+    ``cli``: the click group the steps run (``signoff.cli.main``).
     ``keep``: run in this folder and leave it. Otherwise a new temporary folder
     is used; once every step held, everything in it but ``report.json`` is
     removed (a failed run keeps it all). Either way the report's path is
     printed at the end and is in the report (``report``).
     ``as_json``: step lines go to standard error, so the caller can print the
     report as the only document on standard output.
-    ``mcp``: the host is reached over MCP (see ``signoff.mcp.demo``).
+    ``mcp``: the host is reached over MCP (see ``signoff.demo.mcp``).
     """
     started = time.monotonic()
     if keep is not None:
@@ -63,10 +64,10 @@ def run_demo(keep=None, as_json=False, mcp=False):
     else:
         home, temporary = Path(tempfile.mkdtemp(prefix="signoff-demo-")), True
     if mcp:
-        from .mcp.demo import McpDemo as story_class
+        from .mcp import McpDemo as story_class
     else:
         story_class = Demo
-    demo = story_class(home, as_json)
+    demo = story_class(cli, home, as_json)
     demo.say(f"signoff demo in {home}" + (" (kept)" if keep is not None else ""))
     try:
         demo.run()
@@ -110,7 +111,8 @@ def _remove_all_but(folder, name):
 class Demo:
     """The story's state: the home, the workers started, the steps so far."""
 
-    def __init__(self, home, as_json):
+    def __init__(self, cli, home, as_json):
+        self.main = cli
         self.home = home
         self.as_json = as_json
         self.steps = []
@@ -157,11 +159,10 @@ class Demo:
 
     def cli(self, *args):
         """Run ``signoff --home HOME ARGS --json``; return ``(exit code, parsed stdout)``."""
-        from .cli import main
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                main.main(args=["--home", str(self.home), *args, "--json"],
+                self.main.main(args=["--home", str(self.home), *args, "--json"],
                           prog_name="signoff", standalone_mode=True)
                 code = 0
             except SystemExit as exc:
@@ -195,7 +196,7 @@ class Demo:
         log = private_file(self.home / f"worker-{n}.log", "wb")
         self.logs.append(log)
         env = dict(os.environ)
-        package_root = str(Path(__file__).resolve().parent.parent)
+        package_root = str(Path(__file__).resolve().parent.parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         proc = subprocess.Popen(
             [sys.executable, "-m", "signoff", "--home", str(self.home), "worker", *args],
@@ -302,7 +303,7 @@ class Demo:
         if not n:
             text += f"\n[retry]\n{line}\n"
         config.write_text(text, encoding="utf-8")
-        from .config import load_config
+        from ..config import load_config
         delay = load_config(self.home).retry.base_delay_s
         return "initialised" if delay == BASE_DELAY_S else f"base_delay_s is {delay}"
 

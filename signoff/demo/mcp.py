@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from ..config import load_config
-from ..demo import BASE_DELAY_S, DOCUMENT, WAIT_S, Demo, StepFailed
+from .story import BASE_DELAY_S, DOCUMENT, WAIT_S, Demo, StepFailed
 
 MCP_FACTORY = "signoff.hosts.mcp:McpHost"
 SECOND_RECORD = "comment-2"
@@ -28,8 +28,8 @@ SECOND_MONITOR = "second"
 class McpDemo(Demo):
     """The demo over MCP, plus the server killed right after a write."""
 
-    def __init__(self, home, as_json):
-        super().__init__(home, as_json)
+    def __init__(self, cli, home, as_json):
+        super().__init__(cli, home, as_json)
         self.second_key = None
         self.second_digest = None
         self.server_kills = 0

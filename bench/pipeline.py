@@ -1,4 +1,4 @@
-"""``signoff bench``: signoff against plain Huey on this machine, in one run.
+"""``python -m bench``: signoff against plain Huey on this machine, in one run.
 
 Everything runs in a fresh temporary folder with the reference host (a local
 SQLite file: no network, no waits) and real worker processes:
@@ -67,7 +67,7 @@ How the figures are taken:
   long approval and submit take after each run's ingest: what the way events
   arrive costs the rest of the pipeline.
 - ``--database-url`` / ``--queue-url`` put state and queue on PostgreSQL and
-  Redis or PostgreSQL (see ``bench_backends``): a database per home, created
+  Redis or PostgreSQL (see ``bench.backends``): a database per home, created
   and dropped by the run, and a queue name per home and baseline. Commits are
   counted on SQLite only (the counter traces SQLite connections).
 - ``--growth`` runs ingest again with ``--growth-rows`` finished tasks present
@@ -75,7 +75,7 @@ How the figures are taken:
   before the workers start) with an empty database's, claimed from in
   alternate rounds.
 
-``python -m signoff.bench ...`` is the child side (worker and Huey
+``python -m bench.pipeline ...`` is the child side (worker and Huey
 consumers); it is not meant to be run by hand.
 """
 
@@ -94,7 +94,7 @@ import threading
 import time
 from pathlib import Path
 
-from .bench_backends import BenchBackend, backend_env_set_aside, kind_of
+from .backends import BenchBackend, backend_env_set_aside, kind_of
 
 DOC = "doc-demo"
 MONITOR = "bench"
@@ -278,7 +278,7 @@ class _Reporter:
 
 
 def _child(argv):
-    """``python -m signoff.bench worker|huey STATS ARGS...``"""
+    """``python -m bench.pipeline worker|huey STATS ARGS...``"""
     import atexit
     mode, stats_path, args = argv[0], argv[1], argv[2:]
     counter = CommitCounter()
@@ -338,8 +338,8 @@ def baseline_queue(spec):
 
 def plain_huey(queue_spec, host_path=None, times=None):
     """The plain-Huey baseline: a queue with signoff's settings and its tasks."""
-    from .canonical import canonical
-    from .drafting import template
+    from signoff.canonical import canonical
+    from signoff.drafting import template
 
     huey = baseline_queue(queue_spec)
     times = times if times is not None else {}
@@ -412,7 +412,7 @@ def _hand_over(huey, messages):
 
 
 def _huey_child(cfg, reporter):
-    from .worker import IDLE_POLL_S
+    from signoff.worker import IDLE_POLL_S
     huey, _ = plain_huey(cfg["queue"], cfg.get("host"), reporter.extra)
     consumer = huey.create_consumer(workers=cfg["workers"], worker_type="thread", periodic=False,
                                     max_delay=IDLE_POLL_S, initial_delay=0.05)
@@ -437,7 +437,7 @@ class _Child:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         env["SIGNOFF_BENCH_COUNT"] = "1" if count else "0"
-        self.proc = subprocess.Popen([sys.executable, "-m", "signoff.bench", *argv],
+        self.proc = subprocess.Popen([sys.executable, "-m", "bench.pipeline", *argv],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      env=env, cwd=str(self.stats_path.parent))
         self.lines = []
@@ -605,7 +605,7 @@ def _records(n, tenant):
 
 def _fill_host(host, n):
     """Records ``r-0`` … and the material, in one transaction."""
-    from .canonical import canonical
+    from signoff.canonical import canonical
     tenant = host.context()["tenant"]
     host.conn.execute("BEGIN IMMEDIATE")
     host.conn.executemany("INSERT OR REPLACE INTO records VALUES (?, ?)",
@@ -616,7 +616,7 @@ def _fill_host(host, n):
 
 def _finished_task(i, at, tenant, draft, material, grant_digest):
     """The delivery, inbox, task and audit rows one finished task leaves behind."""
-    from .canonical import digest, task_key
+    from signoff.canonical import digest, task_key
     record = {"id": f"old-{i}", "document": DOC, "version": 1, "status": "open",
               "kind": "review", "tenant": tenant, "text": "please add the demo date",
               "source": f"reference://{DOC}/old-{i}"}
@@ -653,8 +653,8 @@ def add_history(rt, count=HISTORY):
     Per task: a done delivery, its inbox row, a done task with record and
     result, a delivery and a task attempt, and three audit rows.
     """
-    from .models import Attempt, Audit, Delivery, Inbox, Monitor, Task, db, insert_rows
-    from .storage import analyze, checkpoint
+    from signoff.models import Attempt, Audit, Delivery, Inbox, Monitor, Task, db, insert_rows
+    from signoff.storage import analyze, checkpoint
     grant_digest = Monitor.get_by_id(MONITOR).grant_digest
     tenant = rt.host().context()["tenant"]
     draft = rt.drafter()
@@ -697,7 +697,7 @@ def bench_huey(folder, kind, n, workers, counter=None, rounds=BASELINE_ROUNDS, p
     folder.mkdir(parents=True)
     host_path = folder / "host.db"
     if kind == "chain":
-        from .hosts.reference import ReferenceHost
+        from signoff.hosts.reference import ReferenceHost
         ref = ReferenceHost(None, path=host_path)
         _fill_host(ref, n)
         ref.close()
@@ -734,7 +734,7 @@ def _close_queue(huey):
 
 def _huey_rounds(huey, tasks, kind, n, rounds, counter, probe, group):
     """Hand ``rounds`` batches of ``n`` over, one after the other; the commits that took."""
-    from .canonical import task_key
+    from signoff.canonical import task_key
     handed = {}
     for r in range(rounds):
         if kind == "noop":
@@ -849,8 +849,8 @@ def claim_probe(rt, reference):
     then weighs on both alike, where two runs minutes apart differ by more
     than the tables do.
     """
-    from . import storage
-    from .models import Delivery
+    from signoff import storage
+    from signoff.models import Delivery
     homes = (rt, reference)
     probes = [_probe_rows(home) for home in homes]
     rounds = [[_timed_claim(home) for home in homes] for _ in range(CLAIM_ROUNDS)]
@@ -870,8 +870,8 @@ def _probe_rows(rt):
 
 
 def _timed_claim(rt):
-    from . import storage
-    from .leases import claim_deliveries
+    from signoff import storage
+    from signoff.leases import claim_deliveries
     with storage.bind(rt.database):
         start = time.perf_counter()
         claim_deliveries(rt.clock.now(), "bench-probe", 60.0, rt.config.batch_size)
@@ -879,7 +879,7 @@ def _timed_claim(rt):
 
 
 def _signoff_home(folder, n, history, backend, say):
-    from .app import Signoff
+    from signoff.app import Signoff
     (backend or BenchBackend()).write_config(folder, folder.name)
     rt = Signoff.init(folder)
     _fill_host(rt.host(), n)
@@ -920,7 +920,7 @@ def _enqueue(rt, lines, per_event):
 
 def _run_events(rt, group, n, counter, pipeline, per_event):
     """Enqueue, ingest and (with ``pipeline``) approve and submit ``n`` events; the figures."""
-    from .models import Delivery
+    from signoff.models import Delivery
     first_id = (Delivery.select(Delivery.id).order_by(Delivery.id.desc()).limit(1).scalar() or 0) + 1
     lines = _event_lines(n)
     w0 = group.snapshot()
@@ -946,8 +946,8 @@ def _run_events(rt, group, n, counter, pipeline, per_event):
 
 
 def _await_ingest(rt, group, n, first_id, out):
-    from .lifecycle import DELIVERY_PENDING
-    from .models import Delivery
+    from signoff.lifecycle import DELIVERY_PENDING
+    from signoff.models import Delivery
     mine = Delivery.id >= first_id
     _wait(lambda: not Delivery.select().where(mine, Delivery.status.in_(list(DELIVERY_PENDING))).exists(),
           _budget(n), "ingest", group.children)
@@ -979,8 +979,8 @@ def _snapshot_covering(group, step, n, timeout=10.0):
 
 
 def _approve_and_submit(rt, group, n, counter, w1, out):
-    from .lifecycle import TASK_ACTIVE
-    from .models import Task
+    from signoff.lifecycle import TASK_ACTIVE
+    from signoff.models import Task
     items = [(k, d) for k, d in Task.select(Task.key, Task.digest).where(
         Task.status == "ready").tuples()]
     p1 = counter.snapshot()
@@ -1281,7 +1281,7 @@ def render(r):
     """The human table: figures, then each target with pass or MISS."""
     rows = _rows(r)
     width = max(len(label) for label, _ in rows)
-    lines = [f"signoff bench: {r['events']} events, {r['backend']}, {r['processes']} worker "
+    lines = [f"bench: {r['events']} events, {r['backend']}, {r['processes']} worker "
              f"process(es) x {r['workers']} threads", ""]
     lines += [f"{label.ljust(width)}  {value}" for label, value in rows]
     lines += _process_table(r)
@@ -1294,5 +1294,5 @@ def render(r):
 
 
 if __name__ == "__main__":
-    from signoff import bench as _bench  # run the child from the importable module
-    _bench._child(sys.argv[1:])
+    from bench import pipeline  # run the child from the importable module, not __main__
+    pipeline._child(sys.argv[1:])

@@ -1,4 +1,4 @@
-"""``signoff bench --http``: webhook ingest of ``signoff serve`` against a bare endpoint.
+"""``python -m bench --http``: webhook ingest of ``signoff serve`` against a bare endpoint.
 
 One load generator (asyncio + httpx, loopback only, every loop bounded by a
 count) drives, in one run: a bare endpoint on the same server stack (uvicorn +
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..bench_backends import BenchBackend, backend_env_set_aside
+from .backends import BenchBackend, backend_env_set_aside
 
 EVENTS = 20_000
 CLIENTS = 50
@@ -35,7 +35,7 @@ def bare_app():
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from .web import SecurityHeaders
+    from signoff.serve.web import SecurityHeaders
 
     async def hook(request):
         await request.body()
@@ -47,7 +47,7 @@ def serve_bare(port=0):
     """Run the bare endpoint until SIGTERM, as ``signoff serve`` runs (same uvicorn options)."""
     import uvicorn
 
-    from .server import GRACEFUL_S, bind_socket
+    from signoff.serve.server import GRACEFUL_S, bind_socket
     sock = bind_socket("127.0.0.1", port)
     print(json.dumps({"listening": f"http://127.0.0.1:{sock.getsockname()[1]}"}), flush=True)
     config = uvicorn.Config(bare_app(), lifespan="off", access_log=False, log_level="warning",
@@ -137,8 +137,8 @@ async def _load(url, requests, sign, clients, rate=None):
 
 
 def _home(tmp, backend):
-    from ..app import Signoff
-    from . import secrets
+    from signoff.app import Signoff
+    from signoff.serve import secrets
     backend.write_config(tmp / "home", "http")
     rt = Signoff.init(tmp / "home")
     rt.host().put_grant(docs=["doc-bench"])  # the reference host grants doc-demo only
@@ -152,7 +152,7 @@ def run_http_bench(events=EVENTS, clients=CLIENTS, bad=None, paced=None, as_json
 
     ``bad`` and ``paced`` default to a fortieth and a quarter of ``events``
     (500 and 5,000 for the full 20,000). ``database_url`` / ``queue_url`` put
-    the served home on PostgreSQL and Redis or PostgreSQL, as ``signoff bench``
+    the served home on PostgreSQL and Redis or PostgreSQL, as ``python -m bench``
     does (a database and queue name of its own, dropped after the run).
     """
     bad = max(1, events // 40) if bad is None else bad
@@ -180,7 +180,7 @@ def run_http_bench(events=EVENTS, clients=CLIENTS, bad=None, paced=None, as_json
 def _passes(rt, secret, events, clients, bad, paced, say):
     """The bare endpoint, then ``signoff serve``: full rate, bad signatures, half rate."""
     good, sign = events_for(events, "evt"), signer(secret)
-    bare_proc, bare_url = _start([sys.executable, "-m", "signoff.serve.bench_http"])
+    bare_proc, bare_url = _start([sys.executable, "-m", "bench.http"])
     try:
         say(f"bare endpoint: {events} requests from {clients} clients")
         bare = asyncio.run(_load(bare_url, good, sign, clients))
@@ -207,7 +207,7 @@ def _passes(rt, secret, events, clients, bad, paced, say):
 def _report(rt, bare, ingest, refused, half, events, clients):
     from peewee import fn
 
-    from ..models import Delivery
+    from signoff.models import Delivery
     accepted = set(ingest.pop("accepted_ids")) | set(half.pop("accepted_ids"))
     refused.pop("accepted_ids")
     bare.pop("accepted_ids")

@@ -1,4 +1,4 @@
-"""Where one ``signoff bench`` run keeps its state and queue.
+"""Where one ``python -m bench`` run keeps its state and queue.
 
 SQLite files in each bench home by default. With a PostgreSQL database URL
 every home gets a database of its own, created for the run and dropped after
@@ -14,7 +14,7 @@ import os
 import uuid
 from urllib.parse import urlsplit, urlunsplit
 
-from .config import BACKEND_ENV, write_default
+from signoff.config import BACKEND_ENV, write_default
 
 POSTGRES = ("postgres://", "postgresql://")
 REDIS = ("redis://", "rediss://", "unix://")

@@ -1,0 +1,10 @@
+"""``signoff demo``: the seed's story end to end, with real worker processes.
+
+``story`` runs it against the reference host in the home; ``mcp`` runs it with
+the host reached over MCP. Neither imports the command line: the ``demo``
+command hands its ``main`` in.
+"""
+
+from .story import run_demo
+
+__all__ = ["run_demo"]
