@@ -138,7 +138,7 @@ async def _load(url, requests, sign, clients, rate=None):
 
 def _home(tmp, backend):
     from signoff.app import Signoff
-    from signoff.serve import secrets
+    from signoff.ops import secrets
     backend.write_config(tmp / "home", "http")
     rt = Signoff.init(tmp / "home")
     rt.host().put_grant(docs=["doc-bench"])  # the reference host grants doc-demo only

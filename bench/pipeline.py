@@ -338,8 +338,8 @@ def baseline_queue(spec):
 
 def plain_huey(queue_spec, host_path=None, times=None):
     """The plain-Huey baseline: a queue with signoff's settings and its tasks."""
-    from signoff.canonical import canonical
-    from signoff.drafting import template
+    from signoff.rules.canonical import canonical
+    from signoff.drafters.template import template
 
     huey = baseline_queue(queue_spec)
     times = times if times is not None else {}
@@ -605,7 +605,7 @@ def _records(n, tenant):
 
 def _fill_host(host, n):
     """Records ``r-0`` … and the material, in one transaction."""
-    from signoff.canonical import canonical
+    from signoff.rules.canonical import canonical
     tenant = host.context()["tenant"]
     host.conn.execute("BEGIN IMMEDIATE")
     host.conn.executemany("INSERT OR REPLACE INTO records VALUES (?, ?)",
@@ -616,7 +616,7 @@ def _fill_host(host, n):
 
 def _finished_task(i, at, tenant, draft, material, grant_digest):
     """The delivery, inbox, task and audit rows one finished task leaves behind."""
-    from signoff.canonical import digest, task_key
+    from signoff.rules.canonical import digest, task_key
     record = {"id": f"old-{i}", "document": DOC, "version": 1, "status": "open",
               "kind": "review", "tenant": tenant, "text": "please add the demo date",
               "source": f"reference://{DOC}/old-{i}"}
@@ -734,7 +734,7 @@ def _close_queue(huey):
 
 def _huey_rounds(huey, tasks, kind, n, rounds, counter, probe, group):
     """Hand ``rounds`` batches of ``n`` over, one after the other; the commits that took."""
-    from signoff.canonical import task_key
+    from signoff.rules.canonical import task_key
     handed = {}
     for r in range(rounds):
         if kind == "noop":
@@ -871,7 +871,7 @@ def _probe_rows(rt):
 
 def _timed_claim(rt):
     from signoff import storage
-    from signoff.leases import claim_deliveries
+    from signoff.state.leases import claim_deliveries
     with storage.bind(rt.database):
         start = time.perf_counter()
         claim_deliveries(rt.clock.now(), "bench-probe", 60.0, rt.config.batch_size)
@@ -946,7 +946,7 @@ def _run_events(rt, group, n, counter, pipeline, per_event):
 
 
 def _await_ingest(rt, group, n, first_id, out):
-    from signoff.lifecycle import DELIVERY_PENDING
+    from signoff.state.lifecycle import DELIVERY_PENDING
     from signoff.models import Delivery
     mine = Delivery.id >= first_id
     _wait(lambda: not Delivery.select().where(mine, Delivery.status.in_(list(DELIVERY_PENDING))).exists(),
@@ -979,7 +979,7 @@ def _snapshot_covering(group, step, n, timeout=10.0):
 
 
 def _approve_and_submit(rt, group, n, counter, w1, out):
-    from signoff.lifecycle import TASK_ACTIVE
+    from signoff.state.lifecycle import TASK_ACTIVE
     from signoff.models import Task
     items = [(k, d) for k, d in Task.select(Task.key, Task.digest).where(
         Task.status == "ready").tuples()]

@@ -3,12 +3,13 @@
 import functools
 import threading
 
-from . import (approval, deadletters, gaps, ingest, intake, monitors, policy, reaper, redraft,
-               storage, submit, views)
+from .ops import approval, deadletters, gaps, intake, monitors, policy, redraft, views
+from .steps import ingest, reaper, submit
+from . import storage
 from .clock import Clock
 from .config import (call_factory, load_config, load_plugin, make_private, resolve_home,
                      write_default)
-from .events import check_value
+from .rules.events import check_value
 from .models import MODELS
 from .tasks import Wakers, close_queue, make_queue
 

@@ -12,7 +12,7 @@ import sys
 import click
 
 from .errors import SignoffError
-from .output import emit, fail, safe, stream, table
+from .commands.output import emit, fail, safe, stream, table
 
 
 INT64_MAX = 2**63 - 1
@@ -273,7 +273,7 @@ MONITOR_COLUMNS = ["id", "document", "event_names", "active", "expires_at", "win
 def monitor_bind(obj, as_json, monitor_id, document, events, ttl, window, approval_ttl,
                  batch_window):
     """Bind a monitor from the host's current grant."""
-    from .monitors import DEFAULT_EVENTS
+    from .ops.monitors import DEFAULT_EVENTS
     m = obj.open().bind(document, monitor_id, event_names=list(events or DEFAULT_EVENTS),
                         ttl_s=ttl, window_s=window, approval_ttl_s=approval_ttl,
                         batch_window_s=batch_window)
@@ -322,7 +322,7 @@ def monitor_secret():
               help="whsec_<base64 of 24-64 bytes>, or - to read it from stdin (default: a new one).")
 def monitor_secret_add(obj, as_json, monitor_id, secret):
     """Add a secret; it is printed this once and never shown again."""
-    from .serve import secrets
+    from .ops import secrets
     if secret == "-":
         secret = sys.stdin.readline().strip()
     emit(secrets.add(obj.open(), monitor_id, secret), as_json,
@@ -333,7 +333,7 @@ def monitor_secret_add(obj, as_json, monitor_id, secret):
 @click.argument("monitor_id")
 def monitor_secret_list(obj, as_json, monitor_id):
     """The monitor's secret ids and when they were added (never the secrets)."""
-    from .serve import secrets
+    from .ops import secrets
     obj.open()
     emit(secrets.listing(monitor_id), as_json,
          lambda rows: table(rows, ["secret_id", "created_at"]))
@@ -344,7 +344,7 @@ def monitor_secret_list(obj, as_json, monitor_id):
 @click.argument("secret_id", type=click.IntRange(min=0, max=INT64_MAX))
 def monitor_secret_remove(obj, as_json, monitor_id, secret_id):
     """Remove a secret (effective for the next request)."""
-    from .serve import secrets
+    from .ops import secrets
     emit(secrets.remove(obj.open(), monitor_id, secret_id), as_json,
          lambda r: f"secret {r['secret_id']} of monitor {r['monitor']} removed")
 
@@ -363,7 +363,7 @@ def _enqueue(rt, source, monitor_id, as_json):
     # Streams both ways: lines are read in chunks and answers printed as they
     # come, so a file of any length runs in constant memory. Each chunk is
     # committed before its answers are printed: what was printed is stored.
-    from .intake import enqueue
+    from .ops.intake import enqueue
     show_progress = sys.stderr.isatty()
 
     def progress(lines):
@@ -479,7 +479,7 @@ KEY_HINT = ("KEY: the key column, or any unique prefix of 8+ characters; DIGEST:
 
 def statuses(kind):
     """Every delivery or task status, sorted: the ``--status`` choices."""
-    from .lifecycle import DELIVERY_EDGES, TASK_EDGES
+    from .state.lifecycle import DELIVERY_EDGES, TASK_EDGES
     edges = DELIVERY_EDGES if kind == "delivery" else TASK_EDGES
     return sorted({str(getattr(status, "value", status)) for edge in edges for status in edge})
 
@@ -499,7 +499,7 @@ def bounded(f):
 
 
 def _listing(obj, as_json, name, limit, columns, status=None, short=(), hint=None):
-    from .views import listing
+    from .ops.views import listing
     obj.open()  # points the models at this home's database
     rows, more = listing(name, status=status, limit=limit)
     stream(rows, more, as_json, columns, short=short, hint=hint)
@@ -549,7 +549,7 @@ def tasks_list(obj, as_json, status, limit):
 @click.argument("key")
 def tasks_show(obj, as_json, key):
     """One task (KEY or a unique prefix) with its record, result, digests and history."""
-    from .timeline import render_task
+    from .commands.render import render_task
     emit(obj.open().task(key), as_json, render_task)
 
 
@@ -564,7 +564,7 @@ def tasks_retry(obj, as_json, key):
 @click.argument("key")
 def tasks_redraft(obj, as_json, key):
     """Re-read the record and material and draft a ready or blocked task again."""
-    from .timeline import render_redraft
+    from .commands.render import render_redraft
     emit(obj.open().redraft(key), as_json, render_redraft)
 
 
@@ -632,7 +632,7 @@ def reviewer():
 @click.option("--read-only", is_flag=True, help="May look, may not approve or change anything.")
 def reviewer_add(obj, as_json, name, read_only):
     """Create a reviewer; their login token is printed this once."""
-    from .serve import reviewers
+    from .ops import reviewers
     emit(reviewers.add(obj.open(), name, read_only), as_json,
          lambda r: f"reviewer {r['name']}{' (read-only)' if r['read_only'] else ''}, "
                    f"token (shown once): {r['token']}")
@@ -642,7 +642,7 @@ def reviewer_add(obj, as_json, name, read_only):
 @click.argument("name")
 def reviewer_remove(obj, as_json, name):
     """Delete a reviewer and end their sessions."""
-    from .serve import reviewers
+    from .ops import reviewers
     emit(reviewers.remove(obj.open(), name), as_json,
          lambda r: f"reviewer {r['name']} removed; {r['sessions_ended']} session(s) ended")
 
@@ -650,7 +650,7 @@ def reviewer_remove(obj, as_json, name):
 @command(reviewer, "list")
 def reviewer_list(obj, as_json):
     """Reviewers (never their tokens)."""
-    from .serve import reviewers
+    from .ops import reviewers
     obj.open()
     emit(reviewers.listing(), as_json,
          lambda rows: table(rows, ["name", "read_only", "created_at"]))
@@ -708,14 +708,14 @@ def audit(obj, as_json, limit):
 @command(main)
 def gaps(obj, as_json):
     """What was not observed: resume gaps and stale events."""
-    from .timeline import render_gaps
+    from .commands.render import render_gaps
     emit(obj.open().gaps(), as_json, render_gaps)
 
 
 @command(main)
 def stats(obj, as_json):
     """Counts of states, leases, retries, uncertainty, dead letters and gaps."""
-    from .timeline import render_stats
+    from .commands.render import render_stats
     emit(obj.open().stats(), as_json, render_stats)
 
 
@@ -728,7 +728,7 @@ def purge(obj, as_json, older_than, dry_run):
 
     Webhook answers past it are dropped and refusal counts folded likewise.
     """
-    from .retention import purge as run_purge
+    from .ops.retention import purge as run_purge
     show_progress = sys.stderr.isatty() and not dry_run
 
     def progress(done):
@@ -755,7 +755,7 @@ def _by_status(counts):
 @click.option("--interval", type=Seconds(min=0.1), default=1.0, show_default=True)
 def watch(obj, as_json, interval):
     """A live view that refreshes until Ctrl-C (--json: one JSON snapshot per line)."""
-    from .watch import watch as run_watch
+    from .commands.watch import watch as run_watch
     run_watch(obj.open(), interval, as_json)
 
 

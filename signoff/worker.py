@@ -11,11 +11,13 @@ import threading
 import time
 from dataclasses import replace
 
-from . import batching, notify, policy, retention, storage
+from .steps import batching
+from .ops import notify, policy, retention
+from . import storage
 from .app import Signoff
 from .config import load_config, resolve_home
 from .errors import StorageError
-from .lifecycle import DELIVERY_PENDING, TASK_ACTIVE
+from .state.lifecycle import DELIVERY_PENDING, TASK_ACTIVE
 from .models import Delivery, Task
 from .tasks import close_queue
 

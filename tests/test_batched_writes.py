@@ -6,9 +6,9 @@ that only that row is treated differently.
 """
 
 from conftest import make_event
-from signoff import ingest, submit
+from signoff.steps import ingest, submit
 from signoff.errors import Refused
-from signoff.leases import claim_deliveries, claim_tasks
+from signoff.state.leases import claim_deliveries, claim_tasks
 from signoff.models import Attempt, Audit, Delivery, Inbox, Task, insert_rows
 
 TTL = 30.0

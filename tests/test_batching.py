@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 from conftest import PLUGINS, make_event, wait_for
 
-from signoff import batching
+from signoff.steps import batching
 from signoff.app import Signoff
-from signoff.canonical import digest
+from signoff.rules.canonical import digest
 from signoff.cli import main
 from signoff.errors import Refused
 from signoff.models import BatchMember, Delivery, RecordBatch, Task

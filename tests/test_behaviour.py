@@ -11,7 +11,7 @@ import pytest
 from conftest import T0, make_event, state_tables
 
 from signoff.app import Signoff
-from signoff.canonical import digest, task_key
+from signoff.rules.canonical import digest, task_key
 from signoff.errors import Refused
 from signoff.models import Delivery, Inbox, Task
 

@@ -19,9 +19,9 @@ import pytest
 
 from conftest import PLUGINS, child_env, signoff_cmd, wait_for
 from signoff.app import Signoff
-from signoff.canonical import canonical
+from signoff.rules.canonical import canonical
 from signoff.errors import Refused
-from signoff.lifecycle import DELIVERY_PENDING, TASK_ACTIVE
+from signoff.state.lifecycle import DELIVERY_PENDING, TASK_ACTIVE
 from signoff.models import Attempt, Delivery, Inbox, Task
 
 if str(PLUGINS) not in sys.path:

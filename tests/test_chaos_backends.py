@@ -24,7 +24,7 @@ import pytest
 from conftest import wait_for
 from signoff import storage
 from signoff.app import Signoff
-from signoff.canonical import canonical
+from signoff.rules.canonical import canonical
 from signoff.models import Delivery, Task
 from signoff.tasks import close_queue
 from test_chaos import CONFIG, RECORDS, SEED, WAVE, Workers, approve_ready, assert_each_task_ended

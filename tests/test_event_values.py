@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from signoff.errors import InvalidEvent
-from signoff.events import MAX_LINE_BYTES, check_value, read_events
+from signoff.rules.events import MAX_LINE_BYTES, check_value, read_events
 
 FIELDS = ("event_id", "name", "document", "record_id", "occurred", "text")
 

@@ -7,13 +7,13 @@ import pytest
 from click.testing import CliRunner
 from conftest import PLUGINS, T0, make_event
 
-from signoff import gaps
+from signoff.ops import gaps
 from signoff.app import Signoff
-from signoff.canonical import digest
+from signoff.rules.canonical import digest
 from signoff.cli import main
 from signoff.errors import Refused
 from signoff.models import Delivery, Gap, Monitor, Task
-from signoff.timeline import render_gaps, render_stats
+from signoff.commands.render import render_gaps, render_stats
 
 if str(PLUGINS) not in sys.path:
     sys.path.insert(0, str(PLUGINS))

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, make_event
 
-from signoff import views
+from signoff.ops import views
 from signoff.app import Signoff
-from signoff.canonical import task_key
+from signoff.rules.canonical import task_key
 from signoff.errors import ConfigError, InvalidEvent, Refused
-from signoff.events import check_label, parse_line
+from signoff.rules.events import check_label, parse_line
 from signoff.models import Audit, Delivery, Inbox, Monitor, Task, insert_rows
-from signoff.timeline import render_task
+from signoff.commands.render import render_task
 
 BIDI_AND_SEPARATORS = ["\u202e", "\u202a", "\u2066", "\u2069", "\u200f", "\u061c", "\u2028"]
 

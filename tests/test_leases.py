@@ -10,13 +10,13 @@ import sys
 import pytest
 
 from conftest import PLUGINS, T0, make_event
-from signoff import ingest, submit
+from signoff.steps import ingest, submit
 from signoff.app import Signoff
 from signoff.config import RetryPolicy
-from signoff.leases import claim_deliveries, claim_tasks
-from signoff.lifecycle import Fenced, move_delivery, move_task
+from signoff.state.leases import claim_deliveries, claim_tasks
+from signoff.state.lifecycle import Fenced, move_delivery, move_task
 from signoff.models import Attempt, Delivery, Inbox, Monitor, Task
-from signoff.retry import backoff, decide
+from signoff.rules.retry import backoff, decide
 
 if str(PLUGINS) not in sys.path:
     sys.path.insert(0, str(PLUGINS))

@@ -12,7 +12,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from conftest import child_env, signoff_cmd, start_worker, wait_for
 from servekit import SECRET_TEXT, event, make_home
 from signoff.models import Notification
-from signoff.serve import secrets
+from signoff.ops import secrets
 
 
 class Receiver:

@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from peewee import OperationalError
 
-from signoff import policy
+from signoff.ops import policy
 from signoff.app import Signoff
 from signoff.cli import main
 from signoff.clock import FakeClock
 from signoff.errors import Refused
-from signoff.lifecycle import update_task
+from signoff.state.lifecycle import update_task
 from signoff.models import Audit, Policy, PolicyDecision, Task
 
 HOUR = 3600

@@ -11,12 +11,12 @@ from click.testing import CliRunner
 from peewee import fn
 from conftest import T0, make_event, wait_for
 
-from signoff import retention
+from signoff.ops import retention
 from signoff.app import Signoff
-from signoff.canonical import digest
+from signoff.rules.canonical import digest
 from signoff.cli import main
 from signoff.errors import Refused
-from signoff.lifecycle import bury, move_task
+from signoff.state.lifecycle import bury, move_task
 from signoff.models import Inbox, PurgedTask, Task, WebhookAnswer, WebhookRefusal
 
 DAY = 24 * 60 * 60

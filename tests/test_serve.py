@@ -16,9 +16,9 @@ import pytest
 
 from conftest import child_env, signoff_cmd, state_tables, wait_for
 from servekit import SECRET_TEXT, Server, event, make_home, signed
-from signoff import retention
+from signoff.ops import retention
 from signoff.models import Audit, Delivery, WebhookAnswer, WebhookRefusal
-from signoff.serve import secrets
+from signoff.ops import secrets
 
 import subprocess
 

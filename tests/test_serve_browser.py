@@ -9,7 +9,7 @@ import pytest
 
 from conftest import start_worker
 from servekit import Server, event, make_home
-from signoff.serve import reviewers
+from signoff.ops import reviewers
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -17,7 +17,7 @@ from servekit import Server, event, make_home
 from signoff.app import Signoff
 from signoff.clock import FakeClock
 from signoff.models import MODELS, Task
-from signoff.serve import reviewers
+from signoff.ops import reviewers
 
 import subprocess
 

@@ -21,8 +21,8 @@ from conftest import T0, child_env, make_event, signoff_cmd, start_worker, wait_
 from signoff import storage
 from signoff.app import Signoff
 from signoff.errors import Blocked, StorageError
-from signoff.leases import claim_deliveries, claim_tasks
-from signoff.lifecycle import DeliveryStatus, TaskStatus, move_task
+from signoff.state.leases import claim_deliveries, claim_tasks
+from signoff.state.lifecycle import DeliveryStatus, TaskStatus, move_task
 from signoff.models import Delivery, Task, insert_rows
 from signoff.tasks import close_queue
 

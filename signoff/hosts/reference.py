@@ -11,7 +11,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from ..canonical import canonical
+from ..rules.canonical import canonical
 from ..errors import Blocked, Refused, StorageError
 
 FILENAME = "host.db"

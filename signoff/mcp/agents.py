@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import Refused, SignoffError
 from ..models import Monitor, Task
-from ..views import task_row
+from ..ops.views import task_row
 from .strict import StrictServer, error_result
 
 LIST_LIMIT = 1000

@@ -14,11 +14,11 @@ from peewee import InterfaceError, OperationalError, fn
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from starlette.responses import JSONResponse
 
-from .. import intake
+from ..ops import intake
 from ..errors import InvalidEvent
-from ..events import MAX_LINE_BYTES, Event, check_label, parse_line
+from ..rules.events import MAX_LINE_BYTES, Event, check_label, parse_line
 from ..models import Audit, Delivery, WebhookAnswer, WebhookRefusal, db, insert_rows
-from . import secrets
+from ..ops import secrets
 
 MAX_BODY = MAX_LINE_BYTES  # 64 KiB
 AUDITED_PER_MINUTE = 60

@@ -10,7 +10,7 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 from prometheus_client.exposition import generate_latest
 
 from ..models import Attempt, Notification, Task, WebhookRefusal, db
-from ..views import stats
+from ..ops.views import stats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -16,11 +16,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from starlette.templating import Jinja2Templates
 
-from .. import gaps
+from ..ops import gaps
 from ..errors import Blocked, Refused
 from ..models import Task
-from ..views import describe
-from . import reviewers
+from ..ops.views import describe
+from ..ops import reviewers
 
 COOKIE = "signoff_session"
 LOGIN_COOKIE = "signoff_login"

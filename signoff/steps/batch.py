@@ -2,8 +2,8 @@
 
 from dataclasses import dataclass
 
-from .leases import claimed_alone, renew
-from .models import Monitor
+from ..state.leases import claimed_alone, renew
+from ..models import Monitor
 
 
 @dataclass

@@ -9,9 +9,10 @@ import difflib
 
 from peewee import Case, fn
 
-from . import batching, gaps
+from ..steps import batching
+from . import gaps
 from .approval import get_task
-from .models import Attempt, Audit, DeadLetter, Delivery, Task
+from ..models import Attempt, Audit, DeadLetter, Delivery, Task
 from .retention import purged_at
 
 

@@ -20,14 +20,14 @@ window has passed starts a new batch; a closed batch never changes.
 
 import logging
 
-from .canonical import digest
-from .errors import Blocked
-from .gate import gate
-from .lifecycle import audit, key_in
-from .models import (BatchMember, Delivery, Inbox, Monitor, MonitorBatching, RecordBatch, Task,
-                     db, insert_rows)
-from .retry import decide
-from .storage import lock_name, lock_rows
+from ..rules.canonical import digest
+from ..errors import Blocked
+from ..rules.gate import gate
+from ..state.lifecycle import audit, key_in
+from ..models import (BatchMember, Delivery, Inbox, Monitor, MonitorBatching, RecordBatch, Task,
+                      db, insert_rows)
+from ..rules.retry import decide
+from ..storage import lock_name, lock_rows
 
 CLOSE_LIMIT = 10  # batches one pass closes; the next pass takes the rest
 

@@ -8,7 +8,7 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
-from .timeline import render_stats
+from .render import render_stats
 
 
 def watch(rt, interval=1.0, as_json=False):

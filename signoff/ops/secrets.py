@@ -9,7 +9,7 @@ import binascii
 import os
 
 from ..errors import Refused
-from ..lifecycle import audit
+from ..state.lifecycle import audit
 from ..models import Monitor, WebhookSecret, db
 
 PREFIX = "whsec_"

@@ -27,11 +27,12 @@ from dataclasses import dataclass
 
 from peewee import fn
 
-from .errors import ConfigError, Refused
-from .lifecycle import Fenced, NotificationStatus as N, audit, bury, move_notification, record_attempts
-from .models import Audit, Cursor, DeadLetter, Notification, Task, db, insert_rows
-from .retry import backoff
-from .storage import log_failed_pass
+from ..errors import ConfigError, Refused
+from ..state.lifecycle import (Fenced, NotificationStatus as N, audit, bury, move_notification,
+                               record_attempts)
+from ..models import Audit, Cursor, DeadLetter, Notification, Task, db, insert_rows
+from ..rules.retry import backoff
+from ..storage import log_failed_pass
 
 CURSOR = "notify"
 LOOKBACK = 200  # audit rows re-read behind the cursor (see the module docstring)
@@ -58,8 +59,8 @@ class NotifySettings:
 
 def notify_settings(home):
     """The ``[notify]`` settings of ``home``, or ``None`` when no url is set."""
-    from .serve.secrets import check_secret
-    from .serve.settings import read_table
+    from .secrets import check_secret
+    from ..serve.settings import read_table
     table = read_table(home, "notify")
     if not table.get("url"):
         return None

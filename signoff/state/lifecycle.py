@@ -10,9 +10,9 @@ from enum import StrEnum
 
 from peewee import SQL
 
-from . import storage
-from .models import Attempt, Audit, DeadLetter, Delivery, Task, db
-from .storage import insert_rows
+from .. import storage
+from ..models import Attempt, Audit, DeadLetter, Delivery, Task, db
+from ..storage import insert_rows
 
 
 class DeliveryStatus(StrEnum):
@@ -109,7 +109,7 @@ def move_delivery(delivery_id, sources, target, now, token=None, **fields):
 
 def move_notification(task_key, sources, target, now, **fields):
     """Move the notification of ``task_key`` like ``move_task``; ``Fenced`` if not."""
-    from .models import Notification
+    from ..models import Notification
     _check(NOTIFICATION_EDGES, sources, target)
     _guarded(Notification, Notification.task_key == task_key, sources, None, status=target,
              updated_at=now, **fields)

@@ -1,12 +1,12 @@
 """Monitors: bind one from the host's current grant, cancel it, list them."""
 
-from . import batching
-from .canonical import digest
-from .errors import Refused
-from .events import check_label
-from .errors import InvalidEvent
-from .lifecycle import TASK_OPEN, audit, move_task
-from .models import Monitor, Task, db
+from ..steps import batching
+from ..rules.canonical import digest
+from ..errors import Refused
+from ..rules.events import check_label
+from ..errors import InvalidEvent
+from ..state.lifecycle import TASK_OPEN, audit, move_task
+from ..models import Monitor, Task, db
 
 DAY_S = 24 * 60 * 60
 DEFAULT_EVENTS = ("comment.created",)

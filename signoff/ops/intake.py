@@ -9,9 +9,9 @@ memory.
 import weakref
 from dataclasses import dataclass
 
-from .errors import InvalidEvent, Refused
-from .events import read_events
-from .models import Audit, Delivery, db, insert_rows
+from ..errors import InvalidEvent, Refused
+from ..rules.events import read_events
+from ..models import Audit, Delivery, db, insert_rows
 
 CHUNK = 2000
 

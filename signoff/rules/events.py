@@ -8,7 +8,7 @@ import json
 import unicodedata
 from dataclasses import dataclass
 
-from .errors import InvalidEvent, Refused
+from ..errors import InvalidEvent, Refused
 
 LABELS = ("event_id", "name", "document", "record_id")
 MAX_LABEL = 128

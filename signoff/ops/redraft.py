@@ -20,11 +20,11 @@ possible (a host that may hold a result under the key keeps the task).
 """
 
 from .approval import acceptance, get_task, with_retries
-from .errors import Blocked, Refused
-from .gate import INGEST_ACTIONS, gate
-from .ingest import check_draft, check_record, new_task
-from .lifecycle import Fenced, audit, move_task
-from .models import Monitor, Task, db, insert_rows
+from ..errors import Blocked, Refused
+from ..rules.gate import INGEST_ACTIONS, gate
+from ..steps.ingest import check_draft, check_record, new_task
+from ..state.lifecycle import Fenced, audit, move_task
+from ..models import Monitor, Task, db, insert_rows
 
 REDRAFTABLE_BLOCKS = ("source_changed", "acceptance_failed")
 

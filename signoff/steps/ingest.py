@@ -7,18 +7,19 @@ batch is written in one transaction, each write fenced by the lease token.
 
 from dataclasses import dataclass, field
 
-from . import batching, policy
-from .canonical import canonical, digest, task_key
-from .errors import Blocked, InvalidEvent
-from .events import validate
-from .gate import gate
+from . import batching
+from ..ops import policy
+from ..rules.canonical import canonical, digest, task_key
+from ..errors import Blocked, InvalidEvent
+from ..rules.events import validate
+from ..rules.gate import gate
 from .batch import open_batch
-from .leases import claim_deliveries
-from .lifecycle import (RELEASED, Fenced, bury, move_delivery, prepare_move_deliveries,
-                        record_attempts, run_moves)
-from .models import Audit, Delivery, Inbox, Task, db, insert_rows
-from .retry import decide
-from .storage import PreparedInsert, retried
+from ..state.leases import claim_deliveries
+from ..state.lifecycle import (RELEASED, Fenced, bury, move_delivery, prepare_move_deliveries,
+                               record_attempts, run_moves)
+from ..models import Audit, Delivery, Inbox, Task, db, insert_rows
+from ..rules.retry import decide
+from ..storage import PreparedInsert, retried
 
 FUTURE_TOLERANCE_S = 5
 RECORD_KEYS = ("id", "document", "version", "status", "kind")

@@ -10,16 +10,16 @@ the same key. A new key is never minted.
 
 from dataclasses import dataclass
 
-from .canonical import canonical, digest
-from .errors import Blocked
-from .gate import SUBMIT_ACTIONS, gate
+from ..rules.canonical import canonical, digest
+from ..errors import Blocked
+from ..rules.gate import SUBMIT_ACTIONS, gate
 from .batch import open_batch
-from .leases import claim_tasks
-from .lifecycle import (RELEASED, TASK_ACTIVE, Fenced, bury, move_task, prepare_move_tasks,
-                        record_attempts, run_moves, update_task)
-from .models import Audit, Task, db, insert_rows
-from .retry import decide
-from .storage import retried
+from ..state.leases import claim_tasks
+from ..state.lifecycle import (RELEASED, TASK_ACTIVE, Fenced, bury, move_task, prepare_move_tasks,
+                               record_attempts, run_moves, update_task)
+from ..models import Audit, Task, db, insert_rows
+from ..rules.retry import decide
+from ..storage import retried
 
 
 # What the audit log says for outcomes whose code is an exception's name.

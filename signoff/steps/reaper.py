@@ -5,10 +5,11 @@ periodic tasks run at most once a minute). Each pass is safe to run in several
 processes at once: every change is a guarded UPDATE.
 """
 
-from .leases import claimable_counts, expired_deliveries, expired_tasks
-from .lifecycle import RELEASED, Fenced, audit, bury, move_delivery, move_task, record_attempts, update_task
-from .models import Delivery, Monitor, Task, db
-from .retry import decide
+from ..state.leases import claimable_counts, expired_deliveries, expired_tasks
+from ..state.lifecycle import (RELEASED, Fenced, audit, bury, move_delivery, move_task,
+                               record_attempts, update_task)
+from ..models import Delivery, Monitor, Task, db
+from ..rules.retry import decide
 
 
 def reap(rt):

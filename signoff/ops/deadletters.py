@@ -1,8 +1,8 @@
 """Dead letters: listing them and replaying one with a fresh budget."""
 
-from .errors import Refused
-from .lifecycle import Fenced, audit, move_delivery, move_task
-from .models import DeadLetter, Delivery, Task, db
+from ..errors import Refused
+from ..state.lifecycle import Fenced, audit, move_delivery, move_task
+from ..models import DeadLetter, Delivery, Task, db
 from .retention import purged_at
 
 

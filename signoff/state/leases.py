@@ -9,8 +9,8 @@ lease cannot overwrite the one that took over.
 import uuid
 
 from .lifecycle import DELIVERY_WAITING, TASK_ACTIVE, DeliveryStatus, claim_rows
-from .models import Delivery, Task, db
-from .storage import SUSPECT
+from ..models import Delivery, Task, db
+from ..storage import SUSPECT
 
 
 def new_token():

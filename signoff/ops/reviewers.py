@@ -11,8 +11,8 @@ import secrets
 from dataclasses import dataclass
 
 from ..errors import InvalidEvent, Refused
-from ..events import check_label
-from ..lifecycle import audit
+from ..rules.events import check_label
+from ..state.lifecycle import audit
 from ..models import Reviewer, ReviewSession, db
 
 SESSION_TTL_S = 12 * 3600

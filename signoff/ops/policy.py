@@ -25,13 +25,13 @@ import logging
 from peewee import fn
 
 from .approval import approve_many
-from .canonical import digest
-from .errors import InvalidEvent, Refused
-from .events import check_label
-from .gate import gate
-from .lifecycle import audit, move_tasks
-from .models import Audit, Monitor, Policy, PolicyDecision, Task, db, insert_rows
-from .storage import lock_rows, log_failed_pass
+from ..rules.canonical import digest
+from ..errors import InvalidEvent, Refused
+from ..rules.events import check_label
+from ..rules.gate import gate
+from ..state.lifecycle import audit, move_tasks
+from ..models import Audit, Monitor, Policy, PolicyDecision, Task, db, insert_rows
+from ..storage import lock_rows, log_failed_pass
 
 HOUR_S = 60 * 60
 PASS_LIMIT = 200  # tasks one policy considers per pass; the next pass takes the rest

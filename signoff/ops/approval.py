@@ -4,13 +4,13 @@ Nothing here is reachable from event content; the CLI and the Python API are
 its only callers.
 """
 
-from .batching import read_back
-from .errors import Blocked, Refused
-from .events import check_name
-from .gate import INGEST_ACTIONS, gate
-from .lifecycle import Fenced, audit, move_task, move_tasks, update_task
-from .models import Audit, Monitor, Task, db, insert_rows
-from .retry import TRANSIENT, backoff
+from ..steps.batching import read_back
+from ..errors import Blocked, Refused
+from ..rules.events import check_name
+from ..rules.gate import INGEST_ACTIONS, gate
+from ..state.lifecycle import Fenced, audit, move_task, move_tasks, update_task
+from ..models import Audit, Monitor, Task, db, insert_rows
+from ..rules.retry import TRANSIENT, backoff
 
 
 MIN_PREFIX = 8  # like git: short enough to type, long enough to be unique in practice

@@ -20,9 +20,9 @@ import time
 
 from peewee import Tuple, fn
 
-from .lifecycle import audit, key_in
-from .models import (Chore, DeadLetter, PurgedTask, Task, WebhookAnswer, WebhookRefusal, db,
-                     insert_rows)
+from ..state.lifecycle import audit, key_in
+from ..models import (Chore, DeadLetter, PurgedTask, Task, WebhookAnswer, WebhookRefusal, db,
+                      insert_rows)
 
 # A dead task counts as finished only once it has been replayed and died again:
 # until then ``dlq replay`` may still need its snapshot.

@@ -14,14 +14,14 @@ transaction, so a crash leaves either all of them or none.
 
 from peewee import fn
 
-from .batching import windows
-from .canonical import digest
-from .errors import InvalidEvent, Refused
-from .events import check_label
-from .lifecycle import audit
-from .models import Delivery, Gap, Monitor, db
+from ..steps.batching import windows
+from ..rules.canonical import digest
+from ..errors import InvalidEvent, Refused
+from ..rules.events import check_label
+from ..state.lifecycle import audit
+from ..models import Delivery, Gap, Monitor, db
 from .monitors import DAY_S, bind
-from .retry import TRANSIENT
+from ..rules.retry import TRANSIENT
 
 MODES = ("new_only", "replay")
 LATEST_STALE = 20

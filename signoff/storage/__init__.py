@@ -28,7 +28,7 @@ from peewee import (CharField, DatabaseError, DatabaseProxy, FloatField, Integer
                     InterfaceError, JSONField, ModelObjectCursorWrapper, Node, OperationalError,
                     PostgresqlDatabase, SqliteDatabase, TextField)
 
-from .errors import ConfigError, NoHome, StorageError
+from ..errors import ConfigError, NoHome, StorageError
 
 log = logging.getLogger("signoff.storage")
 
