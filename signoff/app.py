@@ -11,7 +11,8 @@ from .config import (call_factory, load_config, load_plugin, make_private, resol
                      write_default)
 from .rules.events import check_value
 from .models import MODELS
-from .tasks import Wakers, close_queue, make_queue
+from .storage.queue import close_queue, make_queue
+from .tasks import Wakers
 
 
 def _own_database(method):

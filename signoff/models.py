@@ -8,11 +8,11 @@ difference between engines, is ``storage.py``'s.
 """
 
 from peewee import (
-    EXCLUDED, BigAutoField, BigIntegerField, BooleanField, CharField, DoubleField, IntegerField,
-    Model, CompositeKey,
+    EXCLUDED, SQL, BigAutoField, BigIntegerField, BooleanField, CharField, DoubleField,
+    IntegerField, Model, CompositeKey,
 )
 
-from .storage import JSON, SUSPECT, Text, db, insert_rows  # noqa: F401 (insert_rows: re-exported)
+from .storage import JSON, Text, db, insert_rows  # noqa: F401 (insert_rows: re-exported)
 
 
 class BaseModel(Model):
@@ -56,6 +56,7 @@ class Delivery(BaseModel):
     lease_owner = Text(null=True)
     lease_until = DoubleField(null=True)
     lease_token = Text(null=True)
+    suspect = BooleanField(default=False)  # its last lease expired without an outcome
     accepted_at = DoubleField()
     updated_at = DoubleField()
 
@@ -102,6 +103,7 @@ class Task(BaseModel):
     lease_owner = Text(null=True)
     lease_until = DoubleField(null=True)
     lease_token = Text(null=True)
+    suspect = BooleanField(default=False)  # its last lease expired without an outcome
     created_at = DoubleField()
     updated_at = DoubleField()
     # Earlier drafts, oldest first: {"at", "digest", "result", "record"} each
@@ -250,12 +252,13 @@ class BatchMember(BaseModel):
         primary_key = CompositeKey("monitor", "record_id", "version")
 
 
-# A row whose last lease expired without an outcome (a "suspect", see
-# leases.py) is looked for first at every claim: a small partial index finds
-# the few there are without reading the waiting rows.
-Delivery.add_index(Delivery.index(Delivery.next_at, name="delivery_suspect",
-                                  where=(Delivery.last_code == SUSPECT)))
-Task.add_index(Task.index(Task.next_at, name="task_suspect", where=(Task.code == SUSPECT)))
+# A row whose last lease expired without an outcome (a suspect, see
+# state/leases.py) is looked for first at every claim: a small partial index
+# finds the few there are without reading the waiting rows. Its condition is
+# written as the claim writes it (storage/engines.py), so SQLite matches them.
+Delivery.add_index(Delivery.index(Delivery.next_at, name="delivery_suspects",
+                                  where=SQL("suspect")))
+Task.add_index(Task.index(Task.next_at, name="task_suspects", where=SQL("suspect")))
 
 MODELS = [Monitor, Delivery, Inbox, Task, Attempt, Audit, DeadLetter, PurgedTask, Chore,
           Policy, PolicyDecision, Gap, MonitorBatching, RecordBatch, BatchMember]

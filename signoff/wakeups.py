@@ -31,9 +31,10 @@ running worker sends the wake-ups once the queue is back.
 """
 
 import logging
-import sqlite3
 import threading
 import time
+
+from .storage.queue import QUEUE_ERRORS
 
 KINDS = ("ingest", "submit")
 CAP = 4  # wake-ups of one kind waiting at once: each drains batches for a while
@@ -49,24 +50,6 @@ RETRY_AFTER_S = 5.0
 WINDOW_S = 0.1
 
 log = logging.getLogger("signoff.wakeups")
-
-
-def _queue_errors():
-    errors = [OSError, sqlite3.Error]
-    try:
-        import redis
-        errors.append(redis.exceptions.RedisError)
-    except ImportError:
-        pass
-    try:
-        import psycopg
-        errors.append(psycopg.Error)
-    except ImportError:
-        pass
-    return tuple(errors)
-
-
-QUEUE_ERRORS = _queue_errors()
 
 
 def needed(rows, batch_size):

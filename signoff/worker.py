@@ -19,7 +19,7 @@ from .config import load_config, resolve_home
 from .errors import StorageError
 from .state.lifecycle import DELIVERY_PENDING, TASK_ACTIVE
 from .models import Delivery, Task
-from .tasks import close_queue
+from .storage.queue import close_queue
 
 REAP_INTERVAL_S = 1.0
 HEALTH_INTERVAL_S = 10.0

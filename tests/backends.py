@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import signoff
 from signoff import storage
 from signoff.config import DEFAULT_TOML
 from signoff.models import MODELS
+from signoff.storage.engines import PostgresEngine
 
-SIGNOFF = Path(storage.__file__).parent
+SIGNOFF = Path(signoff.__file__).parent
 
 
 def _with_database(url, name):
@@ -133,7 +135,7 @@ class Backends:
         building = f"{name}_building_{os.getpid()}"
         self.admin().execute(f'CREATE DATABASE "{building}"')
         url = _with_database(self._server_url(), building)
-        database = storage._open_postgres(url)
+        database = PostgresEngine.open(url)
         storage.create_schema(database, MODELS)
         database.close()
         PostgresHuey("template", dsn=url, create_tables=True).storage.close()
@@ -144,7 +146,7 @@ class Backends:
 
     def leftover_databases(self):
         """The databases of test processes that no longer exist (see ``sweep_leftovers``)."""
-        if not storage.is_postgres_url(self._server_url()):
+        if storage.urls.kind_of(self._server_url()) != "postgresql":
             return []
         return [n for (n,) in self.admin().execute(
                 "SELECT datname FROM pg_database WHERE datname LIKE 'signoff\\_%'")
@@ -164,7 +166,7 @@ class Backends:
             # Here, not on the drop thread: behind a run's worth of drops it
             # could take minutes, and a run sweeps once, before its tests.
             self.admin().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        if self.queue_url and not storage.is_postgres_url(self.queue_url):
+        if self.queue_url and storage.urls.kind_of(self.queue_url) != "postgresql":
             client = self.redis()
             for key in client.scan_iter(match="huey.*signoff_test_*"):
                 if _made_by_a_dead_process(key.decode(errors="replace")):
@@ -176,7 +178,7 @@ class Backends:
         """A fresh database (cloned from the template) and queue name for one test."""
         tag = f"{os.getpid()}_{next(self._counter)}_{uuid.uuid4().hex[:6]}"
         database_name = database_url = None
-        pg_queue = storage.is_postgres_url(self.queue_url)
+        pg_queue = storage.urls.kind_of(self.queue_url) == "postgresql"
         if self.database_url or pg_queue:
             database_name = f"signoff_test_{tag}"
             self.admin().execute(
@@ -217,7 +219,7 @@ class Backends:
         """Drop the test's database and delete its queue's keys."""
         if settings.database_name:
             self.drop(settings.database_name)
-        if settings.queue_url and not storage.is_postgres_url(settings.queue_url):
+        if settings.queue_url and storage.urls.kind_of(settings.queue_url) != "postgresql":
             client = self.redis()
             for key in client.scan_iter(match=f"huey.*{settings.queue_name}*"):
                 client.delete(key)

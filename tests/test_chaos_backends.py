@@ -26,7 +26,7 @@ from signoff import storage
 from signoff.app import Signoff
 from signoff.rules.canonical import canonical
 from signoff.models import Delivery, Task
-from signoff.tasks import close_queue
+from signoff.storage.queue import close_queue
 from test_chaos import CONFIG, RECORDS, SEED, WAVE, Workers, approve_ready, assert_each_task_ended
 
 PROCESSES = 3
@@ -207,7 +207,7 @@ def queue_kind_of(backend):
         return None, "runs with a PostgreSQL database (test_chaos.py is the SQLite chaos test)"
     if not backend.queue_url:
         return None, "runs with a Redis or PostgreSQL queue, not the SQLite queue file"
-    return ("postgresql" if storage.is_postgres_url(backend.queue_url) else "redis"), None
+    return storage.urls.kind_of(backend.queue_url), None
 
 
 def drain(rt, workers, counts):

@@ -34,7 +34,7 @@ def test_a_run_stops_the_test_workers_a_killed_run_left_behind(tmp_path):
 
 
 def test_the_sweep_takes_the_databases_of_dead_test_processes_and_no_other():
-    if not storage.is_postgres_url(BACKENDS.database_url or BACKENDS.queue_url):
+    if storage.urls.kind_of(BACKENDS.database_url or BACKENDS.queue_url) != "postgresql":
         pytest.skip("PostgreSQL databases: the stages with SIGNOFF_TEST_DATABASE_URL set")
     gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True, check=True).stdout)

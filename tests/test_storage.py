@@ -6,6 +6,7 @@ and say so.
 """
 
 import gc
+import itertools
 import json
 import shutil
 import subprocess
@@ -21,14 +22,15 @@ from conftest import T0, child_env, make_event, signoff_cmd, start_worker, wait_
 from signoff import storage
 from signoff.app import Signoff
 from signoff.errors import Blocked, StorageError
-from signoff.state.leases import claim_deliveries, claim_tasks
+from signoff.state.leases import claim_deliveries, claim_tasks, claimable_counts
+from signoff.storage.claims import claimable
 from signoff.state.lifecycle import DeliveryStatus, TaskStatus, move_task
 from signoff.models import Delivery, Task, insert_rows
-from signoff.tasks import close_queue
+from signoff.storage.queue import close_queue
 
 
 def on_postgres(rt):
-    return not storage.is_sqlite(rt.database)
+    return storage.engine_of(rt.database).kind != "sqlite"
 
 
 def waiting_rows(n, **changes):
@@ -51,11 +53,55 @@ def test_a_claim_on_a_fresh_table_takes_no_more_than_its_limit(rt, clock):
     assert Delivery.select().where(Delivery.status == "queued").count() == 950
 
 
+def every_kind_of_row(model, now):
+    """One row of ``model`` for each combination the claimable condition looks at."""
+    statuses = (["queued", "processing", "retrying", "done", "dead"] if model is Delivery else
+                ["ready", "approved", "uncertain", "done", "blocked", "cancelled", "dead"])
+    rows = []
+    for n, (status, due, suspect, parked, leased) in enumerate(itertools.product(
+            statuses, (True, False), (True, False), (True, False), (True, False))):
+        if model is Delivery and (parked or leased):
+            continue  # deliveries have no parking, and their lease goes with `processing`
+        row = {"status": status, "next_at": now - 1 if due else now + 100, "suspect": suspect,
+               "updated_at": now}
+        if model is Delivery:
+            rows.append(dict(waiting_rows(1)[0], event_id=f"k{n}", **row))
+        else:
+            rows.append(dict(row, key=f"{n:064x}", monitor="default", record_id="r",
+                             version=1, record={}, result={}, digest="0" * 64, created_at=now,
+                             parked=parked, lease_token="held" if leased else None))
+    return rows
+
+
+@pytest.mark.parametrize("model", [Delivery, Task], ids=["delivery", "task"])
+def test_the_claims_take_exactly_the_rows_the_counts_count(rt, clock, model):
+    # One condition, two readers: the claim statements (both engines' SQL) and
+    # the counts that size the wake-ups must agree on every kind of row.
+    now = clock.now()
+    insert_rows(model, every_kind_of_row(model, now))
+    pk = model._meta.primary_key
+    counted = {k for (k,) in model.select(pk).where(claimable(model, now)).tuples()}
+    taken = set()
+    while True:  # suspects one at a time, then everything else at once
+        token, rows = (claim_deliveries if model is Delivery else claim_tasks)(now, "w", 30, 500)
+        if not rows:
+            break
+        taken |= {getattr(r, pk.name) for r in rows}
+        model.update(lease_token=None, status=model.status).where(
+            model.lease_token == token).execute()  # out of the way, not claimable again
+        model.update(next_at=now + 10_000).where(pk.in_([getattr(r, pk.name) for r in rows])
+                                                 ).execute()
+    assert counted and taken == counted
+    deliveries, tasks = claimable_counts(now)
+    assert (deliveries if model is Delivery else tasks) == 0  # all taken now
+
+
 def test_a_suspect_is_claimed_alone_even_among_many(rt, clock):
-    insert_rows(Delivery, waiting_rows(20, status="retrying", last_code="lease_expired"))
+    insert_rows(Delivery, waiting_rows(20, status="retrying", last_code="lease_expired",
+                                       suspect=True))
     insert_rows(Delivery, waiting_rows(30, status="queued"))
     token, rows = claim_deliveries(clock.now(), "w", 30, 50)
-    assert len(rows) == 1 and rows[0].last_code == "lease_expired"
+    assert len(rows) == 1 and rows[0].suspect
     assert Delivery.select().where(Delivery.lease_token == token).count() == 1
 
 
@@ -157,7 +203,7 @@ def test_an_outcome_write_converts_its_rows_before_its_transaction(rt, host, mon
         dumped_inside.append(rt.database.in_transaction())
         return dumps(value, *args)
 
-    monkeypatch.setattr(storage, "lossless_dumps", recording_dumps)
+    monkeypatch.setattr(storage.bulk, "lossless_dumps", recording_dumps)
     claimed, _ = rt.ingest_batch("w")
     assert claimed == 10
     assert Task.select().where(Task.status == TaskStatus.READY).count() == 10
@@ -202,7 +248,7 @@ def test_nul_and_lone_surrogates_in_host_text_are_kept_exactly(rt, host, monkeyp
 ANY_TEXT = st.text(st.characters(exclude_categories=())) | st.text(st.characters(categories=["Cs"]))
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | ANY_TEXT
-    | st.sampled_from([HOSTILE, storage.ESCAPE, "\\u0000", "\\ud800"]),
+    | st.sampled_from([HOSTILE, storage.fields.ESCAPE, "\\u0000", "\\ud800"]),
     lambda inner: st.lists(inner, max_size=4)
     | st.dictionaries(ANY_TEXT | st.just(HOSTILE), inner, max_size=4),
     max_leaves=12)
@@ -211,9 +257,9 @@ JSON_VALUES = st.recursive(
 @given(JSON_VALUES)
 @settings(max_examples=300, deadline=None)
 def test_json_is_dumped_once_and_still_as_escaped_as_a_full_walk(value):
-    walked = json.dumps(storage._walk(value, storage.escape_text))
+    walked = json.dumps(storage.fields._walk(value, storage.escape_text))
     assert storage.lossless_dumps(value) == walked
-    assert storage._walk(json.loads(walked), storage.unescape_text) == value  # lossless
+    assert storage.fields._walk(json.loads(walked), storage.unescape_text) == value  # lossless
 
 
 def test_free_form_strings_of_any_length_are_stored(rt, host, clock):
@@ -285,15 +331,24 @@ def test_init_records_the_schema_version_and_a_worker_refuses_another(rt, home):
 
 
 V3_INDEXES = {"webhook_answer": "webhook_answer_at", "webhook_refusal": "webhook_refusal_minute"}
+V4_INDEXES = {"delivery": "delivery_suspects", "task": "task_suspects"}
+OLD_SUSPECT = {"delivery": "last_code", "task": "code"}
 
 
-@pytest.mark.parametrize("version", [1, 2])
-def test_init_brings_an_older_schema_up_to_date(rt, home, clock, version):
-    # Put back what such a home has: version 1's claim indexes had no tie-break,
-    # and before version 3 retention's times were not indexed.
-    database = rt.database
-    for index in V3_INDEXES.values():
+def put_back_version(database, version):
+    """Make a current schema look as a home of ``version`` has it."""
+    # Before version 4 a suspect was marked in the message column, with its own
+    # partial index on that, and there was no suspect column.
+    for table, index in V4_INDEXES.items():
         database.execute_sql(f'DROP INDEX "{index}"')
+        database.execute_sql(f'ALTER TABLE "{table}" DROP COLUMN suspect')
+        database.execute_sql(f'CREATE INDEX "{table}_suspect" ON "{table}" (next_at) '
+                             f"WHERE {OLD_SUSPECT[table]} = 'lease_expired'")
+    # Before version 3 retention's times were not indexed.
+    if version < 3:
+        for index in V3_INDEXES.values():
+            database.execute_sql(f'DROP INDEX "{index}"')
+    # Version 1's claim indexes had no tie-break.
     if version == 1:
         for table, columns in (("delivery", "status, next_at"), ("task", "status, next_at")):
             for index in database.get_indexes(table):
@@ -301,6 +356,18 @@ def test_init_brings_an_older_schema_up_to_date(rt, home, clock, version):
                     database.execute_sql(f'DROP INDEX "{index.name}"')
             database.execute_sql(f'CREATE INDEX "{table}_status_next_at" ON "{table}" ({columns})')
     database.execute_sql(f"UPDATE {storage.SCHEMA_TABLE} SET version = {version}")
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_init_brings_an_older_schema_up_to_date(rt, home, clock, version):
+    database = rt.database
+    put_back_version(database, version)
+    # A delivery whose lease expired under the old code: a suspect, by its code.
+    database.execute_sql(
+        "INSERT INTO delivery (monitor, event_id, name, document, record_id, occurred, status, "
+        "attempts, failures, last_code, next_at, accepted_at, updated_at) VALUES "
+        f"('default', 'e-old', 'comment.created', 'doc-demo', 'comment-1', 1, 'retrying', 1, "
+        f"'{{}}', 'lease_expired', 0, 0, 0)")
     rt.close()
     code, _, err = run_cli(home, "worker", "--drain")
     assert code == 1 and "schema_mismatch" in err and "signoff init" in err
@@ -310,10 +377,13 @@ def test_init_brings_an_older_schema_up_to_date(rt, home, clock, version):
             f"SELECT version FROM {storage.SCHEMA_TABLE}").fetchall()
         names = {i.name for table in ("delivery", "task", *V3_INDEXES)
                  for i in again.database.get_indexes(table)}
-    assert found == storage.SCHEMA_VERSION == 3
+        with storage.bind(again.database):
+            marked = [(d.event_id, d.suspect) for d in Delivery.select().order_by(Delivery.id)]
+    assert found == storage.SCHEMA_VERSION == 4
     assert {"delivery_status_next_at_id", "task_status_next_at_created_at_key",
-            *V3_INDEXES.values()} <= names
-    assert not names & set(storage.RETIRED_INDEXES)
+            *V3_INDEXES.values(), *V4_INDEXES.values()} <= names
+    assert not names & set(storage.schema.RETIRED_INDEXES)
+    assert marked == [("e-old", True)]
     code, _, err = run_cli(home, "worker", "--drain")
     assert code == 0, err
 
@@ -515,7 +585,7 @@ def test_a_worker_process_rides_out_every_connection_being_terminated(home, back
 def test_closing_a_postgresql_queue_closes_the_listen_connections_of_ended_threads(rt):
     # Huey leaves a consumer thread's LISTEN connection to the collector, which warns
     # about it (an error in this suite); closing the queue must close it instead.
-    if not storage.is_postgres_url(rt.config.queue_url):
+    if storage.urls.kind_of(rt.config.queue_url) != "postgresql":
         pytest.skip("a PostgreSQL queue's connections")
 
     def queue_connections():
@@ -568,7 +638,8 @@ def test_homes_on_two_engines_in_one_process_keep_apart(tmp_path, clock, backend
         monkeypatch.delenv(name)
     on_file = Signoff.init(tmp_path / "file", clock=clock)
     with on_server, on_file:
-        assert storage.is_sqlite(on_file.database) and not storage.is_sqlite(on_server.database)
+        assert storage.engine_of(on_file.database).kind == "sqlite"
+        assert storage.engine_of(on_server.database).kind == "postgresql"
         for rt in (on_server, on_file, on_server):
             rt.host().put_record("comment-1", document="doc-demo", text="t")
             rt.host().put_material("doc-demo", "2026-11-01")
@@ -662,7 +733,7 @@ def test_a_sqlite_writer_waits_for_the_lock_itself_and_writes_once_it_is_free(rt
 def test_a_sqlite_writer_gives_up_after_the_lock_wait_and_changes_nothing(rt, home, monkeypatch):
     if on_postgres(rt):
         pytest.skip("SQLite's write lock")
-    monkeypatch.setattr(storage, "LOCK_WAIT_S", 0.2)
+    monkeypatch.setattr(storage.engines, "LOCK_WAIT_S", 0.2)
     holder = hold_write_lock(home)
     try:
         with pytest.raises(OperationalError, match="database is locked"):

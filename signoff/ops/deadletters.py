@@ -29,20 +29,21 @@ def replay(rt, letter_id):
         from .notify import replay as replay_notification
         replay_notification(rt, letter)
         return row(DeadLetter.get_by_id(letter_id))
-    # A row that died with its worker stays a suspect (see leases.SUSPECT): it
-    # is claimed alone, so it cannot take a batch down with it again.
+    # A row that died with its worker stays a suspect (see state/leases.py):
+    # it is claimed alone, so it cannot take a batch down with it again.
+    suspect = letter.code == "lease_expired"
     try:
         with db.atomic():
             if letter.kind == "delivery":
                 delivery = Delivery.get_by_id(int(letter.ref))
                 move_delivery(delivery.id, ["dead"], "queued", now, failures={}, next_at=now,
-                              last_code="lease_expired" if letter.code == "lease_expired" else "replayed")
+                              suspect=suspect, last_code=letter.code if suspect else "replayed")
                 audit(now, "replayed", delivery.monitor, delivery.event_id)
             else:
                 task = Task.get_by_id(letter.ref)
                 target = "uncertain" if task.write_possible else "approved"
                 move_task(task.key, ["dead"], target, now, failures={}, next_at=now, parked=False,
-                          code="lease_expired" if letter.code == "lease_expired" else "replayed")
+                          suspect=suspect, code=letter.code if suspect else "replayed")
                 audit(now, "replayed", task.monitor, task_key=task.key)
             DeadLetter.update(replayed=DeadLetter.replayed + 1).where(
                 DeadLetter.id == letter_id).execute()

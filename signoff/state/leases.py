@@ -8,9 +8,9 @@ lease cannot overwrite the one that took over.
 
 import uuid
 
-from .lifecycle import DELIVERY_WAITING, TASK_ACTIVE, DeliveryStatus, claim_rows
 from ..models import Delivery, Task, db
-from ..storage import SUSPECT
+from ..storage.claims import claimable
+from .lifecycle import DeliveryStatus, claim_rows
 
 
 def new_token():
@@ -18,18 +18,7 @@ def new_token():
     return uuid.uuid4().hex
 
 
-def _waiting_deliveries(now):
-    queued, retrying = DELIVERY_WAITING
-    return ((Delivery.status == queued)
-            | ((Delivery.status == retrying) & (Delivery.next_at <= now)))
-
-
-def _waiting_tasks(now):
-    return (Task.status.in_(list(TASK_ACTIVE)) & (Task.parked == False)  # noqa: E712
-            & (Task.next_at <= now) & Task.lease_token.is_null())
-
-
-# A row whose last lease expired without an outcome (``SUSPECT``) may be what
+# A row whose last lease expired without an outcome (a suspect) may be what
 # killed its worker. Such a suspect is claimed alone: in a batch it would take
 # the other rows down with it again, and each of them would be charged an
 # attempt until innocent rows ended in the dead letters beside the one that
@@ -37,8 +26,7 @@ def _waiting_tasks(now):
 
 def claimed_alone(rows):
     """True when a claim took one suspect on its own (more may be waiting)."""
-    return len(rows) == 1 and SUSPECT in (getattr(rows[0], "last_code", None),
-                                          getattr(rows[0], "code", None))
+    return len(rows) == 1 and rows[0].suspect
 
 
 def claim_deliveries(now, owner, ttl, limit):
@@ -68,9 +56,10 @@ def renew(model, token, now, ttl):
 
 
 def claimable_counts(now):
-    """How many deliveries and tasks a worker could claim right now."""
-    deliveries = Delivery.select().where(_waiting_deliveries(now)).count()
-    tasks = Task.select().where(_waiting_tasks(now)).count()
+    """How many deliveries and tasks a worker could claim right now (the rows the
+    claims would take, suspects included: one condition serves both)."""
+    deliveries = Delivery.select().where(claimable(Delivery, now)).count()
+    tasks = Task.select().where(claimable(Task, now)).count()
     return deliveries, tasks
 
 

@@ -220,7 +220,12 @@ def key_in(field, values):
                list(values))
 
 
-RELEASED = {"lease_owner": None, "lease_until": None, "lease_token": None}
+# What a worker writes with an outcome: the lease is dropped, and the row is no
+# suspect any more (it got an outcome, so it did not kill its worker).
+RELEASED = {"lease_owner": None, "lease_until": None, "lease_token": None, "suspect": False}
+# What the reaper writes when a lease expired without an outcome: the row may be
+# what killed its worker, so its next claim takes it alone (see leases.py).
+EXPIRED = dict(RELEASED, suspect=True)
 
 
 def audit(now, code, monitor=None, event_id=None, task_key=None):

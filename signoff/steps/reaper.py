@@ -6,7 +6,7 @@ processes at once: every change is a guarded UPDATE.
 """
 
 from ..state.leases import claimable_counts, expired_deliveries, expired_tasks
-from ..state.lifecycle import (RELEASED, Fenced, audit, bury, move_delivery, move_task,
+from ..state.lifecycle import (EXPIRED, RELEASED, Fenced, audit, bury, move_delivery, move_task,
                                record_attempts, update_task)
 from ..models import Delivery, Monitor, Task, db
 from ..rules.retry import decide
@@ -36,13 +36,13 @@ def _release_delivery(rt, row, now):
             _still_expired(Delivery, Delivery.id == row.id, row.lease_token, now)
             if delay is None:
                 move_delivery(row.id, ["processing"], "dead", now, row.lease_token,
-                              last_code="lease_expired", failures=failures, **RELEASED)
+                              last_code="lease_expired", failures=failures, **EXPIRED)
                 bury("delivery", row.id, "read", "lease_expired", row.attempts, now)
                 audit(now, "dead_letter", row.monitor, row.event_id)
             else:
                 move_delivery(row.id, ["processing"], "retrying", now, row.lease_token,
                               next_at=now + delay, last_code="lease_expired",
-                              failures=failures, **RELEASED)
+                              failures=failures, **EXPIRED)
             record_attempts([{"kind": "delivery", "ref": str(row.id), "at": now, "step": "read",
                               "code": "lease_expired", "worker": row.lease_owner}])
     except Fenced:
@@ -64,14 +64,14 @@ def _release_task(rt, task, now):
             elif delay is None:
                 move_task(task.key, [task.status], "dead", now, task.lease_token,
                           code="lease_expired", outcome_unknown=task.write_possible,
-                          failures=failures, **RELEASED)
+                          failures=failures, **EXPIRED)
                 bury("task", task.key, "submit", "lease_expired", task.attempts, now)
                 audit(now, "dead_letter", task.monitor, task_key=task.key)
             else:
                 target = "uncertain" if task.write_possible else task.status
                 move_task(task.key, [task.status], target, now, task.lease_token,
                           next_at=now + delay, code="lease_expired", failures=failures,
-                          **RELEASED)
+                          **EXPIRED)
             record_attempts([{"kind": "task", "ref": task.key, "at": now, "step": "submit",
                               "code": "lease_expired", "worker": task.lease_owner}])
     except Fenced:

@@ -1,0 +1,155 @@
+"""Rows in bulk: inserts in as few statements as the engine allows, and fetched rows
+turned into model instances after the transaction that fetched them."""
+
+import functools
+
+from peewee import CharField, FloatField, IntegerField, JSONField, ModelObjectCursorWrapper, TextField
+
+from .fields import Text, escape_text, lossless_dumps
+
+
+class Fetched:
+    """Rows a statement returned, kept raw until ``instances()`` is asked for.
+
+    A claim runs under the write lock (SQLite has one for the whole file):
+    turning fifty rows into model instances there cost more than the claim's
+    own SQL, and every other writer, a caller enqueueing one event included,
+    waited for it. So the rows are only fetched in the transaction, and made
+    into instances after it.
+    """
+
+    def __init__(self, model, description, rows):
+        self.model, self.description, self.rows = model, description, rows
+
+    @classmethod
+    def run(cls, model, sql, params):
+        """Run ``sql`` and fetch every row it returns."""
+        cursor = model._meta.database.execute_sql(sql, params)
+        return cls(model, cursor.description, cursor.fetchall())
+
+    def __bool__(self):
+        return bool(self.rows)
+
+    def instances(self):
+        """The rows as ``model`` instances, converted as a query would convert them."""
+        if not self.rows:
+            return []
+        wrapper = ModelObjectCursorWrapper(_Replay(self.description, self.rows), self.model,
+                                           [], self.model)
+        return list(wrapper)
+
+
+class _Replay:
+    """Just enough of a DB-API cursor to hand fetched rows to Peewee's row wrappers."""
+
+    def __init__(self, description, rows):
+        self.description, self._rows = description, iter(rows)
+
+    def fetchone(self):
+        return next(self._rows, None)
+
+    def close(self):
+        pass
+
+
+# -- bulk inserts --------------------------------------------------------------
+
+MAX_PARAMS = 30_000  # below SQLite's 32,766 bound parameters per statement
+
+
+def insert_rows(model, rows, ignore_conflicts=False, returning=()):
+    """Insert dicts into ``model`` in as few statements as the parameter limit allows.
+
+    Writes what ``model.insert_many(rows)`` writes (field defaults included),
+    without building a query tree per value, which for a batch of dozens of rows
+    is most of the cost. ``ignore_conflicts`` skips rows that hit a unique key
+    (``ON CONFLICT DO NOTHING``); ``returning`` names fields to return for the
+    rows actually inserted.
+    """
+    return PreparedInsert(model, rows, ignore_conflicts, returning).run()
+
+
+class PreparedInsert:
+    """The rows of an ``insert_rows`` call converted to parameters now, inserted by ``run``.
+
+    Converting values (JSON above all) is most of an insert's Python work; a
+    writer that prepares its rows before its transaction holds the write lock
+    for the statements only.
+    """
+
+    def __init__(self, model, rows, ignore_conflicts=False, returning=()):
+        self.database = None
+        self.params = []
+        if not rows:
+            return
+        database = model._meta.database
+        self.database = getattr(database, "obj", database)  # resolved once, not per value
+        self.plan = plan = _insert_plan(model, tuple(rows[0]), type(self.database.engine),
+                                        ignore_conflicts, tuple(returning))
+        fixed = {name: d() if callable(d) else d for name, d in plan.defaults.items()}
+        self.params = [[c(r[name] if name in r else fixed[name]) for name, c in plan.convert]
+                       for r in rows]
+
+    def run(self, only=None):
+        """Insert the rows (those at the positions in ``only``, if given); the returned rows."""
+        params = self.params if only is None else [self.params[i] for i in only]
+        if not params:
+            return []
+        plan, out = self.plan, []
+        per = max(1, MAX_PARAMS // len(plan.fields))
+        for lo in range(0, len(params), per):
+            chunk = params[lo:lo + per]
+            cursor = self.database.execute_sql(
+                plan.head + ", ".join([plan.one] * len(chunk)) + plan.tail,
+                [v for row in chunk for v in row])
+            if plan.returning:
+                out.extend(tuple(row) for row in cursor.fetchall())
+        return out
+
+
+class _InsertPlan:
+    """One insert shape's SQL pieces and value converters (see ``_insert_plan``)."""
+
+    def __init__(self, model, names, engine, ignore_conflicts, returning):
+        meta = model._meta
+        self.defaults = {f.name: d for f, d in meta.defaults.items() if f.name not in names}
+        self.fields = [meta.fields[name] for name in (*names, *self.defaults)]
+        holders, self.convert = [], []
+        for f in self.fields:
+            if isinstance(f, JSONField):
+                # JSON text, stored as the engine stores a JSONField; None is NULL.
+                holders.append(engine.json_holder)
+                self.convert.append((f.name, lambda v, dumps=f._dumps: None if v is None
+                                     else lossless_dumps(v, dumps)))
+            else:
+                holders.append(engine.param)
+                self.convert.append((f.name, _plain_converter(f)))
+        self.head = (f'INSERT INTO "{meta.table_name}" ('
+                     + ", ".join(f'"{f.column_name}"' for f in self.fields) + ") VALUES ")
+        self.tail = " ON CONFLICT DO NOTHING" if ignore_conflicts else ""
+        self.returning = bool(returning)
+        if returning:
+            self.tail += " RETURNING " + ", ".join(f'"{meta.fields[n].column_name}"'
+                                                   for n in returning)
+        self.one = "(" + ", ".join(holders) + ")"
+
+
+def _plain_converter(field):
+    # A value already of the column's own type needs no conversion: skipping
+    # the field's db_value for it is a third of the cost of a bulk insert.
+    kind = (str if isinstance(field, (TextField, CharField)) else
+            int if isinstance(field, IntegerField) else
+            float if isinstance(field, FloatField) else None)
+    if kind is None:
+        return field.db_value
+    if isinstance(field, Text):
+        return lambda v: escape_text(v) if type(v) is str else field.db_value(v)
+    return lambda v: v if type(v) is kind else field.db_value(v)
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_plan(model, names, engine, ignore_conflicts, returning):
+    # Callers insert the same few shapes over and over (one event per webhook
+    # call): building the statement once per shape, not per call, halves the
+    # Python cost of storing one row.
+    return _InsertPlan(model, names, engine, ignore_conflicts, returning)

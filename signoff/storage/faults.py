@@ -1,0 +1,129 @@
+"""Database faults: what they mean, and trying again on a fresh connection.
+
+A dropped PostgreSQL connection stays dead on its thread (Peewee does not
+reconnect), and serialization failures and deadlocks need a retry: units of
+work that are safe to run again from the start go through ``retrying``.
+"""
+
+import functools
+import logging
+import sys
+import time
+from contextlib import contextmanager
+
+from peewee import InterfaceError, OperationalError
+
+from ..errors import StorageError
+from .database import bind, db, engine_of
+from .engines import label, unreachable
+
+log = logging.getLogger("signoff.storage")
+
+RECONNECT_S = 10.0  # how long one call keeps trying to get its connection back
+
+
+def first_line(exc):
+    """The first line of an exception's text (its class name when it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def describe(exc, database):
+    """A stable ``(code, one-line message)`` for a database failure."""
+    where = label(database)
+    text = first_line(exc)
+    if "readonly database" in text or "read-only" in text:
+        return "read_only_home", f"{where} is read-only: this command needs to write"
+    own = engine_of(database).describe(text) if database is not None else None
+    if own is not None:
+        return own
+    if unreachable(exc):
+        return "database_unavailable", f"{where} is unreachable: {text}"
+    return "database_error", f"{where}: {type(exc).__name__}: {text}"
+
+
+def transient(exc, database):
+    """True when ``exc`` is worth a retry on a fresh connection (never on SQLite)."""
+    return engine_of(database).transient(exc)
+
+
+def drop_connection(database):
+    """Forget this thread's connection, so the next query opens a new one."""
+    try:
+        database.close()
+    except Exception:  # a dead connection may refuse even to close
+        database.dispose()
+
+
+def retrying(database, call, budget_s=RECONNECT_S):
+    """``call()``, tried again on a fresh connection after a transient failure.
+
+    For units of work that are safe to run again from the start (a worker
+    batch, a reaper pass, a view). Inside an open transaction nothing is
+    retried: the failure belongs to the outermost caller.
+    """
+    deadline, delay = time.monotonic() + budget_s, 0.05
+    while True:
+        try:
+            return call()
+        except (OperationalError, InterfaceError) as exc:
+            if database.in_transaction() or not transient(exc, database):
+                raise
+            drop_connection(database)
+            if time.monotonic() >= deadline:
+                raise
+            log.warning("database call failed (%s); retrying on a new connection",
+                        first_line(exc))
+            time.sleep(delay)
+            delay = min(1.0, delay * 2)
+
+
+def retried(unit):
+    """Decorate a function that is one transaction: run again after a transient failure.
+
+    For a batch's writes: fenced by their lease token, so a second run after a
+    failed commit writes each row at most once, and the lease is not lost to a
+    dropped connection.
+    """
+    @functools.wraps(unit)
+    def run(*args, **kwargs):
+        return retrying(db.obj, lambda: unit(*args, **kwargs))
+    return run
+
+
+def log_failed_pass(logger, what, then):
+    """Log the exception being handled, for a pass that runs again later.
+
+    A database fault (a lost connection, a lock) is one warning line: it is the
+    operator's weather, and the next pass opens a new connection. Anything else
+    keeps its traceback, since it is a bug.
+    """
+    exc = sys.exc_info()[1]
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        logger.warning("%s failed: database error (%s); %s", what, first_line(exc), then)
+    else:
+        logger.exception("%s failed; %s", what, then)
+
+
+def wait_until_reachable(database, budget_s):
+    """Connect within ``budget_s`` seconds or raise ``database_unavailable``."""
+    try:
+        retrying(database, lambda: database.execute_sql("SELECT 1").fetchall(), budget_s)
+    except (OperationalError, InterfaceError) as exc:
+        raise StorageError(*describe(exc, database)) from None
+
+
+@contextmanager
+def session(database):
+    """Bind ``database`` for one API call; a connection that died in it is dropped.
+
+    The call itself is not repeated (it may have written); the next one gets a
+    fresh connection.
+    """
+    with bind(database):
+        try:
+            yield database
+        except (OperationalError, InterfaceError) as exc:
+            if not database.in_transaction() and transient(exc, database):
+                drop_connection(database)
+            raise

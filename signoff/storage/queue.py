@@ -1,0 +1,141 @@
+"""The queue's engines: Huey on a SQLite file, Redis or PostgreSQL, and their faults.
+
+A queue message is only a wake-up: the rows are the truth. So the SQLite queue
+file needs no fsync of its own, and a lost queue loses only wake-ups, which a
+worker's reaper sends again.
+"""
+
+import sqlite3
+import threading
+
+from huey import PostgresHuey, RedisHuey, SqliteHuey
+
+from ..errors import ConfigError, StorageError
+from .engines import SCHEMA_LOCK
+from .urls import kind_of, postgres_dsn
+
+
+def _queue_errors():
+    errors = [OSError, sqlite3.Error]
+    try:
+        import redis
+        errors.append(redis.exceptions.RedisError)
+    except ImportError:
+        pass
+    try:
+        import psycopg
+        errors.append(psycopg.Error)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+# What a send or a look at the queue may raise when the queue cannot be reached.
+QUEUE_ERRORS = _queue_errors()
+
+
+def make_queue(config, create=False):
+    """The Huey instance for ``config``: SQLite beside the state by default.
+
+    Queue tables are created by ``init`` (``create``) only: PostgreSQL's race
+    when several workers start at once.
+    """
+    url, name = config.queue_url, config.queue_name
+    kind = kind_of(url)
+    if kind == "sqlite":
+        # A missing file is made again (a lost queue loses only wake-ups).
+        path = config.queue_path
+        fresh = create or not path.exists() or not _sqlite_queue_ready(path)
+        return SqliteHuey(name=name, filename=str(path), fsync=False, results=False,
+                          timeout=30, create_tables=fresh)
+    if kind == "redis":
+        return RedisHuey(name=name, url=url, results=False)
+    if kind == "postgresql":
+        queue = PostgresHuey(name=name, dsn=postgres_dsn(url), results=False,
+                             create_tables=False, connection=QueueConnections(postgres_dsn(url)))
+        if create:
+            _create_postgres_queue(queue)
+        return queue
+    raise ConfigError("bad_config", f"unsupported queue url {url!r}")
+
+
+def close_queue(queue):
+    """Release ``queue``'s connections (Huey reopens them on next use).
+
+    Huey's Redis storage has no ``close`` of its own: its pool's idle sockets
+    would stay open until the collector finds them. A socket in use is left to
+    its thread: a consumer still blocked in its read (a stop on a busy machine
+    can outlast the shutdown timeout) would fail on a socket closed under it.
+    Its PostgreSQL storage closes only the calling thread's LISTEN connection;
+    the ones of threads that have ended are closed here too.
+    """
+    pool = getattr(queue.storage, "pool", None)
+    if pool is not None:
+        pool.disconnect(inuse_connections=False)
+    queue.storage.close()
+    connections = getattr(queue.storage, "connection", None)
+    if isinstance(connections, QueueConnections):
+        connections.close_unused()
+
+
+class QueueConnections:
+    """Opens the connections of a PostgreSQL queue and keeps hold of every one.
+
+    Huey's ``PostgresStorage`` keeps a LISTEN connection per consumer thread in
+    a thread-local and leaves it to the garbage collector once the thread has
+    ended (an unclosed psycopg connection warns when collected). Held here,
+    such a connection stays reachable until ``close_unused`` closes it.
+    """
+
+    def __init__(self, url):
+        self.url = url
+        self._lock = threading.Lock()
+        self._opened = []  # (connection, thread that opened it)
+
+    def __call__(self):
+        import psycopg
+        conn = psycopg.connect(self.url, connect_timeout=5, application_name="signoff-queue")
+        with self._lock:
+            self._opened = [(c, t) for c, t in self._opened if not c.closed]
+            self._opened.append((conn, threading.current_thread()))
+        return conn
+
+    def close_unused(self):
+        """Close the connections of ended threads and of this one; returns how many.
+
+        A live thread's LISTEN connection may be waiting for a notification
+        right now: closing it under that thread is not safe, so it is kept.
+        """
+        me = threading.current_thread()
+        unused, kept = [], []
+        with self._lock:
+            for conn, thread in self._opened:
+                if not conn.closed:
+                    (unused if thread is me or not thread.is_alive() else kept).append(
+                        (conn, thread))
+            self._opened = kept
+        for conn, _ in unused:
+            conn.close()
+        return len(unused)
+
+
+def _create_postgres_queue(queue):
+    # Several `init`s at once would race on CREATE TABLE: take turns on the
+    # same advisory lock the state schema uses (held by this connection).
+    import psycopg
+    with psycopg.connect(queue.storage.dsn, autocommit=True, connect_timeout=5) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
+        queue.storage.initialize_schema()
+
+
+def _sqlite_queue_ready(path):
+    """True when ``path`` holds Huey's tables; a file that is no SQLite database is refused."""
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+            names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.OperationalError:
+        return True  # unreadable here (a read-only home): a write will say why
+    except sqlite3.DatabaseError as exc:
+        raise StorageError("database_error", f"{path} is not a queue file ({exc}): "
+                           "move it away and run `signoff init`") from None
+    return "task" in names
