@@ -8,6 +8,7 @@ import socket
 import time
 import traceback
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -372,3 +373,7 @@ def test_the_key_never_leaves_the_request_header(model_server, caplog, capfd):
     assert len(model_server.requests) == 7
     assert not [text for text in produced if KEY in text]
 
+
+def test_the_documented_instructions_are_the_shipped_ones():
+    page = Path(__file__).resolve().parent.parent / "docs" / "drafter.md"
+    assert f"```text\n{INSTRUCTIONS}\n```" in page.read_text(encoding="utf-8")
