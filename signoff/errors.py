@@ -55,3 +55,24 @@ class StorageError(SignoffError):
     """The database cannot be used as it is."""
 
     code = "database_error"
+
+
+class AttemptFailed(SignoffError):
+    """One try of a step failed."""
+
+    code = "attempt_failed"
+
+    def __init__(self, code=None, message=None, *, final=False, retry_after=None, meta=None):
+        """The step that catches it records an attempt under ``code``.
+
+        ``final`` sends the work to the dead letters at once (replayable once
+        the cause is fixed) instead of spending the rest of the budget on tries
+        that cannot succeed. ``retry_after`` is the soonest the next try may
+        start, in seconds from now (``None``: the step's own backoff decides).
+        ``meta`` is the failed call's metadata when an answer came back (its
+        tokens were spent), else ``None``.
+        """
+        super().__init__(code, message)
+        self.final = final
+        self.retry_after = retry_after
+        self.meta = meta
