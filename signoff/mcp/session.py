@@ -4,9 +4,10 @@ The SDK's ``Client`` must be entered and left in the same asyncio task, so a
 ``McpSession`` runs a private event loop in a thread whose one owner task
 connects (lazily, on the first call), serves calls from a queue, and connects
 again after the server died or a call timed out. Every call, connecting
-included, is bounded by ``timeout_s``; what goes wrong on the way is raised as
-``TimeoutError`` or ``ConnectionError`` (transient for signoff) or
-``McpCallError`` (an ordinary failed attempt).
+included, is bounded by ``timeout_s`` (a caller may give one call another
+bound); what goes wrong on the way is raised as ``TimeoutError`` or
+``ConnectionError`` (transient for signoff) or ``McpCallError`` (an ordinary
+failed attempt, with the JSON-RPC error's code when the server answered one).
 
 A stdio server is started in its own session (``start_new_session``): it
 outlives a ``killpg`` of its parent, so the session kills it itself when a call
@@ -22,7 +23,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 from mcp import StdioServerParameters
@@ -30,7 +33,8 @@ from mcp.client.client import Client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, Request
+from pydantic import TypeAdapter
 
 log = logging.getLogger("signoff.mcp")
 
@@ -41,13 +45,29 @@ BROKEN = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStrea
 
 
 class McpCallError(Exception):
-    """The server answered a call with a protocol error or an unreadable result."""
+    """The server answered a call with a protocol error or an unreadable result.
+
+    ``code``, ``message`` and ``data`` are the JSON-RPC error's when the server
+    answered one (``code`` is ``None`` for an unreadable result).
+    """
+
+    def __init__(self, text, code=None, message=None, data=None):
+        super().__init__(text)
+        self.code, self.message, self.data = code, message or text, data
+
+
+class _Custom(Request[dict[str, Any] | None, str]):
+    """A request whose method the SDK does not know (``events/subscribe``, ...)."""
+
+
+_ANY_RESULT = TypeAdapter(dict[str, Any])
 
 
 @dataclass
 class _Call:
-    name: str
-    arguments: dict
+    what: str  # the tool, ``tools/list`` or the method, for messages
+    run: Callable[[Client, float], Awaitable[Any]]  # (client, seconds left) -> result
+    timeout_s: float
     deadline: float  # loop time (``time.monotonic``)
     future: concurrent.futures.Future
 
@@ -81,27 +101,43 @@ class McpSession:
 
     def call(self, name, arguments):
         """Call tool ``name``; the SDK's ``CallToolResult``. Bounded by ``timeout_s``."""
-        return self._submit(name, dict(arguments))
+        arguments = dict(arguments)
+        return self._submit(name, lambda client, left: client.call_tool(
+            name, arguments, read_timeout_seconds=left))
 
     def tools(self):
         """The server's tools (the SDK's ``Tool`` objects). Bounded by ``timeout_s``."""
-        return self._submit(None, None)
+        async def list_tools(client, left):
+            with anyio.fail_after(left):
+                return (await client.list_tools()).tools
+        return self._submit("tools/list", list_tools)
 
-    def _submit(self, name, arguments):
+    def request(self, method, params, timeout_s=None):
+        """Send JSON-RPC request ``method`` with ``params``; its result, a dict.
+
+        For methods the SDK has no call of its own (MCP Events' ``events/*``),
+        on this same session. Bounded by ``timeout_s`` (the session's when
+        ``None``). An error answer raises ``McpCallError`` with its code.
+        """
+        request = _Custom(method=method, params=params)
+        return self._submit(method, lambda client, left: client.session.send_request(
+            request, _ANY_RESULT, request_read_timeout_seconds=left), timeout_s)
+
+    def _submit(self, what, run, timeout_s=None):
         self.calls += 1
+        timeout_s = self.timeout_s if timeout_s is None else float(timeout_s)
         future = concurrent.futures.Future()
-        item = _Call(name, arguments, time.monotonic() + self.timeout_s, future)
+        item = _Call(what, run, timeout_s, time.monotonic() + timeout_s, future)
         try:
             if self._closed:
                 raise RuntimeError("closed")
             self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
         except RuntimeError:
             raise ConnectionError("mcp: the session is closed") from None
-        done, _ = concurrent.futures.wait([future], timeout=self.timeout_s + GRACE_S)
+        done, _ = concurrent.futures.wait([future], timeout=timeout_s + GRACE_S)
         if not done:
             future.cancel()
-            raise TimeoutError(f"mcp: {name or 'tools/list'} did not answer within "
-                               f"{self.timeout_s:g}s")
+            raise TimeoutError(f"mcp: {what} did not answer within {timeout_s:g}s")
         return future.result()
 
     def close(self):
@@ -160,7 +196,7 @@ class McpSession:
                     pending = await self._serve_all(client, first)
             except Exception as exc:
                 if not connected and scope.cancel_called:
-                    first.fail(TimeoutError(f"mcp: connecting took longer than {self.timeout_s:g}s"))
+                    first.fail(TimeoutError(f"mcp: connecting took longer than {first.timeout_s:g}s"))
                 elif not connected:
                     first.fail(ConnectionError(f"mcp: cannot connect: {_describe(exc)}"))
                 else:
@@ -169,7 +205,7 @@ class McpSession:
                 timer.cancel()
                 self.kill()  # a server that did not exit on its stdin closing
         if not connected:
-            first.fail(TimeoutError(f"mcp: connecting took longer than {self.timeout_s:g}s"))
+            first.fail(TimeoutError(f"mcp: connecting took longer than {first.timeout_s:g}s"))
         return pending
 
     def _expire(self, scope, transport):
@@ -192,34 +228,31 @@ class McpSession:
 
     async def _serve(self, client, item):
         """Serve one call; False when the session is broken."""
+        what = item.what
         remaining = item.deadline - asyncio.get_running_loop().time()
         if remaining <= 0:
-            item.fail(TimeoutError(f"mcp: {item.name} waited past its deadline"))
+            item.fail(TimeoutError(f"mcp: {what} waited past its deadline"))
             return True
         try:
-            if item.name is None:
-                with anyio.fail_after(remaining):
-                    result = (await client.list_tools()).tools
-            else:
-                result = await client.call_tool(item.name, item.arguments,
-                                                read_timeout_seconds=remaining)
+            result = await item.run(client, remaining)
         except MCPError as exc:
             if exc.code == REQUEST_TIMEOUT:
-                item.fail(TimeoutError(f"mcp: {item.name} timed out after {self.timeout_s:g}s"))
+                item.fail(TimeoutError(f"mcp: {what} timed out after {item.timeout_s:g}s"))
                 return False
             if exc.code == CONNECTION_CLOSED:
-                item.fail(ConnectionError(f"mcp: the connection closed during {item.name}"))
+                item.fail(ConnectionError(f"mcp: the connection closed during {what}"))
                 return False
-            item.fail(McpCallError(f"mcp: {item.name}: error {exc.code}: {exc.message}"))
+            item.fail(McpCallError(f"mcp: {what}: error {exc.code}: {exc.message}",
+                                   exc.code, exc.message, exc.data))
             return True
         except TimeoutError:  # before BROKEN: TimeoutError is an OSError too
-            item.fail(TimeoutError(f"mcp: {item.name} timed out after {self.timeout_s:g}s"))
+            item.fail(TimeoutError(f"mcp: {what} timed out after {item.timeout_s:g}s"))
             return False
         except BROKEN as exc:
-            item.fail(ConnectionError(f"mcp: {item.name}: {_describe(exc)}"))
+            item.fail(ConnectionError(f"mcp: {what}: {_describe(exc)}"))
             return False
         except Exception as exc:  # e.g. a result that fails the tool's output schema
-            item.fail(McpCallError(f"mcp: {item.name}: {_describe(exc)}"))
+            item.fail(McpCallError(f"mcp: {what}: {_describe(exc)}"))
             return True
         item.answer(result)
         return True
