@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from modelserver import MODEL, error_body, serving
-from signoff.canonical import digest
+from signoff.rules.canonical import digest
 from signoff.config import call_factory, load_plugin
 from signoff.drafters.chat import INSTRUCTIONS, ChatDrafter, response_schema, retry_after_seconds
 from signoff.errors import AttemptFailed, ConfigError

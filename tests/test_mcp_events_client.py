@@ -26,7 +26,7 @@ from standardwebhooks.webhooks import Webhook
 
 from conftest import PLUGINS, child_env
 from signoff.errors import Blocked, ConfigError, InvalidEvent, Refused
-from signoff.events import validate
+from signoff.rules.events import validate
 from signoff.hosts.mcp import McpHost
 from signoff.mcp.events import (EventsClient, check_map, map_delivery, new_secret,
                                 verification_answer)

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import openai
 
-from ..canonical import digest
+from ..rules.canonical import digest
 from ..config import _toml_kind
 from ..errors import AttemptFailed, ConfigError
 

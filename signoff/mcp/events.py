@@ -24,9 +24,9 @@ from datetime import datetime, timezone
 import jsonschema
 
 from ..errors import ConfigError, InvalidEvent, Refused
-from ..events import check_label
-from ..serve.hooks import signed_by_one_of
-from ..serve.secrets import generate as new_secret  # noqa: F401 (re-exported: a subscription's secret)
+from ..rules.events import check_label
+from ..ops.secrets import generate as new_secret  # noqa: F401 (re-exported: a subscription's secret)
+from ..ops.secrets import signed_by_one_of
 from .session import McpCallError
 
 SUBSCRIBE_TIMEOUT_S = 30.0
@@ -222,7 +222,7 @@ def map_delivery(body, field_map, document):
     ``event_id`` is the ``eventId``, ``occurred`` the ``timestamp`` in whole
     seconds, ``name`` the delivery's unless mapped, ``record_id`` and
     ``document`` (``document`` when not mapped) from the map's dotted paths.
-    Only these five fields are returned, for ``signoff.events.validate``.
+    Only these five fields are returned, for ``signoff.rules.events.validate``.
     """
     check_map(field_map)
     if not isinstance(body, dict):

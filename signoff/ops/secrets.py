@@ -96,3 +96,21 @@ def _current_sql():
             f'WHERE m."{m.fields["id"].column_name}" = {param} '
             f'ORDER BY s."{s.fields["id"].column_name}"')
     return _SQL[param]
+
+
+SIGNATURE_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
+
+
+def signed_by_one_of(text, headers, monitor_secrets):
+    """True when the Standard Webhooks signature verifies under any of the secrets."""
+    from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+    given = {k: headers[k] for k in SIGNATURE_HEADERS if k in headers}
+    for secret in monitor_secrets:
+        try:
+            Webhook(secret).verify(text, given, json_parse=False)
+            return True
+        except (WebhookVerificationError, ValueError):
+            # ValueError: a malformed signature list or base64 (the library
+            # raises it as it parses); it verifies nothing either way.
+            continue
+    return False
