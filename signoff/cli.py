@@ -1,4 +1,4 @@
-"""The ``signoff`` command line (SPEC section 8): parse, call one function, print."""
+"""The ``signoff`` command line (every command in docs/cli.md): parse, call one function, print."""
 
 import contextlib
 import functools

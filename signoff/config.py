@@ -45,7 +45,7 @@ finished_days = 30
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Budgets and backoff for each step (SPEC section 7)."""
+    """Budgets and backoff for each step (docs/configuration.md)."""
 
     read_attempts: int = 5
     draft_attempts: int = 3

@@ -1,4 +1,4 @@
-"""Batches (SPEC section 12): one task per document per window, with the fake clock.
+"""Batches (docs/policies-and-batches.md): one task per document per window, with the fake clock.
 
 The crash tests at the end run real worker processes on a real home and SIGKILL
 one while a batch is open, and one while it is being closed.

@@ -1,4 +1,4 @@
-"""The command line contract (SPEC section 8): exit codes, JSON shapes, refusals.
+"""The command line contract (docs/cli.md): exit codes, JSON shapes, refusals.
 
 Every command runs through click's CliRunner on a fresh home under ``tmp_path``;
 the work between commands is done in-process with ``Signoff.run_until_idle``.

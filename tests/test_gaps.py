@@ -1,4 +1,4 @@
-"""Resume after a cancel or an expiry, and the observation gaps (SPEC section 12)."""
+"""Resume after a cancel or an expiry, and the observation gaps (docs/policies-and-batches.md)."""
 
 import json
 import sys

@@ -1,4 +1,4 @@
-"""Leases, fencing, retries and dead letters, driven by the fake clock (SPEC section 7).
+"""Leases, fencing, retries and dead letters (docs/concepts.md), driven by the fake clock.
 
 Nothing here sleeps: time moves only when a test advances the clock, and the
 worker's steps are called directly (``ingest_batch``, ``submit_batch``, ``reap``).

@@ -1,4 +1,4 @@
-"""Standing approval policies (SPEC section 12), with the fake clock.
+"""Standing approval policies (docs/policies-and-batches.md), with the fake clock.
 
 Each test drives a real home through the Python API; the worker loop's policy
 pass is called directly (``policy.run_pass``), ingest runs its own after each

@@ -1,4 +1,4 @@
-"""A host that is an MCP tool server (SPEC section 11), reached with the official SDK.
+"""A host that is an MCP tool server (docs/mcp.md), reached with the official SDK.
 
 ``[host] factory = "signoff.hosts.mcp:McpHost"`` with ``[host.options]``:
 ``command``/``args``/``env`` (stdio) or ``url`` (streamable HTTP), ``timeout_s``,
@@ -91,7 +91,7 @@ class McpHost:
 
 
 def read_result(result, tool, transient_codes):
-    """A ``CallToolResult`` as a value, or the exception signoff expects (SPEC 11).
+    """A ``CallToolResult`` as a value, or the exception signoff expects (docs/mcp.md).
 
     The value is the structured content (the SDK's ``{"result": ...}`` wrapper
     unwrapped), else the JSON text, else ``None`` when there is no content.

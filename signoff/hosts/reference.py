@@ -34,7 +34,7 @@ CREATE INDEX IF NOT EXISTS record_changes_by_document ON record_changes (documen
 
 
 class ReferenceHost:
-    """A host backed by ``host.db`` in the signoff home (SPEC section 6)."""
+    """A host backed by ``host.db`` in the signoff home (the host contract in docs/plugins.md)."""
 
     def __init__(self, home, timeout=5.0, path=None):
         self.now = time.time  # when a record changed; tests put their fake clock here

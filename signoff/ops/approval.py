@@ -1,4 +1,4 @@
-"""The trusted human channel: approve, reject, retry (SPEC section 5).
+"""The trusted human channel: approve, reject, retry (the life cycle in docs/concepts.md).
 
 Nothing here is reachable from event content; the CLI and the Python API are
 its only callers.

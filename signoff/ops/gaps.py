@@ -1,12 +1,12 @@
-"""Resume after a cancel or an expiry, and the observation gaps (SPEC section 12).
+"""Resume after a cancel or an expiry, and the observation gaps (docs/policies-and-batches.md).
 
 Between the end of a monitor and its resume nothing watched the document: that
 span is a gap, recorded and shown, never reported as "no changes". ``--replay``
 asks the host which records changed in the gap (the optional host method
 ``changes(document, since) -> [record_id]``) and queues one event per record;
 ``--new-only`` queues nothing. Either way the gap stays on record. Stale events
-(SPEC section 4, step 5) are the other kind of gap: an event that arrived too
-late to be acted on.
+(the freshness check of ingest, docs/concepts.md) are the other kind of gap: an
+event that arrived too late to be acted on.
 
 The new monitor, the gap and the replayed deliveries are written in one
 transaction, so a crash leaves either all of them or none.

@@ -54,7 +54,7 @@ def bind(rt, document, monitor_id="default", event_names=DEFAULT_EVENTS, ttl_s=D
 
 
 def cancel(rt, monitor_id):
-    """Stop intake and end the monitor's open tasks (SPEC section 5, Cancel)."""
+    """Stop intake and end the monitor's open tasks (the life cycle in docs/concepts.md)."""
     now = rt.clock.now()
     with db.atomic():
         monitor = Monitor.get_or_none(Monitor.id == monitor_id)

@@ -1,4 +1,4 @@
-"""Standing approval policies (SPEC section 12): approval without a click, bounded.
+"""Standing approval policies (docs/policies-and-batches.md): approval without a click, bounded.
 
 A policy is made only through the trusted channel (CLI or Python API) for one
 monitor; nothing in an event or a record names, creates or widens one. While it

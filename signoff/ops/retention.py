@@ -1,4 +1,4 @@
-"""Retention: finished tasks lose their record snapshot and result (SPEC section 12).
+"""Retention: finished tasks lose their record snapshot and result (docs/policies-and-batches.md).
 
 What stays is what an operator and the dedupe layer need: the task row's key,
 status, code, digests, who approved and when, every time, the attempt history,

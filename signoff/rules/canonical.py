@@ -1,4 +1,4 @@
-"""Canonical JSON and the digests built on it (SPEC section 2)."""
+"""Canonical JSON and the digests built on it (the words in docs/concepts.md)."""
 
 import hashlib
 import json

@@ -1,4 +1,4 @@
-"""Event intake validation (SPEC section 3): what an acceptable event looks like.
+"""Event intake validation (events in docs/concepts.md): what an acceptable event looks like.
 
 Only the five identifying fields survive validation; ``text`` and anything else
 is dropped here, before anything is stored, queued or logged.

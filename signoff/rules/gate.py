@@ -1,4 +1,4 @@
-"""The gate: does the standing permission still hold? (SPEC section 4, step 2)."""
+"""The gate: does the standing permission still hold? (ingest's second check, docs/concepts.md)."""
 
 from .canonical import digest
 

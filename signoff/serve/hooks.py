@@ -1,4 +1,4 @@
-"""``POST /hooks/{monitor}``: Standard Webhooks ingest (SPEC section 10).
+"""``POST /hooks/{monitor}``: Standard Webhooks ingest (docs/serve.md).
 
 Checked in this order: monitor (404), size (413), UTF-8 (400), signature
 (401), ``webhook-id`` already answered (200, the first answer), event (400),

@@ -26,7 +26,7 @@ class DeliveryStatus(StrEnum):
 
 
 class TaskStatus(StrEnum):
-    """Where a task is in its life cycle (SPEC section 5)."""
+    """Where a task is in its life cycle (docs/concepts.md)."""
 
     READY = "ready"
     APPROVED = "approved"

@@ -1,12 +1,14 @@
-"""Batches (SPEC section 12): open review records of one document, one task per window.
+"""Batches: open review records of one document, one task per window.
+
+How they behave for users: docs/policies-and-batches.md.
 
 A monitor bound with ``--batch-window S`` does not draft per event. Ingest runs
-every check of SPEC section 4 up to the source check, then the record joins the
-open batch of its document (one is opened, closing S seconds later, when none is
-open): the ``BatchMember`` row is written in the transaction that writes the
-inbox row, and its primary key ``(monitor, record id, version)`` puts a record
-version in one batch only, so a crash or a redelivery can neither lose a member
-nor put it in two batches.
+every check of a single event (docs/concepts.md) up to the source check, then
+the record joins the open batch of its document (one is opened, closing S
+seconds later, when none is open): the ``BatchMember`` row is written in the
+transaction that writes the inbox row, and its primary key ``(monitor, record
+id, version)`` puts a record version in one batch only, so a crash or a
+redelivery can neither lose a member nor put it in two batches.
 
 Closing is a pass of the worker loop once the window has passed: every member is
 read back, those still open and unchanged are drafted together (the drafter gets

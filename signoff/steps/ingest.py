@@ -1,4 +1,4 @@
-"""The ingest step: from a delivery to a `ready` task (SPEC section 4).
+"""The ingest step: from a delivery to a `ready` task (the checks in docs/concepts.md).
 
 Work is done in batches: one statement claims many waiting deliveries, the host
 is asked about each (no transaction is open meanwhile), and every outcome of the
@@ -72,7 +72,7 @@ def ingest_batch(rt, owner):
 
 
 def examine(rt, host, row, monitor, context, consumed, now):
-    """Run the checks of SPEC section 4 for one delivery, in order."""
+    """Run the ingest checks (docs/concepts.md) for one delivery, in order."""
     try:
         validate({"event_id": row.event_id, "name": row.name, "document": row.document,
                   "record_id": row.record_id, "occurred": row.occurred})
@@ -114,7 +114,7 @@ def examine(rt, host, row, monitor, context, consumed, now):
 
 
 def new_task(monitor, record, drafted, now):
-    """The row of a ``ready`` task for ``record`` as drafted (SPEC section 4, step 9)."""
+    """The row of a ``ready`` task for ``record`` as drafted (ingest's last step)."""
     result = {"record_id": record["id"], "version": record["version"],
               "draft": drafted["draft"], "sources": list(drafted["sources"])}
     key = task_key(monitor.id, monitor.grant_digest, record["id"], record["version"])
