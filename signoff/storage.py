@@ -34,10 +34,11 @@ log = logging.getLogger("signoff.storage")
 
 # Bumped whenever a table, column or index changes; `signoff init` records it
 # (and brings an older schema up to date).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Indexes of older versions that `init` drops: version 2 made each claim index
 # end in the claim's tie-break, so every engine claims in the same order.
 # Version 3 indexed the times retention prunes webhook answers and refusals by.
+# Version 4 added the digests of the bodies webhook-ids were first answered for.
 RETIRED_INDEXES = ("delivery_status_next_at", "task_status_next_at")
 SCHEMA_TABLE = "signoff_schema"
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
