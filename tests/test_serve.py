@@ -18,6 +18,7 @@ from peewee import fn
 from conftest import child_env, make_event, signoff_cmd, state_tables, wait_for
 from servekit import SECRET_TEXT, Server, event, make_home, signed
 from signoff import retention
+from signoff.errors import Refused
 from signoff.events import parse_line
 from signoff.models import Audit, Delivery, WebhookAnswer, WebhookRefusal
 from signoff.serve import hooks, secrets
@@ -109,6 +110,19 @@ def test_a_reused_webhook_id_in_one_batch_is_counted_too(rt):
                                                 hooks.body_digest(other))])
     assert again[0][0] == 200 and reuses() == 2
     assert Delivery.select().count() == 1
+
+
+def test_secret_ids_are_never_given_again(rt):
+    ids = [secrets.add(rt, "default")["secret_id"] for _ in range(3)]
+    secrets.remove(rt, "default", ids[2])
+    secrets.remove(rt, "default", ids[1])
+    new = secrets.add(rt, "default")["secret_id"]
+    assert new > ids[2], (ids, new)
+    assert [s["secret_id"] for s in secrets.listing("default")] == [ids[0], new]
+    with pytest.raises(Refused) as info:
+        secrets.remove(rt, "default", ids[2])
+    assert info.value.code == "unknown_secret"
+    assert len(secrets.current("default")[1]) == 2
 
 
 def test_a_webhook_id_retried_after_retention_dropped_its_answer_is_still_a_duplicate(served):
