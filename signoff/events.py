@@ -264,13 +264,23 @@ def _plain(value):
     return 6 * size <= MAX_LINE_BYTES
 
 
-def iter_lines(stream):
-    """Yield ``(line_number, raw_bytes_or_None)`` from a binary stream, lazily.
+@dataclass(frozen=True)
+class Oversize:
+    """A line over the size limit, of which only the first bytes were kept."""
 
-    A line over the size limit is yielded as ``None`` without being held whole in
-    memory. Blank lines are skipped but still counted.
+    head: bytes
+
+
+OVERSIZE_HEAD = 1024  # bytes of an oversize line kept: enough to tell what it was
+
+
+def iter_lines(stream, limit=MAX_LINE_BYTES):
+    """Yield ``(line_number, raw_bytes | Oversize)`` from a binary stream, lazily.
+
+    A line over ``limit`` bytes is yielded as an ``Oversize`` without being held
+    whole in memory. Blank lines are skipped but still counted.
     """
-    number, buf, oversize = 0, b"", False
+    number, buf, oversize = 0, b"", None
     while True:
         chunk = stream.read(_READ_CHUNK)
         if not chunk:
@@ -282,16 +292,17 @@ def iter_lines(stream):
                 break
             line, buf = buf[:cut], buf[cut + 1:]
             number += 1
-            if oversize:
-                oversize = False
-                yield number, None
+            if oversize is not None or len(line) > limit:
+                yield number, oversize or Oversize(line[:OVERSIZE_HEAD])
+                oversize = None
             elif line.strip():
                 yield number, line.rstrip(b"\r")
-        if len(buf) > MAX_LINE_BYTES:
-            oversize, buf = True, b""
-    if oversize or buf.strip():
+        if len(buf) > limit:
+            oversize = oversize or Oversize(buf[:OVERSIZE_HEAD])
+            buf = b""
+    if oversize is not None or buf.strip():
         number += 1
-        yield number, (None if oversize else buf.rstrip(b"\r"))
+        yield number, (oversize or buf.rstrip(b"\r"))
 
 
 def read_events(stream):
@@ -321,7 +332,7 @@ def _checked(raw, where="line"):
 
 def _read_lines(stream):
     for number, raw in iter_lines(stream):
-        if raw is None:
+        if isinstance(raw, Oversize):
             yield number, InvalidEvent(too_long())
         else:
             yield number, _checked(raw)
