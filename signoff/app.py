@@ -143,12 +143,18 @@ class Signoff:
         """
         return list(intake.enqueue(self, stream, monitor_id, progress))
 
-    @_own_database
     def enqueue_events(self, events, monitor_id="default"):
         """Accept a list of event dicts (or raw values); returns the line results."""
         # Checked here, all before anything is stored, each as its JSON line would be.
-        items = [(n, check_value(e)) for n, e in enumerate(events, 1)]
-        return list(intake.enqueue_items(self, items, monitor_id))
+        return self.enqueue_checked([check_value(e) for e in events], monitor_id)
+
+    @_own_database
+    def enqueue_checked(self, outcomes, monitor_id="default"):
+        """Store events already checked (``Event`` or ``InvalidEvent`` each); the line results.
+
+        An ``InvalidEvent`` is refused as a bad line is: one audit row, nothing else.
+        """
+        return list(intake.enqueue_items(self, list(enumerate(outcomes, 1)), monitor_id))
 
     # -- the worker's steps (Huey tasks call these) ---------------------------
 

@@ -291,6 +291,21 @@ class WebhookAnswer(BaseModel):
         primary_key = CompositeKey("monitor", "webhook_id")
 
 
+class WebhookDigest(BaseModel):
+    """The sha256 of the body first answered under a ``webhook-id`` of a monitor.
+
+    Written with the answer; a later body under the id that differs from it
+    still gets the first answer, and is counted as a reuse.
+    """
+
+    monitor = CharField()
+    webhook_id = CharField()
+    digest = CharField(max_length=64)
+
+    class Meta:
+        primary_key = CompositeKey("monitor", "webhook_id")
+
+
 class WebhookRefusal(BaseModel):
     """Refused webhook requests counted per monitor, minute and code."""
 
@@ -352,5 +367,5 @@ class Cursor(BaseModel):
 
 
 # signoff serve's tables are part of the one schema every home has.
-MODELS += [WebhookSecret, WebhookAnswer, WebhookRefusal, Reviewer, ReviewSession, Notification,
-           Cursor]
+MODELS += [WebhookSecret, WebhookAnswer, WebhookDigest, WebhookRefusal, Reviewer, ReviewSession,
+           Notification, Cursor]

@@ -339,6 +339,37 @@ def test_field_reasons_say_what_is_allowed(rt):
     assert not any(PYTHON_WORDING.search(r) or "str" in r.split() for r in reasons)
 
 
+def twice(event, key, value):
+    """The JSON line of ``event`` naming ``key`` once more, with ``value``, at its end."""
+    return json.dumps(event)[:-1].encode() + b", " + json.dumps({key: value})[1:].encode()
+
+
+@pytest.mark.parametrize("raw, key", [
+    (twice(make_event(event_id="evt-a"), "event_id", "evt-b"), '"event_id"'),
+    (twice(make_event(), "text", "the other text"), '"text"'),
+    (twice(make_event(), "occurred", 5), '"occurred"'),
+    (json.dumps(make_event(extra={"deep": [1, {"x": 1}]})).replace('"x": 1', '"x": 1, "x": 2')
+     .encode(), '"x"'),
+], ids=["event_id", "ignored-text", "occurred", "nested-ignored"])
+def test_a_line_naming_a_key_twice_is_refused_naming_the_key(rt, raw, key):
+    before = Audit.select().where(Audit.code == "invalid_event").count()
+    good = jsonl(make_event(event_id="evt-good"))
+    bad, ok = rt.enqueue(io.BytesIO(raw + b"\n" + good), "default")
+    assert (bad.accepted, bad.code, bad.delivery) == (False, "invalid_event", None)
+    assert bad.reason.startswith("line: ") and f"key {key} twice" in bad.reason, bad.reason
+    assert ok.accepted
+    assert [d.event_id for d in Delivery.select()] == ["evt-good"]
+    assert Audit.select().where(Audit.code == "invalid_event").count() == before + 1
+
+
+def test_a_pretty_printed_event_naming_a_key_twice_is_refused_as_one_event(rt):
+    raw = json.dumps(make_event(), indent=2).replace('"name": ', '"name": "x",\n  "name": ')
+    [answer] = rt.enqueue(io.BytesIO(raw.encode()), "default")
+    assert answer.line == 1 and answer.code == "invalid_event"
+    assert 'key "name" twice' in answer.reason
+    assert Delivery.select().count() == 0
+
+
 def config_error(home, text):
     """The ``ConfigError`` opening ``home`` and its host raises with ``text`` as config."""
     (home / "signoff.toml").write_text(text, encoding="utf-8")

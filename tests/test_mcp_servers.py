@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, child_env, signoff_cmd
 from signoff.app import Signoff
 from signoff.hosts.reference import ReferenceHost
-from signoff.mcp.session import McpSession, stdio_params
+from signoff.mcp.session import McpCallError, McpSession, stdio_params
 
 CHILD_ENV = {"PYTHONPATH": str(ROOT)}
 HOST_TOOLS = {"get_context", "get_record", "read_material", "submit_result", "get_receipt"}
@@ -123,7 +123,9 @@ def test_agent_server_has_no_approval_tools(agent_server):
 def test_report_event_accepts_and_never_stores_text(agent_server, home):
     path, _ = home
     secret = "SECRET-AGENT-TEXT-8c1f"
-    answer = body(agent_server.call("report_event", event("evt-agent-1", text=secret)))
+    result = agent_server.call("report_event", event("evt-agent-1", text=secret))
+    answer = body(result)
+    assert not result.is_error
     assert answer["accepted"] is True and answer["event_id"] == "evt-agent-1"
     assert isinstance(answer["delivery"], int) and answer["code"] is None
     stored = b"".join(p.read_bytes() for p in path.iterdir() if p.is_file())
@@ -135,21 +137,27 @@ def test_report_event_accepts_and_never_stores_text(agent_server, home):
     ({"occurred": True}, "occurred: must be an integer"),
     ({"record_id": ""}, "record_id: must be 1-128"),
     ({"name": "a\u0007b"}, "name: contains the control character"),
+    ({"text": "x" * 70_000}, "event: longer than 65536 bytes"),
 ])
 def test_report_event_validates_as_enqueue_does(agent_server, home, changes, reason):
     _, rt = home
     before = len([a for a in rt.audit() if a["code"] == "invalid_event"])
-    answer = body(agent_server.call("report_event", event("evt-bad", **changes)))
+    result = agent_server.call("report_event", event("evt-bad", **changes))
+    assert result.is_error  # so that a model sees the refusal
+    answer = body(result)
     assert answer["accepted"] is False and answer["code"] == "invalid_event"
     assert answer["reason"].startswith(reason) and answer["delivery"] is None
+    assert "line:" not in answer["reason"] and "per line" not in answer["reason"]  # none in MCP
+    assert json.loads(result.content[0].text) == answer
     assert len([a for a in rt.audit() if a["code"] == "invalid_event"]) == before + 1
 
 
 def test_report_event_missing_field_and_extra_argument(agent_server):
     partial = event("evt-partial")
     del partial["record_id"]
-    answer = body(agent_server.call("report_event", partial))
-    assert answer["code"] == "invalid_event" and answer["reason"].startswith("record_id: missing")
+    result = agent_server.call("report_event", partial)
+    assert result.is_error and body(result)["code"] == "invalid_event"
+    assert body(result)["reason"].startswith("record_id: missing")
     extra = agent_server.call("report_event", dict(event("evt-extra"), approve=True))
     assert extra.is_error and body(extra)["error"] == "invalid_arguments"
 
@@ -171,6 +179,19 @@ def test_list_and_show_tasks_of_the_monitor_only(agent_server, home):
     assert body(agent_server.call("list_tasks", {"status": "done"})) == []
 
 
+@pytest.mark.parametrize("tool, arguments, reason", [
+    ("list_tasks", {"status": "bogus"}, "status: one of approved, blocked,"),
+    ("list_tasks", {"limit": 0}, "limit: must be 1-1000"),
+    ("show_task", {"key": "k" * 129}, "key: 1-128 characters"),
+    ("show_task", {"key": "a b"}, "key: 1-128 characters"),
+])
+def test_agent_tools_refuse_arguments_out_of_bounds(agent_server, tool, arguments, reason):
+    result = agent_server.call(tool, arguments)
+    assert result.is_error
+    answer = body(result)
+    assert answer["error"] == "invalid_arguments" and answer["reason"].startswith(reason)
+
+
 def test_unknown_monitor_is_refused_at_start(home):
     path, _ = home
     done = subprocess.run(signoff_cmd(path, "mcp", "--monitor", "nope"), env=child_env(),
@@ -187,3 +208,11 @@ def test_host_mcp_without_a_home_is_refused(tmp_path):
     assert done.returncode == 1 and json.loads(done.stdout)["error"] == "no_home"
     assert not (tmp_path / "none").exists()
     assert os.listdir(tmp_path) == []
+
+
+def test_an_oversize_call_through_the_client_is_refused_at_once(agent_server):
+    started = time.monotonic()
+    with pytest.raises(McpCallError, match="-32600"):
+        agent_server.call("show_task", {"key": "k" * 30_000_000})
+    assert time.monotonic() - started < agent_server.timeout_s  # answered, not timed out
+    assert isinstance(body(agent_server.call("list_tasks", {})), list)

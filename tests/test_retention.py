@@ -1,4 +1,4 @@
-"""Retention (docs/policies-and-batches.md): finished tasks lose snapshot and result, nothing else.
+"""Retention (SPEC section 12): finished tasks lose snapshot and result, nothing else.
 
 Tasks are aged with the fake clock; the CLI tests run ``signoff purge`` on a real
 home whose config sets the retention period.
@@ -17,7 +17,7 @@ from signoff.rules.canonical import digest
 from signoff.cli import main
 from signoff.errors import Refused
 from signoff.state.lifecycle import bury, move_task
-from signoff.models import Inbox, PurgedTask, Task, WebhookAnswer, WebhookRefusal
+from signoff.models import Inbox, PurgedTask, Task, WebhookAnswer, WebhookDigest, WebhookRefusal
 
 DAY = 24 * 60 * 60
 MONITOR = "year"  # bound for longer than the ages these tests give their tasks
@@ -170,6 +170,7 @@ def test_the_hourly_run_is_claimed_by_one_worker(rt, home, clock):
 def answer(n, at):
     WebhookAnswer.create(monitor=MONITOR, webhook_id=f"msg-{n}", delivery=n,
                          event_id=f"evt-{n}", at=at)
+    WebhookDigest.create(monitor=MONITOR, webhook_id=f"msg-{n}", digest=f"{n:064x}")
 
 
 def test_webhook_answers_past_the_period_are_dropped_in_chunks(rt, clock, monkeypatch):
@@ -183,6 +184,7 @@ def test_webhook_answers_past_the_period_are_dropped_in_chunks(rt, clock, monkey
     assert WebhookAnswer.select().count() == 6  # a dry run only counts
     assert retention.purge(rt)["webhook_answers"] == 5
     assert [a.webhook_id for a in WebhookAnswer.select()] == ["msg-5"]
+    assert [d.webhook_id for d in WebhookDigest.select()] == ["msg-5"]  # they go together
     assert retention.purge(rt)["webhook_answers"] == 0
 
 

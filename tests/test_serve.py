@@ -1,4 +1,4 @@
-"""``signoff serve`` webhook ingest against a real server process (docs/serve.md).
+"""``signoff serve`` webhook ingest against a real server process (SPEC section 10).
 
 Each request kind is sent to a real ``signoff serve`` on a free port; the test
 then reads the home to see what was stored: a delivery and a webhook-id
@@ -13,11 +13,15 @@ import time
 
 import httpx
 import pytest
+from peewee import fn
 
-from conftest import child_env, signoff_cmd, state_tables, wait_for
+from conftest import child_env, make_event, signoff_cmd, state_tables, wait_for
 from servekit import SECRET_TEXT, Server, event, make_home, signed
 from signoff.ops import retention
+from signoff.errors import Refused
+from signoff.rules.events import parse_line
 from signoff.models import Audit, Delivery, WebhookAnswer, WebhookRefusal
+from signoff.serve import hooks
 from signoff.ops import secrets
 
 import subprocess
@@ -71,17 +75,55 @@ def test_good_request_is_stored_durably_and_text_is_not(served):
     assert SECRET_TEXT not in repr(state_tables(rt))
 
 
+def reuses():
+    return (WebhookRefusal.select(fn.SUM(WebhookRefusal.count))
+            .where(WebhookRefusal.code == "webhook_id_reused").scalar() or 0)
+
+
 def test_replayed_webhook_id_answers_the_first_answer_whatever_the_body(served):
     rt, secret, server, client = served
     first = post(client, secret, event(), "msg-1")
     assert first.status_code == 202
     before = counts()
     again = post(client, secret, event(), "msg-1")
-    other_body = post(client, secret, {"not": "an event"}, "msg-1")
-    for r in (again, other_body):
-        assert r.status_code == 200, r.text
-        assert r.json() == dict(first.json(), duplicate=True)
-    assert counts() == before
+    assert (again.status_code, again.json()) == (200, dict(first.json(), duplicate=True))
+    assert counts() == before and reuses() == 0  # the same body again: a retry, not a reuse
+    for n, other in enumerate([event(event_id="evt-other"), event(text="another text"),
+                               {"not": "an event"}], 1):
+        r = post(client, secret, other, "msg-1")
+        assert (r.status_code, r.json()) == (200, dict(first.json(), duplicate=True)), other
+        assert_refused_once(dict(before, audit=before["audit"] + n - 1), "webhook_id_reused")
+        assert reuses() == n
+    assert [e["event_id"] for e in rt.events()] == ["evt-1"]
+    text = client.get("/metrics").text
+    assert 'signoff_webhook_refusals_total{code="webhook_id_reused"} 3.0' in text
+
+
+def test_a_reused_webhook_id_in_one_batch_is_counted_too(rt):
+    body = json.dumps(make_event()).encode()
+    other = json.dumps(make_event(event_id="evt-2")).encode()
+    jobs = [hooks.Accept("default", "msg-b", parse_line(raw, "body"), hooks.body_digest(raw))
+            for raw in (body, body, other)]
+    answers = hooks.write_batch(rt, jobs)
+    assert [status for status, _ in answers] == [202, 200, 200]
+    assert reuses() == 1 and last_audit() == ("webhook_id_reused", "default")
+    again = hooks.write_batch(rt, [hooks.Accept("default", "msg-b", parse_line(other, "body"),
+                                                hooks.body_digest(other))])
+    assert again[0][0] == 200 and reuses() == 2
+    assert Delivery.select().count() == 1
+
+
+def test_secret_ids_are_never_given_again(rt):
+    ids = [secrets.add(rt, "default")["secret_id"] for _ in range(3)]
+    secrets.remove(rt, "default", ids[2])
+    secrets.remove(rt, "default", ids[1])
+    new = secrets.add(rt, "default")["secret_id"]
+    assert new > ids[2], (ids, new)
+    assert [s["secret_id"] for s in secrets.listing("default")] == [ids[0], new]
+    with pytest.raises(Refused) as info:
+        secrets.remove(rt, "default", ids[2])
+    assert info.value.code == "unknown_secret"
+    assert len(secrets.current("default")[1]) == 2
 
 
 def test_a_webhook_id_retried_after_retention_dropped_its_answer_is_still_a_duplicate(served):
@@ -165,13 +207,55 @@ def test_rotation_every_current_secret_verifies_and_a_removed_one_stops(served):
     assert post(client, added["secret"], event(1, event_id="evt-5"), "rot-5").status_code == 202
 
 
-def test_unknown_monitor_answers_404(served):
+def last_audit():
+    row = Audit.select().order_by(Audit.seq.desc()).get()
+    return row.code, row.monitor
+
+
+def test_an_unknown_monitor_answers_as_a_wrong_signature_does(served):
     rt, secret, server, client = served
-    before = counts()
-    r = post(client, secret, event(), "m", monitor="nobody")
-    assert (r.status_code, r.json()) == (404, {"error": "unknown_monitor"})
-    assert_refused_once(before, "unknown_monitor")
-    assert Audit.select().order_by(Audit.seq.desc()).get().monitor is None
+    wrong = post(client, secrets.generate(), event(), "m-wrong")
+    assert (wrong.status_code, wrong.json()) == (401, {"error": "bad_signature"})
+    for case in ("signed", "unsigned"):
+        before = counts()
+        if case == "signed":  # even under a secret the server knows
+            r = post(client, secret, event(), "m", monitor="nobody")
+        else:
+            r = client.post("/hooks/nobody", content=json.dumps(event()))
+        assert (r.status_code, r.json()) == (wrong.status_code, wrong.json()), case
+        assert r.headers["content-type"] == wrong.headers["content-type"]
+        assert_refused_once(before, "unknown_monitor")
+        assert last_audit() == ("unknown_monitor", None)  # the name asked for is not stored
+    # the checks before the signature say nothing of the monitor and store no name either
+    r = client.post("/hooks/nobody", content=b"\xff", headers=signed(secret, "x", "m"))
+    assert r.status_code == 400 and last_audit() == ("invalid_event", None)
+    text = client.get("/metrics").text
+    assert 'signoff_webhook_refusals_total{code="unknown_monitor"} 2.0' in text
+
+
+def test_a_content_type_other_than_json_answers_415_once_signed(served):
+    rt, secret, server, client = served
+    body = json.dumps(event())
+    for n, ctype in enumerate(["text/plain", "application/x-www-form-urlencoded",
+                               "application/jsonx", ""]):
+        before = counts()
+        r = client.post("/hooks/default", content=body,
+                        headers=dict(signed(secret, body, f"ct-{n}"), **{"content-type": ctype}))
+        assert (r.status_code, r.json()) == (415, {"error": "unsupported_media_type"}), ctype
+        assert_refused_once(before, "unsupported_media_type")
+    unsigned = client.post("/hooks/default", content=body, headers={"content-type": "text/plain"})
+    assert unsigned.status_code == 401  # the signature first: nothing said to a stranger
+    text = client.get("/metrics").text
+    assert 'signoff_webhook_refusals_total{code="unsupported_media_type"} 4.0' in text
+    for n, ctype in enumerate(["application/json; charset=utf-8", "Application/JSON", None]):
+        ev = event(1, event_id=f"evt-ct-{n}")
+        headers = signed(secret, json.dumps(ev), f"ok-{n}")
+        if ctype is None:
+            del headers["content-type"]
+        else:
+            headers["content-type"] = ctype
+        r = client.post("/hooks/default", content=json.dumps(ev), headers=headers)
+        assert r.status_code == 202, (ctype, r.text)
 
 
 def test_oversized_bodies_are_refused_before_being_read_whole(served):
@@ -202,11 +286,15 @@ def test_a_lying_content_length_is_refused_without_waiting_for_the_body(served):
 
 @pytest.mark.parametrize("body, reason", [
     (b"\xff\xfe{}", "body: not valid UTF-8"),
-    (b'{"event_id": "e", ', "line: broken JSON"),
+    (b'{"event_id": "e", ', "body: broken JSON"),
+    (json.dumps(event()).replace('"name": ', '"name": "x", "name": ').encode(),
+     'body: an object names the key "name" twice'),
+    (json.dumps(event(extra={"a": 1})).replace('"a": 1', '"a": 1, "a": 2').encode(),
+     'body: an object names the key "a" twice'),
     (b"[1, 2]", "event: must be one JSON object"),
     (json.dumps({k: v for k, v in event().items() if k != "record_id"}).encode(), "record_id: missing"),
     (json.dumps(event(occurred=1.5)).encode(), "occurred: must be an integer"),
-], ids=["utf8", "broken", "array", "no-record", "float-time"])
+], ids=["utf8", "broken", "twice", "twice-nested", "array", "no-record", "float-time"])
 def test_invalid_bodies_answer_400_with_a_reason(served, body, reason):
     rt, secret, server, client = served
     text = body.decode("utf-8", "replace")

@@ -10,15 +10,12 @@ The reference host's fault switches work through it (``crash-after-write``
 kills this server process right after the write commits).
 """
 
-import re
 import threading
 from typing import Any
 
 from ..errors import Blocked
-from .strict import StrictServer, error_result
+from .strict import StrictServer, error_result, key_refusal
 
-# What an idempotency key may look like (the task keys signoff sends are sha256 hex).
-KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 INSTRUCTIONS = ("The signoff reference host: records, materials, results and the current grant. "
                 "Results are written once per idempotency key.")
 
@@ -74,14 +71,8 @@ def _authorize(host, document=None):
         raise Blocked("access", "the grant does not cover this document")
 
 
-def _check_key(key):
-    if not KEY.fullmatch(key):
-        return error_result("invalid_arguments", "key: 1-128 characters: letters, digits, . _ : -")
-    return None
-
-
 def _submit(host, key, expected, result):
-    refusal = _check_key(key)
+    refusal = key_refusal(key)
     if refusal:
         return refusal
     _authorize(host, expected.get("document"))
@@ -90,7 +81,7 @@ def _submit(host, key, expected, result):
 
 
 def _receipt(host, key):
-    refusal = _check_key(key)
+    refusal = key_refusal(key)
     if refusal:
         return refusal
     _authorize(host)

@@ -1,4 +1,4 @@
-"""Retention: finished tasks lose their record snapshot and result (docs/policies-and-batches.md).
+"""Retention: finished tasks lose their record snapshot and result (SPEC section 12).
 
 What stays is what an operator and the dedupe layer need: the task row's key,
 status, code, digests, who approved and when, every time, the attempt history,
@@ -21,8 +21,8 @@ import time
 from peewee import Tuple, fn
 
 from ..state.lifecycle import audit, key_in
-from ..models import (Chore, DeadLetter, PurgedTask, Task, WebhookAnswer, WebhookRefusal, db,
-                      insert_rows)
+from ..models import (Chore, DeadLetter, PurgedTask, Task, WebhookAnswer, WebhookDigest,
+                      WebhookRefusal, db, insert_rows)
 
 # A dead task counts as finished only once it has been replayed and died again:
 # until then ``dlq replay`` may still need its snapshot.
@@ -106,6 +106,10 @@ def _drop_webhook_answers(cutoff):
                 dropped += WebhookAnswer.delete().where(
                     Tuple(WebhookAnswer.monitor, WebhookAnswer.webhook_id).in_(keys),
                     WebhookAnswer.at < cutoff).execute()
+                # The body digests go with their answers: a webhook-id answered
+                # anew gets its new body's digest.
+                WebhookDigest.delete().where(
+                    Tuple(WebhookDigest.monitor, WebhookDigest.webhook_id).in_(keys)).execute()
         if len(keys) < CHUNK:
             return dropped
 

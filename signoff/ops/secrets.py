@@ -1,7 +1,9 @@
 """Webhook signing secrets of monitors: add, list, remove, and the current set.
 
 A secret is shown once, by ``add``; listings give only ids and times, and the
-audit log says that a secret was added or removed, never which bytes.
+audit log says that a secret was added or removed, never which bytes. A
+removed secret's row stays with the secret erased, so its id is never given
+again: SQLite would give a new row the largest id left plus one.
 """
 
 import base64
@@ -15,6 +17,7 @@ from ..models import Monitor, WebhookSecret, db
 PREFIX = "whsec_"
 MIN_BYTES, MAX_BYTES = 24, 64
 GENERATED_BYTES = 32
+REMOVED = ""  # what a removed secret's row holds instead of the secret
 
 
 def generate():
@@ -56,7 +59,8 @@ def listing(monitor_id):
     _monitor(monitor_id)
     return [{"secret_id": s.id, "created_at": s.created_at}
             for s in WebhookSecret.select(WebhookSecret.id, WebhookSecret.created_at)
-            .where(WebhookSecret.monitor == monitor_id).order_by(WebhookSecret.id)]
+            .where(WebhookSecret.monitor == monitor_id, WebhookSecret.secret != REMOVED)
+            .order_by(WebhookSecret.id)]
 
 
 def remove(rt, monitor_id, secret_id):
@@ -64,8 +68,9 @@ def remove(rt, monitor_id, secret_id):
     now = rt.clock.now()
     with db.atomic():
         _monitor(monitor_id)
-        gone = WebhookSecret.delete().where(WebhookSecret.monitor == monitor_id,
-                                            WebhookSecret.id == secret_id).execute()
+        gone = WebhookSecret.update(secret=REMOVED).where(
+            WebhookSecret.monitor == monitor_id, WebhookSecret.id == secret_id,
+            WebhookSecret.secret != REMOVED).execute()
         if not gone:
             raise Refused("unknown_secret", f"monitor {monitor_id!r} has no secret {secret_id}")
         audit(now, "secret_removed", monitor_id)
@@ -93,6 +98,7 @@ def _current_sql():
             f'SELECT m."{m.fields["id"].column_name}", s."{s.fields["secret"].column_name}" '
             f'FROM "{m.table_name}" AS m LEFT OUTER JOIN "{s.table_name}" AS s '
             f'ON s."{s.fields["monitor"].column_name}" = m."{m.fields["id"].column_name}" '
+            f'AND s."{s.fields["secret"].column_name}" <> \'{REMOVED}\' '
             f'WHERE m."{m.fields["id"].column_name}" = {param} '
             f'ORDER BY s."{s.fields["id"].column_name}"')
     return _SQL[param]

@@ -118,18 +118,46 @@ class _NotJson(ValueError):
     """A JSON extension Python accepts and JSON does not (NaN, Infinity)."""
 
 
+class DuplicateKey(ValueError):
+    """An object names ``key`` twice: JSON parsers disagree on which value wins."""
+
+    def __init__(self, key):
+        super().__init__(key)
+        self.key = key
+
+
 def _reject_constant(name):
     raise _NotJson(f"{name} is not a JSON number")
 
 
-# One decoder for every line: json.loads with an option builds a new one per call.
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+def _unique_keys(pairs):
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return value
 
 
-def _loads(text):
+# One decoder for every text from outside: json.loads with an option builds
+# a new one per call. It refuses a key named twice in any object, at any depth.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+# Only for telling what shape an input has (see ``read_events``), never for its value.
+_SHAPE_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def decode_json(text, unique_keys=True):
+    """The JSON value in ``text``; ``ValueError`` (or ``RecursionError``) when it is not one.
+
+    Refuses what ``json.loads`` accepts and JSON does not (NaN, a leading BOM)
+    and, unless ``unique_keys`` is false, an object naming a key twice
+    (``DuplicateKey``).
+    """
     if text.startswith("\ufeff"):  # refused as json.loads refuses it
         raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
-    return _DECODER.decode(text)
+    return (_DECODER if unique_keys else _SHAPE_DECODER).decode(text)
 
 
 # Python's decoder messages, in the words the reason uses.
@@ -142,44 +170,64 @@ _JSON_PROBLEMS = (
     ("Invalid control character", "a string holds a raw control character (write it as \\uXXXX)"),
     ("Invalid \\uXXXX escape", "a string holds a broken \\u escape"),
     ("Invalid \\escape", "a string holds an unknown backslash escape"),
-    ("Extra data", "more than one JSON value on the line"),
+    ("Extra data", "more than one JSON value"),
 )
+SHOWN_KEY = 64  # characters of a key a reason repeats
 
 
-def broken_json_reason(exc):
-    """A people's reason for a JSON text that did not parse (never Python's wording)."""
+def broken_json_reason(exc, where="line"):
+    """A people's reason for a JSON text that did not parse (never Python's wording).
+
+    ``where`` names what held the text (``line``, ``body``, ``message``).
+    """
     if isinstance(exc, RecursionError):
-        return "line: broken JSON: nested too deeply"
+        return f"{where}: broken JSON: nested too deeply"
+    if isinstance(exc, DuplicateKey):
+        key = exc.key if len(exc.key) <= SHOWN_KEY else exc.key[:SHOWN_KEY] + "\u2026"
+        return (f"{where}: an object names the key {json.dumps(key)} twice (JSON parsers "
+                "disagree on which value wins); name each key once")
     if isinstance(exc, _NotJson):
-        return f"line: broken JSON: {exc}"
+        return f"{where}: broken JSON: {exc}"
     if isinstance(exc, json.JSONDecodeError):
         what = next((words for start, words in _JSON_PROBLEMS if exc.msg.startswith(start)),
                     "not valid JSON")
-        return f"line: broken JSON: {what} (column {exc.colno})"
-    return "line: broken JSON"
+        return f"{where}: broken JSON: {what} (column {exc.colno})"
+    return f"{where}: broken JSON"
 
 
-def parse_line(raw):
-    """Decode and validate one line of bytes; raise ``InvalidEvent`` with a reason."""
+def too_long(where="line"):
+    """The reason for an event whose JSON text is over ``MAX_LINE_BYTES``."""
+    if where == "line":
+        return (f"line: longer than {MAX_LINE_BYTES} bytes; one event per line, "
+                f"at most {MAX_LINE_BYTES} bytes")
+    return f"{where}: longer than {MAX_LINE_BYTES} bytes as JSON; at most {MAX_LINE_BYTES} bytes"
+
+
+def parse_line(raw, where="line"):
+    """Decode and validate one line of bytes; raise ``InvalidEvent`` with a reason.
+
+    ``where`` is what the reasons call the text: a ``line``, a webhook's
+    ``body``, an agent's ``event``.
+    """
     if len(raw) > MAX_LINE_BYTES:
-        raise InvalidEvent(f"line: longer than {MAX_LINE_BYTES} bytes; one event per line, "
-                           f"at most {MAX_LINE_BYTES} bytes")
+        raise InvalidEvent(too_long(where))
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InvalidEvent(f"line: not valid UTF-8 (byte {exc.start + 1}); "
-                           "lines must be UTF-8 text") from None
+        raise InvalidEvent(f"{where}: not valid UTF-8 (byte {exc.start + 1}); "
+                           "JSON text must be UTF-8") from None
     try:
-        value = _loads(text)
+        value = decode_json(text)
     except (ValueError, RecursionError) as exc:
-        raise InvalidEvent(broken_json_reason(exc)) from None
+        raise InvalidEvent(broken_json_reason(exc, where)) from None
     return validate(value)
 
 
-def check_value(value):
+def check_value(value, where="line"):
     """``Event`` or ``InvalidEvent`` for one event given as a Python value.
 
-    The answer and reason are those its JSON line would get from ``read_events``.
+    The answer and reason are those its JSON line would get from ``read_events``
+    (a reason about the whole text names ``where`` instead of the line).
     A flat object of ASCII strings, integers, booleans and nulls, short enough
     that its line cannot pass the size limit, is validated as it is; any other
     value goes through the JSON text, which decides what it means.
@@ -189,7 +237,7 @@ def check_value(value):
             return validate(value)
         except InvalidEvent as exc:
             return exc
-    return _checked(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    return _checked(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"), where)
 
 
 _PLAIN_TYPES = (str, int, bool, type(None))
@@ -216,13 +264,23 @@ def _plain(value):
     return 6 * size <= MAX_LINE_BYTES
 
 
-def iter_lines(stream):
-    """Yield ``(line_number, raw_bytes_or_None)`` from a binary stream, lazily.
+@dataclass(frozen=True)
+class Oversize:
+    """A line over the size limit, of which only the first bytes were kept."""
 
-    A line over the size limit is yielded as ``None`` without being held whole in
-    memory. Blank lines are skipped but still counted.
+    head: bytes
+
+
+OVERSIZE_HEAD = 1024  # bytes of an oversize line kept: enough to tell what it was
+
+
+def iter_lines(stream, limit=MAX_LINE_BYTES):
+    """Yield ``(line_number, raw_bytes | Oversize)`` from a binary stream, lazily.
+
+    A line over ``limit`` bytes is yielded as an ``Oversize`` without being held
+    whole in memory. Blank lines are skipped but still counted.
     """
-    number, buf, oversize = 0, b"", False
+    number, buf, oversize = 0, b"", None
     while True:
         chunk = stream.read(_READ_CHUNK)
         if not chunk:
@@ -234,16 +292,17 @@ def iter_lines(stream):
                 break
             line, buf = buf[:cut], buf[cut + 1:]
             number += 1
-            if oversize:
-                oversize = False
-                yield number, None
+            if oversize is not None or len(line) > limit:
+                yield number, oversize or Oversize(line[:OVERSIZE_HEAD])
+                oversize = None
             elif line.strip():
                 yield number, line.rstrip(b"\r")
-        if len(buf) > MAX_LINE_BYTES:
-            oversize, buf = True, b""
-    if oversize or buf.strip():
+        if len(buf) > limit:
+            oversize = oversize or Oversize(buf[:OVERSIZE_HEAD])
+            buf = b""
+    if oversize is not None or buf.strip():
         number += 1
-        yield number, (None if oversize else buf.rstrip(b"\r"))
+        yield number, (oversize or buf.rstrip(b"\r"))
 
 
 def read_events(stream):
@@ -255,7 +314,7 @@ def read_events(stream):
     head = stream.read(MAX_LINE_BYTES + 1)
     if len(head) <= MAX_LINE_BYTES and b"\n" in head.strip():
         try:
-            whole = _loads(head.decode("utf-8"))
+            whole = decode_json(head.decode("utf-8"), unique_keys=False)
         except (ValueError, UnicodeDecodeError, RecursionError):
             whole = None
         if isinstance(whole, dict):
@@ -264,18 +323,17 @@ def read_events(stream):
     yield from _read_lines(_Prefixed(head, stream))
 
 
-def _checked(raw):
+def _checked(raw, where="line"):
     try:
-        return parse_line(raw.strip())
+        return parse_line(raw.strip(), where)
     except InvalidEvent as exc:
         return exc
 
 
 def _read_lines(stream):
     for number, raw in iter_lines(stream):
-        if raw is None:
-            yield number, InvalidEvent(f"line: longer than {MAX_LINE_BYTES} bytes; one event "
-                                       f"per line, at most {MAX_LINE_BYTES} bytes")
+        if isinstance(raw, Oversize):
+            yield number, InvalidEvent(too_long())
         else:
             yield number, _checked(raw)
 

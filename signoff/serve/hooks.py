@@ -1,36 +1,54 @@
 """``POST /hooks/{monitor}``: Standard Webhooks ingest (docs/serve.md).
 
-Checked in this order: monitor (404), size (413), UTF-8 (400), signature
-(401), ``webhook-id`` already answered (200, the first answer), event (400),
-then the durable write (202). Accepted events and refusals go through the
-group commit, so a 202 is sent only once the delivery row and its
-``webhook-id`` answer are committed together, and a refusal's audit row is
-written before it is answered.
+Checked in this order: size (413), UTF-8 (400), signature (401), media type
+(415), ``webhook-id`` already answered (200, the first answer), event (400),
+then the durable write (202). A monitor that does not exist can never verify:
+it answers the 401 of a wrong signature, so no caller learns which monitors
+exist, and the refusal is audited as ``unknown_monitor`` for the operator.
+Accepted events and refusals go through the group commit, so a 202 is sent
+only once the delivery row and its ``webhook-id`` answer are committed
+together, and a refusal's audit row is written before it is answered. A body
+that differs from the one a ``webhook-id`` was first answered for still gets
+the first answer, and is counted as the refusal ``webhook_id_reused``.
 """
 
+import hashlib
 from dataclasses import dataclass
 
-from peewee import InterfaceError, OperationalError, fn
+from peewee import JOIN, InterfaceError, OperationalError, fn
 from starlette.responses import JSONResponse
 
 from ..ops import intake
 from ..errors import InvalidEvent
 from ..rules.events import MAX_LINE_BYTES, Event, check_label, parse_line
-from ..models import Audit, Delivery, WebhookAnswer, WebhookRefusal, db, insert_rows
+from ..models import Audit, Delivery, WebhookAnswer, WebhookDigest, WebhookRefusal, db, insert_rows
 from ..ops import secrets
 
 MAX_BODY = MAX_LINE_BYTES  # 64 KiB
 AUDITED_PER_MINUTE = 60
-STATUS = {"unknown_monitor": 404, "too_large": 413, "invalid_event": 400, "bad_signature": 401}
+STATUS = {"too_large": 413, "invalid_event": 400, "bad_signature": 401,
+          "unsupported_media_type": 415}
+REUSED = "webhook_id_reused"
+# What a monitor without secrets (or one that does not exist) is checked
+# against: a secret nobody has, so its refusal costs what a wrong signature's does.
+_NOBODYS = [secrets.generate()]
 
 
 @dataclass(frozen=True)
 class Accept:
-    """A verified, valid event to store under its ``webhook-id``."""
+    """A verified, valid event to store under its ``webhook-id``; ``digest``: its body's."""
 
     monitor: str
     webhook_id: str
     event: Event
+    digest: str
+
+    def differs(self, event_id, digest):
+        """True when this body is not the one answered as ``event_id`` with ``digest``.
+
+        ``digest`` is None for an answer older than the digests; the event id decides.
+        """
+        return self.event.event_id != event_id or (digest is not None and digest != self.digest)
 
 
 @dataclass(frozen=True)
@@ -39,6 +57,11 @@ class Refusal:
 
     monitor: str | None
     code: str
+
+
+def body_digest(body):
+    """The sha256 hex of a request body, kept with the first answer to its ``webhook-id``."""
+    return hashlib.sha256(body).hexdigest()
 
 
 async def read_body(request):
@@ -55,38 +78,53 @@ async def read_body(request):
     return b"".join(chunks)
 
 
+def is_json(content_type):
+    """True for no ``Content-Type`` or ``application/json`` (parameters such as charset allowed)."""
+    if content_type is None:
+        return True
+    return content_type.split(";", 1)[0].strip().lower() == "application/json"
+
+
 def make_endpoint(rt, commits):
     """The ASGI endpoint for ``POST /hooks/{monitor}`` writing through ``commits``."""
 
-    async def refuse(monitor_id, code, reason=None):
+    async def refuse(monitor_id, code, reason=None, answer=None):
+        # Records ``code``; answers ``answer`` (the code itself unless given).
         await commits.submit(Refusal(monitor_id, code))
-        body = {"error": code} if reason is None else {"error": code, "reason": reason}
-        return JSONResponse(body, status_code=STATUS[code])
+        body = {"error": answer or code}
+        if reason is not None:
+            body["reason"] = reason
+        return JSONResponse(body, status_code=STATUS[answer or code])
 
     async def hook(request):
         monitor_id = request.path_params["monitor"]
         exists, monitor_secrets = secrets.current(monitor_id)
-        if not exists:
-            return await refuse(None, "unknown_monitor")
+        known = monitor_id if exists else None  # a name nobody bound is never stored
         body = await read_body(request)
         if body is None:
-            return await refuse(monitor_id, "too_large")
+            return await refuse(known, "too_large")
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:
-            return await refuse(monitor_id, "invalid_event", "body: not valid UTF-8")
-        if not secrets.signed_by_one_of(text, request.headers, monitor_secrets):
-            return await refuse(monitor_id, "bad_signature")
+            return await refuse(known, "invalid_event", "body: not valid UTF-8")
+        if not secrets.signed_by_one_of(text, request.headers, monitor_secrets or _NOBODYS):
+            return await refuse(known, "bad_signature" if exists else "unknown_monitor",
+                                answer="bad_signature")
+        if not is_json(request.headers.get("content-type")):
+            return await refuse(monitor_id, "unsupported_media_type")
         webhook_id = request.headers["webhook-id"]
         try:
             check_label("webhook-id", webhook_id)
-            event = parse_line(body)
+            event = parse_line(body, "body")
         except InvalidEvent as exc:
             first = first_answer(monitor_id, webhook_id)
             if first is not None:
+                # The first answer was for a valid event, so this is another body.
+                await commits.submit(Refusal(monitor_id, REUSED))
                 return JSONResponse(first, status_code=200)
             return await refuse(monitor_id, "invalid_event", exc.reason)
-        status, answer = await commits.submit(Accept(monitor_id, webhook_id, event))
+        job = Accept(monitor_id, webhook_id, event, body_digest(body))
+        status, answer = await commits.submit(job)
         return JSONResponse(answer, status_code=status)
 
     return hook
@@ -101,9 +139,23 @@ def _answer(delivery, event_id, duplicate=False):
 
 def first_answer(monitor_id, webhook_id):
     """The stored answer to ``webhook-id`` (marked duplicate), or ``None``."""
-    row = WebhookAnswer.get_or_none(WebhookAnswer.monitor == monitor_id,
-                                    WebhookAnswer.webhook_id == webhook_id)
-    return None if row is None else _answer(row.delivery, row.event_id, duplicate=True)
+    first = _first(monitor_id, webhook_id)
+    return None if first is None else first[0]
+
+
+def _first(monitor_id, webhook_id):
+    # (answer, event id, body digest or None) of the first answer, or None.
+    row = (WebhookAnswer.select(WebhookAnswer.delivery, WebhookAnswer.event_id,
+                                WebhookDigest.digest)
+           .join(WebhookDigest, JOIN.LEFT_OUTER,
+                 on=(WebhookDigest.monitor == WebhookAnswer.monitor)
+                 & (WebhookDigest.webhook_id == WebhookAnswer.webhook_id))
+           .where(WebhookAnswer.monitor == monitor_id, WebhookAnswer.webhook_id == webhook_id)
+           .tuples().first())
+    if row is None:
+        return None
+    delivery, event_id, digest = row
+    return _answer(delivery, event_id, duplicate=True), event_id, digest
 
 
 def write_batch(rt, jobs):
@@ -125,11 +177,13 @@ def _write_batch(rt, jobs):
     for job in accepts:
         first_of.setdefault((job.monitor, job.webhook_id), job)
     fresh = list(first_of.values())
-    answers = {}
+    answers, winners = {}, {}
 
     def within(ids):
-        _claim_answers(fresh, ids, answers, now)
-        _count_refusals([j for j in jobs if isinstance(j, Refusal)], now)
+        _claim_answers(fresh, ids, answers, winners, now)
+        reused = [Refusal(j.monitor, REUSED) for j in accepts
+                  if j.differs(*winners[(j.monitor, j.webhook_id)])]
+        _count_refusals([j for j in jobs if isinstance(j, Refusal)] + reused, now)
 
     intake.store_validated(rt, [(j.monitor, j.event) for j in fresh], within=within)
     out = []
@@ -145,23 +199,30 @@ def _write_batch(rt, jobs):
     return out
 
 
-def _claim_answers(fresh, ids, answers, now):
+def _claim_answers(fresh, ids, answers, winners, now):
     # Insert the answers first come, first served (ON CONFLICT DO NOTHING): a
     # webhook-id answered before, or by another server in the meantime, keeps
     # its first answer, and the delivery written for this copy is dropped
-    # before the commit, so nothing new is stored.
+    # before the commit, so nothing new is stored. ``winners`` gets the event
+    # id and body digest each webhook-id was first answered for.
     rows = [{"monitor": j.monitor, "webhook_id": j.webhook_id, "delivery": i,
              "event_id": j.event.event_id, "at": now} for j, i in zip(fresh, ids)]
     won = set(insert_rows(WebhookAnswer, rows, ignore_conflicts=True,
                           returning=("monitor", "webhook_id")))
-    lost = []
+    lost, digests = [], []
     for job, delivery in zip(fresh, ids):
         key = (job.monitor, job.webhook_id)
         if key in won:
             answers[key] = (202, _answer(delivery, job.event.event_id))
+            winners[key] = (job.event.event_id, job.digest)
+            digests.append({"monitor": job.monitor, "webhook_id": job.webhook_id,
+                            "digest": job.digest})
         else:
             lost.append(delivery)
-            answers[key] = (200, first_answer(*key))
+            answer, event_id, digest = _first(*key)
+            answers[key], winners[key] = (200, answer), (event_id, digest)
+    # Retention drops a digest with its answer, so none is in the way here.
+    insert_rows(WebhookDigest, digests, ignore_conflicts=True)
     if lost:
         Delivery.delete().where(Delivery.id.in_(lost)).execute()
 
