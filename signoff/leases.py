@@ -8,7 +8,8 @@ lease cannot overwrite the one that took over.
 
 import uuid
 
-from .lifecycle import DELIVERY_WAITING, TASK_ACTIVE, DeliveryStatus, claim_rows
+from .lifecycle import (DELIVERY_WAITING, RELEASED, TASK_ACTIVE, DeliveryStatus, claim_rows,
+                        key_in)
 from .models import Delivery, Task, db
 from .storage import SUSPECT
 
@@ -65,6 +66,13 @@ def _claim(model, now, owner, ttl, limit):
 def renew(model, token, now, ttl):
     """Extend every lease held under ``token``; returns how many rows are still ours."""
     return model.update(lease_until=now + ttl).where(model.lease_token == token).execute()
+
+
+def release(model, keys, token):
+    """Drop the leases still held under ``token`` on the rows ``keys``."""
+    if keys:
+        model.update(**RELEASED).where(key_in(model._meta.primary_key, keys),
+                                       model.lease_token == token).execute()
 
 
 def claimable_counts(now):
