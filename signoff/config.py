@@ -2,6 +2,7 @@
 
 import importlib
 import inspect
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -18,6 +19,8 @@ DEFAULT_TOML = """\
 
 [host]
 factory = "signoff.hosts.reference:ReferenceHost"
+max_record_bytes = 262144      # a larger record is refused: record_too_large
+max_material_bytes = 262144    # the same for a document's material
 
 [host.options]
 
@@ -75,6 +78,8 @@ class Config:
     queue_url: str | None = None
     retention_days: float = 30.0
     queue_name: str = "signoff"
+    max_record_bytes: int = 262144
+    max_material_bytes: int = 262144
 
     @property
     def state_path(self):
@@ -86,6 +91,8 @@ class Config:
         """The SQLite queue file in the home."""
         return self.home / QUEUE_DB
 
+
+ANSWER_BYTES = (1, 2**30)  # what [host] max_record_bytes / max_material_bytes may be
 
 # The home holds record snapshots, results and approvers' names: only its owner
 # may read it. SQLite gives a database's -wal and -shm files the database
@@ -180,6 +187,16 @@ def _typed(table, key, kind, default, path, section):
     return value
 
 
+def _ranged(table, key, kind, default, bounds, path, section):
+    """A finite number from ``table`` within ``bounds`` (inclusive); ``bad_config`` naming it."""
+    value = _typed(table, key, kind, default, path, section)
+    low, high = bounds
+    if not (math.isfinite(value) and low <= value <= high):
+        raise ConfigError("bad_config", f"{path}: {section}.{key} must be from {low} to {high}, "
+                          f"got {value}")
+    return value
+
+
 def _toml_kind(value):
     """What a TOML value is, in TOML's words."""
     if isinstance(value, bool):
@@ -225,6 +242,8 @@ def _build(home, raw, path):
         home=home,
         host_factory=_typed(host, "factory", str, Config.host_factory, path, "host"),
         host_options=options["host"],
+        **{key: _ranged(host, key, int, getattr(Config, key), ANSWER_BYTES, path, "host")
+           for key in ("max_record_bytes", "max_material_bytes")},
         drafter_factory=_typed(drafter, "factory", str, Config.drafter_factory, path, "drafter"),
         drafter_options=options["drafter"],
         retry=RetryPolicy(**retry),

@@ -17,11 +17,11 @@ from .leases import claim_deliveries
 from .lifecycle import (RELEASED, Fenced, bury, move_delivery, prepare_move_deliveries,
                         record_attempts, run_moves)
 from .models import Audit, Delivery, Inbox, Task, db, insert_rows
+from .records import check_material, check_record
 from .retry import decide
-from .storage import PreparedInsert, retried
+from .storage import PreparedInsert, retried, unstorable
 
 FUTURE_TOLERANCE_S = 5
-RECORD_KEYS = ("id", "document", "version", "status", "kind")
 
 
 @dataclass
@@ -88,9 +88,8 @@ def examine(rt, host, row, monitor, context, consumed, now):
     if now - row.occurred > monitor.window_s or row.occurred - now > FUTURE_TOLERANCE_S:
         return Outcome("final", "stale_event", "fresh", consume=True)
     try:
-        record = host.get(row.record_id)
-        check_record(record)
-    except Blocked as exc:
+        record = check_record(host.get(row.record_id), rt.config.max_record_bytes)
+    except Blocked as exc:  # an answer signoff cannot keep (InvalidRecord) too
         return Outcome("final", exc.code, "read")
     except Exception as exc:
         return failed(rt, row, "read", exc, now, monitor)
@@ -101,7 +100,8 @@ def examine(rt, host, row, monitor, context, consumed, now):
         return Outcome("final", "batched", "batch", consume=True,
                        member=batching.member(monitor, record, row.event_id))
     try:
-        material = host.read_material(record["document"])
+        material = check_material(host.read_material(record["document"]),
+                                  rt.config.max_material_bytes)
         drafted = rt.drafter()(record, material)
         check_draft(drafted)
     except Blocked as exc:
@@ -138,14 +138,6 @@ def failed(rt, row, step, exc, now, monitor=None):
     return Outcome("retry", code, step, next_at=next_at, failures=failures)
 
 
-def check_record(record):
-    """Raise ``TypeError`` unless ``record`` has the shape of a host record."""
-    if not isinstance(record, dict) or any(k not in record for k in RECORD_KEYS):
-        raise TypeError("host.get returned something that is not a record")
-    if type(record["version"]) is not int:
-        raise TypeError("record version must be an integer")
-
-
 def check_draft(drafted):
     """Raise ``TypeError`` unless the drafter's answer has the documented shape."""
     if (not isinstance(drafted, dict) or not isinstance(drafted.get("draft"), str)
@@ -154,14 +146,30 @@ def check_draft(drafted):
         raise TypeError("the drafter must return {'draft': str, 'sources': [str, ...]}")
 
 
-@retried
 def write_outcomes(rt, token, owner, rows, outcomes):
     """Persist a batch's outcomes in one transaction; fenced rows are skipped.
 
     Final outcomes take a few statements per batch, built before the
     transaction begins (see ``_prepare_finish``); retries and dead letters are
-    written row by row.
+    written row by row. When the engine refuses a value the batch is written
+    again row by row, and a row it still refuses gets a failed attempt (the
+    exception's class name) instead: one row can never hold up the others.
     """
+    try:
+        _write_outcomes(rt, token, owner, rows, outcomes)
+    except Exception as exc:
+        if not unstorable(exc):
+            raise
+        if len(rows) > 1:
+            for row, out in zip(rows, outcomes):
+                write_outcomes(rt, token, owner, [row], [out])
+            return
+        [row] = rows
+        _write_outcomes(rt, token, owner, rows, [failed(rt, row, "draft", exc, rt.clock.now())])
+
+
+@retried
+def _write_outcomes(rt, token, owner, rows, outcomes):
     now = rt.clock.now()
     finish = _prepare_finish(rows, outcomes, token, now)
     audits, attempts = [], []

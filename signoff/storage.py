@@ -24,9 +24,10 @@ from urllib.parse import quote, unquote, urlsplit
 
 import re
 
-from peewee import (CharField, DatabaseError, DatabaseProxy, FloatField, IntegerField,
-                    InterfaceError, JSONField, ModelObjectCursorWrapper, Node, OperationalError,
-                    PostgresqlDatabase, SqliteDatabase, TextField)
+from peewee import (CharField, DatabaseError, DatabaseProxy, DataError, FloatField,
+                    IntegerField, IntegrityError, InterfaceError, JSONField,
+                    ModelObjectCursorWrapper, Node, OperationalError, PostgresqlDatabase,
+                    SqliteDatabase, TextField)
 
 from .errors import ConfigError, NoHome, StorageError
 
@@ -398,6 +399,21 @@ def transient(exc, database):
         return False
     state = _sqlstate(exc)
     return state in RETRY_STATES or _unreachable(exc) or not database.is_connection_usable()
+
+
+def unstorable(exc):
+    """True when ``exc`` says the engine refused a value written, not the connection or a lock.
+
+    SQLite's driver refuses an integer past 64 bits (``OverflowError``);
+    PostgreSQL refuses out-of-range and malformed values (``DataError``) and
+    values past its limits (SQLSTATE class 54); converting a value for either
+    may raise ``ValueError``, ``TypeError`` or ``RecursionError``.
+    """
+    if isinstance(exc, (DataError, IntegrityError, OverflowError, ValueError, TypeError,
+                        RecursionError)):
+        return True
+    state = _sqlstate(exc)
+    return isinstance(exc, OperationalError) and state is not None and state.startswith("54")
 
 
 def drop_connection(database):

@@ -15,8 +15,7 @@ import time
 
 import pytest
 
-from conftest import PLUGINS, child_env, make_event, signoff_cmd, wait_for
-from signoff.app import Signoff
+from conftest import PLUGINS, child_env, make_event, open_home, signoff_cmd, wait_for
 from signoff.lifecycle import TASK_OPEN
 from signoff.models import Attempt, Task
 
@@ -32,16 +31,8 @@ def hooked_home(home, clock):
     opened = []
 
     def make(records):
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "signoff.toml").write_text('[host]\nfactory = "testhosts:HookHost"\n',
-                                           encoding="utf-8")
-        rt = Signoff.init(home, clock=clock)
+        rt = open_home(home, "testhosts:HookHost", clock, records)
         opened.append(rt)
-        host = rt.host()
-        for n in range(records):
-            host.put_record(f"comment-{n}", document="doc-demo", text="add the date")
-        host.put_material("doc-demo", "2026-11-01")
-        rt.bind("doc-demo", window_s=3600)
         rt.enqueue_events([make_event(event_id=f"evt-{n}", record_id=f"comment-{n}")
                            for n in range(records)])
         rt.run_until_idle()
@@ -130,34 +121,19 @@ def test_cancel_ends_ready_approved_and_uncertain_tasks_each_as_it_stands(hooked
 # -- a real race: worker processes submitting, a cancel landing among them ---------------
 
 RECORDS = 160
-RACE_CONFIG = """
-[host]
-factory = "testhosts:ChaosHost"
-[host.options]
+# Writes take up to 30 ms, a tenth of the acknowledgements are lost, batches are small.
+RACE_HOST_OPTIONS = """
 seed = 19
 read_timeout_p = 0.0
 lose_ack_p = 0.1
-latency_s = 0.0
 submit_latency_s = 0.03
-[retry]
-base_delay_s = 0.05
-max_delay_s = 0.2
-[worker]
-lease_ttl_s = 30.0
-batch_size = 10
 """
 
 
 def race_home(home):
     """A home with ``RECORDS`` approved tasks on a host whose writes take a while."""
-    home.mkdir()
-    (home / "signoff.toml").write_text(RACE_CONFIG, encoding="utf-8")
-    rt = Signoff.init(home)
-    host = rt.host()
-    for n in range(RECORDS):
-        host.put_record(f"comment-{n}", document="doc-demo", text="add the date")
-    host.put_material("doc-demo", "2026-11-01")
-    rt.bind("doc-demo", window_s=3600)
+    rt = open_home(home, "testhosts:ChaosHost", records=RECORDS, options=RACE_HOST_OPTIONS,
+                   base_delay_s=0.05, max_delay_s=0.2, batch_size=10)
     now = int(time.time())
     rt.enqueue_events([make_event(event_id=f"evt-{n}", record_id=f"comment-{n}", occurred=now)
                        for n in range(RECORDS)])

@@ -278,6 +278,32 @@ class HookHost(RecordingHost):
         return super().submit(key, expected, result)
 
 
+# Record id -> a function of the record ``OddHost.get`` returns instead; the key
+# ``"material"``: a function of the material. In-process tests fill it to hand
+# signoff answers JSON cannot carry (tuples, non-string keys, sets).
+ODD = {}
+
+
+class OddHost(RecordingHost):
+    """The reference host whose answers :data:`ODD` may change."""
+
+    def get(self, record_id):
+        record = super().get(record_id)
+        return ODD[record_id](record) if record_id in ODD else record
+
+    def read_material(self, document):
+        material = super().read_material(document)
+        return ODD["material"](material) if "material" in ODD else material
+
+
+def put_raw_record(host, record):
+    """Store ``record`` as JSON text, unchecked: the reference host returns what it parses."""
+    import json
+    with host._write():
+        host.conn.execute("INSERT OR REPLACE INTO records VALUES (?, ?)",
+                          (record["id"], json.dumps(record)))
+
+
 class NoChangesHost(ReferenceHost):
     """The reference host without the optional ``changes`` method, as an older host is."""
 
