@@ -6,8 +6,8 @@ import threading
 from . import (approval, deadletters, gaps, ingest, intake, monitors, policy, reaper, redraft,
                storage, submit, views)
 from .clock import Clock
-from .config import (call_factory, load_config, load_plugin, make_private, resolve_home,
-                     write_default)
+from .config import (call_factory, load_config, load_plugin, make_private, require_extras,
+                     resolve_home, write_default)
 from .events import check_value
 from .models import MODELS
 from .tasks import Wakers, close_queue, make_queue
@@ -35,6 +35,7 @@ class Signoff:
     def __init__(self, home=None, clock=None, create=False):
         self.home = resolve_home(home)
         self.config = load_config(self.home)
+        require_extras(self.config)
         self.clock = clock or Clock()
         self.database = storage.open_database(self.config, create=create)
         try:

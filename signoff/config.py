@@ -280,6 +280,32 @@ def _backends(raw, path):
     return values
 
 
+# The extra a server URL needs, by scheme: (extra, the module it installs).
+SERVER_EXTRAS = {"postgresql://": ("postgres", "psycopg"), "postgres://": ("postgres", "psycopg"),
+                 "redis://": ("redis", "redis"), "rediss://": ("redis", "redis"),
+                 "unix://": ("redis", "redis")}
+
+
+def require_extras(config):
+    """Refuse (``missing_extra``) the server URLs whose extra does not import, naming them all.
+
+    Checked before anything connects, so every command says the same thing.
+    """
+    missing = {}
+    for what, url in (("database", config.database_url), ("queue", config.queue_url)):
+        scheme = next((s for s in SERVER_EXTRAS if url and url.startswith(s)), None)
+        if scheme is None:
+            continue
+        extra, module = SERVER_EXTRAS[scheme]
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            missing.setdefault(extra, f"the [{what}] url needs {module} ({exc})")
+    if missing:
+        raise ConfigError("missing_extra", f"pip install 'signoff[{','.join(sorted(missing))}]': "
+                          + "; ".join(missing.values()))
+
+
 def load_plugin(spec, what):
     """Import ``"module:callable"``; a one-line ``plugin_import`` error if that fails."""
     module_name, sep, attr = spec.partition(":")
