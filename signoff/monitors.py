@@ -11,6 +11,18 @@ from .storage import retried
 
 DAY_S = 24 * 60 * 60
 DEFAULT_EVENTS = ("comment.created",)
+# A monitor id is a segment of webhook URLs (/hooks/<id>): only characters that
+# need no escaping there. Monitors bound before the rule keep their ids.
+ID_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:@")
+ID_RULE = "1-128 characters: ASCII letters, digits, '.', '_', '-', ':' and '@' (not '.' or '..')"
+MAX_ID = 128
+
+
+def check_id(monitor_id):
+    """Refuse (``invalid_name``) a new monitor id that is not safe in a URL path segment."""
+    if not (isinstance(monitor_id, str) and 1 <= len(monitor_id) <= MAX_ID
+            and set(monitor_id) <= ID_CHARACTERS and monitor_id not in (".", "..")):
+        raise Refused("invalid_name", f"monitor id {monitor_id!r}: must be {ID_RULE}")
 
 
 def bind(rt, document, monitor_id="default", event_names=DEFAULT_EVENTS, ttl_s=DAY_S,
@@ -20,8 +32,9 @@ def bind(rt, document, monitor_id="default", event_names=DEFAULT_EVENTS, ttl_s=D
     An id that exists already (active or cancelled) is refused: a cancelled
     monitor is never reactivated, and a changed grant needs a new monitor.
     """
+    check_id(monitor_id)
     try:
-        for label, value in [("id", monitor_id), ("document", document)] + [
+        for label, value in [("document", document)] + [
                 ("event", name) for name in event_names]:
             check_label(label, value)
     except InvalidEvent as exc:
