@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from peewee import fn
 
+from .config import ATTEMPTS, CONFIG_NAME, DELAY_S, NUMBER, Range, number_in
 from .errors import ConfigError, Refused
 from .lifecycle import Fenced, NotificationStatus as N, audit, bury, move_notification, record_attempts
 from .models import Audit, Cursor, DeadLetter, Notification, Task, db, insert_rows
@@ -56,6 +57,11 @@ class NotifySettings:
     max_delay_s: float = 300.0
 
 
+# The numbers of [notify] and where each may lie.
+NUMBERS = {"attempts": (int, ATTEMPTS), "timeout_s": (NUMBER, Range(0, 300, above=True)),
+           "base_delay_s": (NUMBER, DELAY_S), "max_delay_s": (NUMBER, DELAY_S)}
+
+
 def notify_settings(home):
     """The ``[notify]`` settings of ``home``, or ``None`` when no url is set."""
     from .serve.secrets import check_secret
@@ -73,6 +79,9 @@ def notify_settings(home):
         check_secret(table.get("secret"))
     except Refused as exc:
         raise ConfigError("bad_config", f"notify.secret: {exc.message}") from None
+    for key, (kind, allowed) in NUMBERS.items():
+        number_in(table, key, kind, getattr(NotifySettings, key), allowed, home / CONFIG_NAME,
+                  "notify")
     try:
         return NotifySettings(**table)
     except TypeError as exc:
