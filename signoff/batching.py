@@ -81,6 +81,15 @@ def _open_batch(monitor_id, document, now, window_s):
                               closes_at=now + window_s).id
 
 
+def closed_batch_of(monitor_id, record_id, version):
+    """The closed batch a record version is a member of (``task_key`` may be null), or ``None``."""
+    return (RecordBatch.select(RecordBatch.id, RecordBatch.task_key)
+            .join(BatchMember, on=(BatchMember.batch == RecordBatch.id))
+            .where(BatchMember.monitor == monitor_id, BatchMember.record_id == record_id,
+                   BatchMember.version == version, RecordBatch.closed_at.is_null(False))
+            .first())
+
+
 def holds_drain():
     """True while a batch is open: ``worker --drain`` waits for it to close."""
     return RecordBatch.select().where(RecordBatch.closed_at.is_null()).exists()

@@ -14,12 +14,12 @@ from .events import validate
 from .gate import gate
 from .batch import open_batch
 from .leases import claim_deliveries
-from .lifecycle import (RELEASED, Fenced, bury, move_delivery, prepare_move_deliveries,
+from .lifecycle import (RELEASED, Fenced, bury, key_in, move_delivery, prepare_move_deliveries,
                         record_attempts, run_moves)
 from .models import Audit, Delivery, Inbox, Task, db, insert_rows
 from .records import check_material, check_record
 from .retry import decide
-from .storage import PreparedInsert, retried, unstorable
+from .storage import PreparedInsert, lock_rows, retried, unstorable
 
 FUTURE_TOLERANCE_S = 5
 
@@ -97,6 +97,9 @@ def examine(rt, host, row, monitor, context, consumed, now):
             or record["kind"] != "review" or record["status"] != "open"):
         return Outcome("final", "source_nonmatch", "source", consume=True)
     if getattr(monitor, "batch_window_s", None):
+        closed = batching.closed_batch_of(monitor.id, record["id"], record["version"])
+        if closed is not None:  # the record's batch is drafted already: nothing joins it
+            return Outcome("final", "duplicate", "dedupe", consume=True, task_key=closed.task_key)
         return Outcome("final", "batched", "batch", consume=True,
                        member=batching.member(monitor, record, row.event_id))
     try:
@@ -231,7 +234,8 @@ def _prepare_finish(rows, outcomes, token, now):
                                 "outcome": out.code, "task_key": out.task_key, "at": now}
                                for row, out in consumed],
                        ignore_conflicts=True, returning=("monitor", "event_id")),
-        PreparedInsert(Task, [consumed[i][1].task for i in creating], ignore_conflicts=True),
+        PreparedInsert(Task, [consumed[i][1].task for i in creating], ignore_conflicts=True,
+                       returning=("key",)),
         {i: n for n, i in enumerate(creating)})
 
 
@@ -255,10 +259,32 @@ def _finish(finish, now):
             tasks.append(finish.task_at[i])
         elif out.member is not None:
             members.append(out.member)
-    finish.tasks.run(tasks)
+    created = {key for (key,) in finish.tasks.run(tasks)}
+    _moved_on([finish.consumed[i] for i in ours], created)
     if members:  # in the transaction of their inbox rows: never lost, never twice
         batching.join(members, now)
     return kept
+
+
+def _moved_on(consumed, created):
+    """Events whose task existed already and is past ``ready``: duplicates of it.
+
+    A task still ``ready`` takes the event (two events, one task); one that moved
+    on must not gain a ``ready`` after its later steps. The rows are locked, so
+    no approval lands between this look and the commit.
+    """
+    existing = {out.task_key for _, out in consumed if out.task is not None} - created
+    if not existing:
+        return
+    moved_on = {key for key, status in lock_rows(Task.select(Task.key, Task.status).where(
+        key_in(Task.key, sorted(existing)))).tuples() if status != "ready"}
+    for row, out in consumed:
+        if out.task is not None and out.task_key in moved_on:
+            out.code, out.task = "duplicate", None
+            Delivery.update(outcome="duplicate", last_code="duplicate").where(
+                Delivery.id == row.id).execute()
+            Inbox.update(outcome="duplicate").where(Inbox.monitor == row.monitor,
+                                                    Inbox.event_id == row.event_id).execute()
 
 
 def _lost_race(row, out):

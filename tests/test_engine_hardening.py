@@ -8,9 +8,10 @@ import tomllib
 import pytest
 
 from conftest import child_env, make_event, signoff_cmd
+from signoff import batching
 from signoff.config import DEFAULT_TOML, SECTIONS, load_config
 from signoff.errors import ConfigError, Refused
-from signoff.models import Gap, Monitor
+from signoff.models import Audit, Delivery, Gap, Inbox, Monitor, Task
 from signoff.notify import notify_settings
 
 # -- monitor ids are safe in a URL path segment -------------------------------------------
@@ -102,3 +103,64 @@ def test_the_default_config_names_only_known_sections_and_keys(tmp_path):
     config = load_config(home)
     assert (config.batch_size, config.lease_ttl_s, config.max_record_bytes) == (50, 30.0, 262144)
     assert set(tomllib.loads(DEFAULT_TOML)) <= set(SECTIONS)
+
+
+# -- a new event for a task past ready is a duplicate of it ------------------------------------
+
+def event_outcome(rt, event_id, monitor_id="default", **changes):
+    """Enqueue one event, process it; its delivery's ``(outcome, task_key)``."""
+    [line] = rt.enqueue_events([make_event(event_id=event_id, **changes)], monitor_id)
+    rt.run_until_idle()
+    delivery = Delivery.get_by_id(line.delivery)
+    return delivery.outcome, delivery.task_key
+
+
+def audit_codes(key):
+    return [a.code for a in Audit.select().where(Audit.task_key == key).order_by(Audit.seq)]
+
+
+def test_an_event_for_a_done_task_is_a_duplicate_of_it_and_its_timeline_stays_in_order(rt):
+    outcome, key = event_outcome(rt, "evt-1")
+    assert outcome == "ready"
+    task = rt.task(key)
+    rt.approve(key, task["digest"])
+    rt.run_until_idle()
+    assert rt.task(key)["status"] == "done"
+    assert event_outcome(rt, "evt-2") == ("duplicate", key)
+    assert audit_codes(key) == ["ready", "approved", "done", "duplicate"]
+    inbox = Inbox.get(Inbox.monitor == "default", Inbox.event_id == "evt-2")
+    assert (inbox.outcome, inbox.task_key) == ("duplicate", key)
+    assert event_outcome(rt, "evt-2") == ("duplicate", key)  # its redelivery too
+
+
+def test_an_event_for_an_approved_task_is_a_duplicate_and_one_for_a_ready_task_is_ready(rt):
+    _, key = event_outcome(rt, "evt-1")
+    assert event_outcome(rt, "evt-2") == ("ready", key)  # two events, one task
+    Task.update(parked=True).where(Task.key == key).execute()  # approved, not submitted yet
+    rt.approve(key, rt.task(key)["digest"])
+    assert event_outcome(rt, "evt-3") == ("duplicate", key)
+    assert audit_codes(key) == ["ready", "ready", "approved", "duplicate"]
+
+
+def test_two_events_of_one_batch_for_a_done_task_are_both_duplicates(rt):
+    _, key = event_outcome(rt, "evt-1")
+    rt.approve(key, rt.task(key)["digest"])
+    rt.run_until_idle()
+    lines = rt.enqueue_events([make_event(event_id="evt-2"), make_event(event_id="evt-3")])
+    rt.run_until_idle()
+    assert [(d.outcome, d.task_key) for d in (Delivery.get_by_id(line.delivery)
+                                              for line in lines)] == [("duplicate", key)] * 2
+    assert "ready" not in audit_codes(key)[1:]
+
+
+def test_an_event_for_a_record_of_a_closed_batch_is_a_duplicate_of_its_task(rt, host, clock):
+    rt.bind("doc-demo", "b", batch_window_s=30)
+    assert event_outcome(rt, "b-1", "b")[0] == "batched"
+    clock.advance(31)
+    assert batching.close_due(rt) == 1
+    [task] = Task.select()
+    rt.approve(task.key, task.digest)
+    rt.run_until_idle()
+    assert Task.get_by_id(task.key).status == "done"
+    assert event_outcome(rt, "b-2", "b", occurred=int(clock.now())) == ("duplicate", task.key)
+    assert audit_codes(task.key) == ["ready", "approved", "done", "duplicate"]
