@@ -306,7 +306,11 @@ def label(database):
         return "the database"
     if is_sqlite(database):
         return unquote(database.database.split("?")[0].removeprefix("file:"))
-    url = urlsplit(database.database)
+    return _server_label(database.database)
+
+
+def _server_label(url):
+    url = urlsplit(url)
     return f"PostgreSQL database {url.path.lstrip('/')!r} at {url.hostname}:{url.port or 5432}"
 
 
@@ -372,9 +376,40 @@ def describe(exc, database):
             return "database_error", f"{where} is not a signoff database ({text}): move it away and run `signoff init`"
         if "unable to open" in text:
             return "database_error", f"{where} cannot be opened ({text})"
+    url = None if database is None or is_sqlite(database) else database.database
+    return _server_problem(exc, url, where)
+
+
+def describe_server(exc, url):
+    """``describe`` for a PostgreSQL server's failure outside the state database (the queue's)."""
+    return _server_problem(exc, url, _server_label(url))
+
+
+def _server_problem(exc, url, where):
+    text = _first_line(exc)
+    if url and _missing_database(exc):
+        return "database_missing", f"{where} does not exist: {_how_to_create(url)}"
     if _unreachable(exc):
         return "database_unavailable", f"{where} is unreachable: {text}"
     return "database_error", f"{where}: {type(exc).__name__}: {text}"
+
+
+def _missing_database(exc):
+    # At connect time the server's refusal carries no SQLSTATE, only its words.
+    return (_sqlstate(exc) == "3D000" or getattr(exc, "sqlstate", None) == "3D000"
+            or re.search(r'database ".*" does not exist', str(exc)) is not None)
+
+
+def _how_to_create(url):
+    """The two ways to create the database ``url`` names, then ``init``."""
+    parts = urlsplit(url)
+    name = unquote(parts.path.lstrip("/"))
+    options = [f"-h {parts.hostname}" if parts.hostname else "",
+               f"-p {parts.port}" if parts.port else "",
+               f"-U {unquote(parts.username)}" if parts.username else ""]
+    return (f"create it (`createdb {' '.join(filter(None, options + [name]))}`, or "
+            f'`CREATE DATABASE "{name}"` in psql, as a user allowed to create databases), '
+            "then run `signoff init`")
 
 
 # -- faults: reconnect and retry -----------------------------------------------
@@ -395,7 +430,8 @@ def _unreachable(exc):
 
 def transient(exc, database):
     """True when ``exc`` is worth a retry on a fresh connection (never on SQLite)."""
-    if is_sqlite(database) or not isinstance(exc, (OperationalError, InterfaceError)):
+    if (is_sqlite(database) or not isinstance(exc, (OperationalError, InterfaceError))
+            or _missing_database(exc)):  # a database that does not exist stays missing
         return False
     state = _sqlstate(exc)
     return state in RETRY_STATES or _unreachable(exc) or not database.is_connection_usable()

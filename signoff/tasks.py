@@ -15,7 +15,7 @@ import sqlite3
 from huey import PostgresHuey, RedisHuey, SqliteHuey
 
 from .errors import ConfigError, StorageError
-from .storage import SCHEMA_LOCK, is_postgres_url
+from .storage import SCHEMA_LOCK, describe_server, is_postgres_url
 from .wakeups import WakePolicy
 
 # How long one wake-up keeps claiming batches before yielding its thread.
@@ -112,9 +112,12 @@ def _create_postgres_queue(queue):
     # Several `init`s at once would race on CREATE TABLE: take turns on the
     # same advisory lock the state schema uses (held by this connection).
     import psycopg
-    with psycopg.connect(queue.storage.dsn, autocommit=True, connect_timeout=5) as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
-        queue.storage.initialize_schema()
+    try:
+        with psycopg.connect(queue.storage.dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
+            queue.storage.initialize_schema()
+    except psycopg.OperationalError as exc:
+        raise StorageError(*describe_server(exc, queue.storage.dsn)) from None
 
 
 def _sqlite_queue_ready(path):

@@ -4,6 +4,8 @@ late events for finished tasks, and a PostgreSQL database that does not exist.""
 import json
 import subprocess
 import tomllib
+import uuid
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -13,6 +15,7 @@ from signoff.config import DEFAULT_TOML, SECTIONS, load_config
 from signoff.errors import ConfigError, Refused
 from signoff.models import Audit, Delivery, Gap, Inbox, Monitor, Task
 from signoff.notify import notify_settings
+from signoff.storage import is_postgres_url
 
 # -- monitor ids are safe in a URL path segment -------------------------------------------
 
@@ -164,3 +167,37 @@ def test_an_event_for_a_record_of_a_closed_batch_is_a_duplicate_of_its_task(rt, 
     assert Task.get_by_id(task.key).status == "done"
     assert event_outcome(rt, "b-2", "b", occurred=int(clock.now())) == ("duplicate", task.key)
     assert audit_codes(task.key) == ["ready", "approved", "done", "duplicate"]
+
+
+# -- a PostgreSQL database that does not exist -----------------------------------------------
+
+def missing_database(backend):
+    """A URL on the test's PostgreSQL server naming a database that does not exist."""
+    server = next((url for url in (backend.database_url, backend.queue_url)
+                   if is_postgres_url(url)), None) if backend else None
+    if server is None:
+        pytest.skip("needs a PostgreSQL server (the backend stages)")
+    return urlunsplit(urlsplit(server)._replace(path=f"/signoff_missing_{uuid.uuid4().hex[:12]}"))
+
+
+# A PostgreSQL queue is connected to at once by init alone (it creates the queue's tables).
+@pytest.mark.parametrize("where, command", [("database", ["init"]), ("database", ["stats"]),
+                                            ("database", ["worker", "--drain"]),
+                                            ("queue", ["init"])])
+def test_a_database_that_does_not_exist_is_database_missing_with_how_to_create_it(
+        tmp_path, backend, where, command):
+    url = missing_database(backend)
+    home = tmp_path / "home"
+    if command != ["init"]:
+        home.mkdir()
+        (home / "signoff.toml").write_text(DEFAULT_TOML, encoding="utf-8")
+    env = child_env(**{f"SIGNOFF_{where.upper()}_URL": url})
+    if where == "queue":
+        env["SIGNOFF_DATABASE_URL"] = ""  # the state in the home's SQLite file
+    done = subprocess.run(signoff_cmd(home, *command, "--json"), env=env, capture_output=True,
+                          timeout=120)
+    assert done.returncode == 1, done
+    answer = json.loads(done.stdout)
+    name = urlsplit(url).path.lstrip("/")
+    assert answer["error"] == "database_missing", answer
+    assert "createdb" in answer["message"] and f'CREATE DATABASE "{name}"' in answer["message"]
