@@ -12,6 +12,7 @@ from .config import (call_factory, load_config, load_plugin, make_private, resol
 from .rules.events import check_value
 from .models import MODELS
 from .storage.queue import close_queue, make_queue
+from .storage.urls import require_extras
 from .tasks import Wakers
 
 
@@ -37,6 +38,7 @@ class Signoff:
     def __init__(self, home=None, clock=None, create=False):
         self.home = resolve_home(home)
         self.config = load_config(self.home)
+        require_extras(self.config)
         self.clock = clock or Clock()
         self.database = storage.open_database(self.config, create=create)
         try:

@@ -285,7 +285,9 @@ def monitor_bind(obj, as_json, monitor_id, document, events, ttl, window, approv
 def monitor_cancel(obj, as_json, monitor_id):
     """Cancel a monitor: stop intake and end its open tasks."""
     m = obj.open().cancel(monitor_id)
-    emit(m, as_json, lambda m: f"monitor {m['id']} cancelled; {m['tasks_cancelled']} open task(s) cancelled")
+    emit(m, as_json, lambda m: f"monitor {m['id']} cancelled; {m['tasks_cancelled']} open task(s) "
+         f"cancelled, {m['writes_in_flight']} with a write in flight "
+         "(done if its receipt confirms)")
 
 
 @command(monitor, "resume")

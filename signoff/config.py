@@ -2,6 +2,8 @@
 
 import importlib
 import inspect
+import json
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -18,6 +20,8 @@ DEFAULT_TOML = """\
 
 [host]
 factory = "signoff.hosts.reference:ReferenceHost"
+max_record_bytes = 262144      # a larger record is refused: record_too_large
+max_material_bytes = 262144    # the same for a document's material
 
 [host.options]
 
@@ -75,6 +79,8 @@ class Config:
     queue_url: str | None = None
     retention_days: float = 30.0
     queue_name: str = "signoff"
+    max_record_bytes: int = 262144
+    max_material_bytes: int = 262144
 
     @property
     def state_path(self):
@@ -86,6 +92,46 @@ class Config:
         """The SQLite queue file in the home."""
         return self.home / QUEUE_DB
 
+
+@dataclass(frozen=True)
+class Range:
+    """Where a number from ``signoff.toml`` may lie: finite, from ``low`` (or, with
+    ``above``, above it) to ``high``."""
+
+    low: float
+    high: float
+    above: bool = False
+
+    def holds(self, value):
+        """True when ``value`` lies in the range."""
+        return (math.isfinite(value) and value <= self.high
+                and (value > self.low if self.above else value >= self.low))
+
+    def __str__(self):
+        return (f"above {self.low} and at most {self.high}" if self.above
+                else f"from {self.low} to {self.high}")
+
+
+ATTEMPTS = Range(1, 1000)
+DELAY_S = Range(0, 86400)
+LEASE_S = Range(0.1, 86400)  # as `worker --lease-ttl`
+BATCH = Range(1, 1000)
+DAYS = Range(0, 36500, above=True)
+ANSWER_BYTES = Range(1, 2**30)  # [host] max_record_bytes / max_material_bytes
+NUMBER = (int, float)
+
+# Every table signoff.toml may hold. [serve] and [notify] are read, and their
+# keys checked, where they are used; the keys of the others are these.
+SECTIONS = ("host", "drafter", "retry", "worker", "retention", "database", "queue", "serve",
+            "notify")
+KEYS = {"host": ("factory", "options", "max_record_bytes", "max_material_bytes"),
+        "drafter": ("factory", "options"),
+        "retry": tuple(f.name for f in fields(RetryPolicy)),
+        "worker": ("lease_ttl_s", "batch_size"),
+        "retention": ("finished_days",),
+        "database": ("url",),
+        "queue": ("url", "name")}
+MAX_NESTING = 100  # a value nested deeper cannot be read (Python's parser recurses)
 
 # The home holds record snapshots, results and approvers' names: only its owner
 # may read it. SQLite gives a database's -wal and -shm files the database
@@ -142,9 +188,13 @@ def load_config(home):
     if not path.exists():
         raise NoHome("no_home", f"no signoff home at {home}: run `signoff init` first")
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("bad_config", f"{path}: not valid TOML: {_toml_problem(exc)}") from None
+    except RecursionError:
+        raise ConfigError("bad_config", f"{path}: {_nested_at(text)}a value is nested deeper "
+                          f"than {MAX_NESTING} levels") from None
     except UnicodeDecodeError as exc:
         raise ConfigError("bad_config", f"{path}: not UTF-8 text (byte {exc.start + 1})") from None
     except OSError as exc:
@@ -161,6 +211,36 @@ def _toml_problem(exc):
     if not sep:
         return text
     return f"{where.rstrip(')')}: {what[:1].lower()}{what[1:]}"
+
+
+def _nested_at(text):
+    """``"line N: "`` where brackets first nest past ``MAX_NESTING`` (empty if nowhere)."""
+    depth = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        for ch in line:
+            depth += (ch in "[{") - (ch in "]}")
+            if depth > MAX_NESTING:
+                return f"line {number}: "
+    return ""
+
+
+def _check_names(raw, path):
+    """Refuse a section or key signoff does not know: a typo must not pass silently."""
+    for name, table in raw.items():
+        if name not in SECTIONS:
+            what = f"section [{_shown(name)}]" if isinstance(table, dict) else f"key {_shown(name)}"
+            raise ConfigError("bad_config", f"{path}: unknown {what} (known sections: "
+                              f"{', '.join(SECTIONS)})")
+        known = KEYS.get(name)
+        unknown = sorted(set(table) - set(known)) if known and isinstance(table, dict) else []
+        if unknown:
+            raise ConfigError("bad_config", f"{path}: unknown key {name}.{_shown(unknown[0])} "
+                              f"(known: {', '.join(known)})")
+
+
+def _shown(name):
+    """A name from the file, on one line and short."""
+    return name if name.isprintable() and len(name) <= 60 else json.dumps(name[:60])
 
 
 def _table(raw, name, path):
@@ -180,6 +260,16 @@ def _typed(table, key, kind, default, path, section):
     return value
 
 
+def number_in(table, key, kind, default, allowed, path, section):
+    """A number of ``kind`` from ``table`` within the ``Range`` ``allowed``; ``bad_config``
+    naming ``section.key`` otherwise."""
+    value = _typed(table, key, kind, default, path, section)
+    if not allowed.holds(value):
+        shown = value if not isinstance(value, int) or abs(value) < 10**20 else "a larger number"
+        raise ConfigError("bad_config", f"{path}: {section}.{key} must be {allowed}, got {shown}")
+    return value
+
+
 def _toml_kind(value):
     """What a TOML value is, in TOML's words."""
     if isinstance(value, bool):
@@ -192,54 +282,34 @@ def _toml_kind(value):
 
 
 def _build(home, raw, path):
-    host = _table(raw, "host", path)
-    drafter = _table(raw, "drafter", path)
-    retry_raw = _table(raw, "retry", path)
-    worker = _table(raw, "worker", path)
-    number = (int, float)
-    known = {f.name: f.default for f in fields(RetryPolicy)}
-    unknown = set(retry_raw) - set(known)
-    if unknown:
-        raise ConfigError("bad_config", f"{path}: unknown key retry.{sorted(unknown)[0]} "
-                          f"(known: {', '.join(known)})")
+    _check_names(raw, path)
+    host, drafter = _table(raw, "host", path), _table(raw, "drafter", path)
+    retry_raw, worker = _table(raw, "retry", path), _table(raw, "worker", path)
     retry = {}
-    for key, default in known.items():
-        kind = int if isinstance(default, int) else number
-        value = _typed(retry_raw, key, kind, default, path, "retry")
-        if value < (1 if kind is int else 0):
-            least = "1 or more" if kind is int else "0 or more"
-            raise ConfigError("bad_config", f"{path}: retry.{key} must be {least}, got {value}")
-        retry[key] = value
+    for f in fields(RetryPolicy):
+        kind, allowed = (int, ATTEMPTS) if isinstance(f.default, int) else (NUMBER, DELAY_S)
+        retry[f.name] = number_in(retry_raw, f.name, kind, f.default, allowed, path, "retry")
     options = {}
     for section, table in (("host", host), ("drafter", drafter)):
         opts = table.get("options", {})
         if not isinstance(opts, dict):
             raise ConfigError("bad_config", f"{path}: [{section}.options] must be a table")
         options[section] = opts
-    lease = _typed(worker, "lease_ttl_s", number, 30.0, path, "worker")
-    batch = _typed(worker, "batch_size", int, 50, path, "worker")
-    if lease <= 0 or batch < 1:
-        raise ConfigError("bad_config", f"{path}: worker.lease_ttl_s must be above 0 and "
-                          f"worker.batch_size 1 or more (got {lease} and {batch})")
     return Config(
         home=home,
         host_factory=_typed(host, "factory", str, Config.host_factory, path, "host"),
         host_options=options["host"],
+        **{key: number_in(host, key, int, getattr(Config, key), ANSWER_BYTES, path, "host")
+           for key in ("max_record_bytes", "max_material_bytes")},
         drafter_factory=_typed(drafter, "factory", str, Config.drafter_factory, path, "drafter"),
         drafter_options=options["drafter"],
         retry=RetryPolicy(**retry),
-        lease_ttl_s=float(lease),
-        batch_size=batch,
-        retention_days=_retention_days(_table(raw, "retention", path), path),
+        lease_ttl_s=float(number_in(worker, "lease_ttl_s", NUMBER, 30.0, LEASE_S, path, "worker")),
+        batch_size=number_in(worker, "batch_size", int, 50, BATCH, path, "worker"),
+        retention_days=float(number_in(_table(raw, "retention", path), "finished_days", NUMBER,
+                                       30, DAYS, path, "retention")),
         **_backends(raw, path),
     )
-
-
-def _retention_days(table, path):
-    days = _typed(table, "finished_days", (int, float), 30, path, "retention")
-    if not days > 0:
-        raise ConfigError("bad_config", f"{path}: retention.finished_days must be positive")
-    return float(days)
 
 
 # The environment overrides signoff.toml for these (an empty value counts as unset).

@@ -23,6 +23,12 @@ class Blocked(SignoffError):
     code = "blocked"
 
 
+class InvalidRecord(Blocked):
+    """The host answered a record or material that signoff cannot use or keep."""
+
+    code = "invalid_record"
+
+
 class Refused(SignoffError):
     """The request was refused."""
 

@@ -13,6 +13,7 @@ is set but unreachable fails the tests; it never skips them.
 import contextlib
 import gc
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from backends import Backends
 from signoff import storage
 from signoff.app import Signoff
 from signoff.clock import FakeClock
+from signoff.config import DEFAULT_TOML
 
 T0 = 1_000_000
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,6 +184,37 @@ def state_tables(rt):
     database = rt.database
     return {t: [tuple(r) for r in database.execute_sql(f'SELECT * FROM "{t}"').fetchall()]
             for t in database.get_tables()}
+
+
+def set_keys(home, **values):
+    """Give keys of the home's ``signoff.toml`` new values (keys that appear once, as
+    init writes them)."""
+    config = home / "signoff.toml"
+    text = config.read_text(encoding="utf-8")
+    for key, value in values.items():
+        text = re.sub(f"(?m)^{key} = .*$", f"{key} = {value}", text)
+    config.write_text(text, encoding="utf-8")
+
+
+def open_home(home, factory, clock=None, records=1, options="", **keys):
+    """Init ``home`` on host ``factory`` (``options``: lines of its ``[host.options]``;
+    ``keys``: other config values) with open records ``comment-0`` … and doc-demo's
+    material, bound as monitor ``default`` with an hour's window; the caller closes the
+    runtime it returns."""
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "signoff.toml"
+    text = config.read_text(encoding="utf-8") if config.exists() else DEFAULT_TOML
+    text = text.replace('"signoff.hosts.reference:ReferenceHost"', f'"{factory}"')
+    config.write_text(text.replace("[host.options]\n", f"[host.options]\n{options}\n", 1),
+                      encoding="utf-8")
+    set_keys(home, **keys)
+    app = Signoff.init(home, clock=clock)
+    host = app.host()
+    for n in range(records):
+        host.put_record(f"comment-{n}", document="doc-demo", text="add the date")
+    host.put_material("doc-demo", "2026-11-01")
+    app.bind("doc-demo", window_s=3600)
+    return app
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ its only callers.
 """
 
 from ..steps.batching import read_back
-from ..errors import Blocked, Refused
+from ..errors import Blocked, InvalidRecord, Refused
 from ..rules.events import check_name
 from ..rules.gate import INGEST_ACTIONS, gate
 from ..state.lifecycle import Fenced, audit, move_task, move_tasks, update_task
@@ -159,9 +159,9 @@ def _check_source(rt, host, task, monitor, context, now):
     if refusal:
         raise Refused(refusal, f"the monitor's gate refused: {refusal}")
     try:
-        current = with_retries(rt, lambda: read_back(host, task))
+        current = with_retries(rt, lambda: read_back(host, task, rt.config.max_record_bytes))
     except Blocked as exc:
-        raise Refused(exc.code, f"re-reading the source failed: {exc.code}") from None
+        raise host_refusal(exc, "re-reading the source failed") from None
     if current != task.record:
         _block(task, "source_changed", now)
         raise Refused("source_changed", "the source changed since the draft; a new event makes a new task")
@@ -169,6 +169,13 @@ def _check_source(rt, host, task, monitor, context, now):
     if problem:
         _block(task, "acceptance_failed", now)
         raise Refused("acceptance_failed", problem)
+
+
+def host_refusal(exc, doing):
+    """The ``Refused`` for a host's permanent refusal (or unusable answer) while ``doing``."""
+    if isinstance(exc, InvalidRecord):
+        return Refused(exc.code, exc.message)  # it says what was wrong, and which limit
+    return Refused(exc.code, f"{doing}: {exc.code}")
 
 
 def acceptance(result, record):

@@ -20,7 +20,7 @@ from ..errors import InvalidEvent, Refused
 from ..rules.events import check_label
 from ..state.lifecycle import audit
 from ..models import Delivery, Gap, Monitor, db
-from .monitors import DAY_S, bind
+from .monitors import DAY_S, bind, check_id
 from ..rules.retry import TRANSIENT
 
 MODES = ("new_only", "replay")
@@ -31,6 +31,7 @@ def resume(rt, monitor_id, new_id, mode, ttl_s=DAY_S):
     """Bind ``new_id`` like the ended ``monitor_id`` and record the gap between them."""
     if mode not in MODES:
         raise Refused("invalid_mode", f"mode must be one of {', '.join(MODES)}")
+    check_id(new_id)  # before the host is asked what changed
     old = Monitor.get_or_none(Monitor.id == monitor_id)
     if old is None:
         raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")

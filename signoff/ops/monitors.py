@@ -5,11 +5,24 @@ from ..rules.canonical import digest
 from ..errors import Refused
 from ..rules.events import check_label
 from ..errors import InvalidEvent
-from ..state.lifecycle import TASK_OPEN, audit, move_task
+from ..state.lifecycle import audit, cancel_tasks
 from ..models import Monitor, Task, db
+from ..storage import retried
 
 DAY_S = 24 * 60 * 60
 DEFAULT_EVENTS = ("comment.created",)
+# A monitor id is a segment of webhook URLs (/hooks/<id>): only characters that
+# need no escaping there. Monitors bound before the rule keep their ids.
+ID_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:@")
+ID_RULE = "1-128 characters: ASCII letters, digits, '.', '_', '-', ':' and '@' (not '.' or '..')"
+MAX_ID = 128
+
+
+def check_id(monitor_id):
+    """Refuse (``invalid_name``) a new monitor id that is not safe in a URL path segment."""
+    if not (isinstance(monitor_id, str) and 1 <= len(monitor_id) <= MAX_ID
+            and set(monitor_id) <= ID_CHARACTERS and monitor_id not in (".", "..")):
+        raise Refused("invalid_name", f"monitor id {monitor_id!r}: must be {ID_RULE}")
 
 
 def bind(rt, document, monitor_id="default", event_names=DEFAULT_EVENTS, ttl_s=DAY_S,
@@ -19,8 +32,9 @@ def bind(rt, document, monitor_id="default", event_names=DEFAULT_EVENTS, ttl_s=D
     An id that exists already (active or cancelled) is refused: a cancelled
     monitor is never reactivated, and a changed grant needs a new monitor.
     """
+    check_id(monitor_id)
     try:
-        for label, value in [("id", monitor_id), ("document", document)] + [
+        for label, value in [("document", document)] + [
                 ("event", name) for name in event_names]:
             check_label(label, value)
     except InvalidEvent as exc:
@@ -54,23 +68,28 @@ def bind(rt, document, monitor_id="default", event_names=DEFAULT_EVENTS, ttl_s=D
 
 
 def cancel(rt, monitor_id):
-    """Stop intake and end the monitor's open tasks (the life cycle in docs/concepts.md)."""
-    now = rt.clock.now()
+    """Stop intake and end the monitor's open tasks (see ``lifecycle.cancel_tasks``).
+
+    Answers the monitor with ``tasks_cancelled`` and ``writes_in_flight``: the
+    cancelled tasks a worker was writing at that moment, each of which ends
+    ``done`` if its receipt confirms the write, else stays cancelled with
+    ``outcome_unknown``.
+    """
+    cancelled, in_flight = _cancel(monitor_id, rt.clock.now())
+    return dict(row(Monitor.get_by_id(monitor_id)), tasks_cancelled=len(cancelled),
+                writes_in_flight=len(in_flight))
+
+
+@retried  # a deadlock with a worker's batch is tried again: every write here is guarded
+def _cancel(monitor_id, now):
     with db.atomic():
-        monitor = Monitor.get_or_none(Monitor.id == monitor_id)
-        if monitor is None:
+        if not Monitor.select().where(Monitor.id == monitor_id).exists():
             raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
         Monitor.update(active=False, cancelled_at=now).where(
             Monitor.id == monitor_id, Monitor.active == True).execute()  # noqa: E712
-        ended = 0
-        for task in Task.select(Task.key, Task.status, Task.write_possible).where(
-                Task.monitor == monitor_id, Task.status.in_(list(TASK_OPEN))):
-            unknown = task.status == "uncertain" or task.write_possible
-            move_task(task.key, [task.status], "cancelled", now, code="cancelled",
-                      outcome_unknown=unknown, parked=False)
-            ended += 1
+        ended = cancel_tasks(Task.monitor == monitor_id, now)
         audit(now, "cancelled", monitor_id)
-    return dict(row(Monitor.get_by_id(monitor_id)), tasks_cancelled=ended)
+    return ended
 
 
 def row(monitor):

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from peewee import fn
 
+from ..config import ATTEMPTS, CONFIG_NAME, DELAY_S, NUMBER, Range, number_in
 from ..errors import ConfigError, Refused
 from ..state.lifecycle import (Fenced, NotificationStatus as N, audit, bury, move_notification,
                                record_attempts)
@@ -57,6 +58,11 @@ class NotifySettings:
     max_delay_s: float = 300.0
 
 
+# The numbers of [notify] and where each may lie.
+NUMBERS = {"attempts": (int, ATTEMPTS), "timeout_s": (NUMBER, Range(0, 300, above=True)),
+           "base_delay_s": (NUMBER, DELAY_S), "max_delay_s": (NUMBER, DELAY_S)}
+
+
 def notify_settings(home):
     """The ``[notify]`` settings of ``home``, or ``None`` when no url is set."""
     from .secrets import check_secret
@@ -74,6 +80,9 @@ def notify_settings(home):
         check_secret(table.get("secret"))
     except Refused as exc:
         raise ConfigError("bad_config", f"notify.secret: {exc.message}") from None
+    for key, (kind, allowed) in NUMBERS.items():
+        number_in(table, key, kind, getattr(NotifySettings, key), allowed, home / CONFIG_NAME,
+                  "notify")
     try:
         return NotifySettings(**table)
     except TypeError as exc:

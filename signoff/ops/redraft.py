@@ -19,12 +19,13 @@ Redraftable: ``ready`` tasks, and ``blocked`` ones whose code is
 possible (a host that may hold a result under the key keeps the task).
 """
 
-from .approval import acceptance, get_task, with_retries
+from .approval import acceptance, get_task, host_refusal, with_retries
 from ..errors import Blocked, Refused
 from ..rules.gate import INGEST_ACTIONS, gate
-from ..steps.ingest import check_draft, check_record, new_task
+from ..steps.ingest import check_draft, new_task
 from ..state.lifecycle import Fenced, audit, move_task
 from ..models import Monitor, Task, db, insert_rows
+from ..rules.records import check_material, check_record
 
 REDRAFTABLE_BLOCKS = ("source_changed", "acceptance_failed")
 
@@ -65,12 +66,10 @@ def _check_redraftable(task):
 
 def _read_record(rt, host, record_id, monitor):
     try:
-        record = with_retries(rt, lambda: host.get(record_id))
-        check_record(record)
+        record = check_record(with_retries(rt, lambda: host.get(record_id)),
+                              rt.config.max_record_bytes)
     except Blocked as exc:
-        raise Refused(exc.code, f"re-reading the source failed: {exc.code}") from None
-    except TypeError as exc:
-        raise Refused("bad_record", f"the host's record is unusable: {exc}") from None
+        raise host_refusal(exc, "re-reading the source failed") from None
     if (record["id"] != record_id or record["document"] != monitor.document
             or record["kind"] != "review" or record["status"] != "open"):
         raise Refused("source_nonmatch", "the record is no longer an open review of the "
@@ -80,11 +79,12 @@ def _read_record(rt, host, record_id, monitor):
 
 def _draft(rt, host, record):
     try:
-        material = with_retries(rt, lambda: host.read_material(record["document"]))
+        material = check_material(with_retries(rt, lambda: host.read_material(record["document"])),
+                                  rt.config.max_material_bytes)
         drafted = rt.drafter()(record, material)
         check_draft(drafted)
     except (Blocked, Refused) as exc:
-        raise Refused(exc.code, f"drafting failed: {exc.code}") from None
+        raise host_refusal(exc, "drafting failed") from None
     except Exception as exc:  # a drafter's bug: one line for the operator, nothing changed
         raise Refused("draft_failed", f"the drafter failed ({type(exc).__name__}); "
                       "nothing was changed") from None

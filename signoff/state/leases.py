@@ -8,9 +8,9 @@ lease cannot overwrite the one that took over.
 
 import uuid
 
-from ..models import Delivery, Task, db
 from ..storage.claims import claimable
-from .lifecycle import DeliveryStatus, claim_rows
+from .lifecycle import RELEASED, DeliveryStatus, claim_rows, key_in
+from ..models import Delivery, Task, db
 
 
 def new_token():
@@ -53,6 +53,13 @@ def _claim(model, now, owner, ttl, limit):
 def renew(model, token, now, ttl):
     """Extend every lease held under ``token``; returns how many rows are still ours."""
     return model.update(lease_until=now + ttl).where(model.lease_token == token).execute()
+
+
+def release(model, keys, token):
+    """Drop the leases still held under ``token`` on the rows ``keys``."""
+    if keys:
+        model.update(**RELEASED).where(key_in(model._meta.primary_key, keys),
+                                       model.lease_token == token).execute()
 
 
 def claimable_counts(now):

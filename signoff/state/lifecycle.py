@@ -68,6 +68,9 @@ TASK_EDGES = {
     # and a blocked task superseded by the task for a newer version.
     (T.READY, T.READY), (T.BLOCKED, T.READY), (T.BLOCKED, T.BLOCKED),
     (T.APPROVED, T.READY),  # a standing policy ended before the write started
+    # A cancel that lands while a worker writes the task: the worker's receipt
+    # confirms the write (see cancel_tasks).
+    (T.CANCELLED, T.DONE),
 }
 
 NOTIFICATION_EDGES = {(N.PENDING, N.SENT), (N.PENDING, N.DEAD), (N.DEAD, N.PENDING)}
@@ -158,7 +161,8 @@ def prepare_move_deliveries(ids, sources, target, now, token, per_row=None, **fi
 def move_tasks(keys, sources, target, now, token=None, per_row=None, where=None, **fields):
     """Move many tasks at once under the rules of ``move_task``; returns the keys moved.
 
-    ``where`` adds a condition every moved row must also meet.
+    ``where`` adds a condition every moved row must also meet; with ``keys``
+    ``None`` it alone picks the rows.
     """
     return prepare_move_tasks(keys, sources, target, now, token, per_row, where, **fields).run()
 
@@ -191,14 +195,17 @@ class PreparedMove:
 
 
 def _move_query(model, pk, ids, sources, target, now, token, per_row, fields, where=None):
-    ids = list(ids)
-    if not ids:
-        return None
+    if ids is not None:
+        ids = list(ids)
+        if not ids:
+            return None
     for name, values in (per_row or {}).items():
         distinct = set(values.values())
         fields[name] = distinct.pop() if len(distinct) == 1 else _case(pk, values)
     query = model.update(status=target, updated_at=now, **fields).where(
-        key_in(pk, ids), model.status.in_(list(sources)))
+        model.status.in_(list(sources)))
+    if ids is not None:
+        query = query.where(key_in(pk, ids))
     if token is not None:
         query = query.where(model.lease_token == token)
     if where is not None:
@@ -226,6 +233,39 @@ RELEASED = {"lease_owner": None, "lease_until": None, "lease_token": None, "susp
 # What the reaper writes when a lease expired without an outcome: the row may be
 # what killed its worker, so its next claim takes it alone (see leases.py).
 EXPIRED = dict(RELEASED, suspect=True)
+
+
+def may_be_written():
+    """The tasks a host may hold a result for: a write was marked possible, or is uncertain."""
+    return (Task.status == T.UNCERTAIN) | (Task.write_possible == True)  # noqa: E712
+
+
+def cancel_tasks(which, now):
+    """End the open tasks that ``which`` selects, as a cancel does.
+
+    Returns ``(cancelled, in_flight)``: the keys cancelled, and among them those
+    whose write a worker may be making right now. Each kind is one guarded
+    UPDATE whose conditions the database checks row by row, so no worker's
+    move in between can make the cancel fail:
+
+    - no write can have reached the task: ``cancelled``, its lease dropped (a
+      worker holding it is fenced before it marks the write possible);
+    - it may have been written and nobody holds it: ``cancelled`` with
+      ``outcome_unknown``;
+    - it may have been written and a worker holds it (its write is in flight):
+      ``cancelled`` with ``outcome_unknown``, keeping the lease, so that worker
+      moves it to ``done`` if the receipt confirms the write; anything else
+      leaves it as it is (the reaper drops the lease of a worker that died).
+    """
+    maybe, held = may_be_written(), Task.lease_token.is_null(False)
+    ended = {"code": "cancelled", "parked": False}
+    cancelled = move_tasks(None, TASK_OPEN, T.CANCELLED, now, where=which & ~maybe,
+                           outcome_unknown=False, **ended, **RELEASED)
+    cancelled |= move_tasks(None, TASK_OPEN, T.CANCELLED, now, where=which & maybe & ~held,
+                            outcome_unknown=True, **ended)
+    in_flight = move_tasks(None, TASK_OPEN, T.CANCELLED, now, where=which & maybe & held,
+                           outcome_unknown=True, **ended)
+    return cancelled | in_flight, in_flight
 
 
 def audit(now, code, monitor=None, event_id=None, task_key=None):

@@ -23,11 +23,12 @@ window has passed starts a new batch; a closed batch never changes.
 import logging
 
 from ..rules.canonical import digest
-from ..errors import Blocked
+from ..errors import Blocked, InvalidRecord
 from ..rules.gate import gate
 from ..state.lifecycle import audit, key_in
 from ..models import (BatchMember, Delivery, Inbox, Monitor, MonitorBatching, RecordBatch, Task,
                       db, insert_rows)
+from ..rules.records import check_material, check_record
 from ..rules.retry import decide
 from ..storage import lock_name, lock_rows
 
@@ -82,6 +83,15 @@ def _open_batch(monitor_id, document, now, window_s):
                               closes_at=now + window_s).id
 
 
+def closed_batch_of(monitor_id, record_id, version):
+    """The closed batch a record version is a member of (``task_key`` may be null), or ``None``."""
+    return (RecordBatch.select(RecordBatch.id, RecordBatch.task_key)
+            .join(BatchMember, on=(BatchMember.batch == RecordBatch.id))
+            .where(BatchMember.monitor == monitor_id, BatchMember.record_id == record_id,
+                   BatchMember.version == version, RecordBatch.closed_at.is_null(False))
+            .first())
+
+
 def holds_drain():
     """True while a batch is open: ``worker --drain`` waits for it to close."""
     return RecordBatch.select().where(RecordBatch.closed_at.is_null()).exists()
@@ -112,11 +122,16 @@ def _close(rt, batch):
     refusal = gate(monitor, host.context(), now)
     if refusal:
         return _commit(batch, members, now, code=refusal)
-    kept = _read_back(host, monitor, members)
+    kept = _read_back(host, monitor, members, rt.config.max_record_bytes)
     if not kept:
         return _commit(batch, members, now, code="source_nonmatch")
     records = [record for _, record in kept]
-    drafted = rt.drafter()(records, host.read_material(monitor.document))
+    try:
+        material = check_material(host.read_material(monitor.document),
+                                  rt.config.max_material_bytes)
+    except InvalidRecord as exc:  # final: the same material would be read again
+        return _commit(batch, members, now, code=exc.code)
+    drafted = rt.drafter()(records, material)
     covers = sorted([r["id"], r["version"]] for r in records)
     result = {"records": covers, "draft": drafted["draft"], "sources": list(drafted["sources"])}
     key = digest([monitor.id, monitor.grant_digest, covers])
@@ -128,14 +143,14 @@ def _close(rt, batch):
     return _commit(batch, members, now, task=task, kept=[m for m, _ in kept])
 
 
-def _read_back(host, monitor, members):
+def _read_back(host, monitor, members, max_bytes):
     """The members whose record reads back unchanged and open: ``[(member, record)]``."""
     kept = []
     for m in members:
         try:
-            record = host.get(m.record_id)
+            record = check_record(host.get(m.record_id), max_bytes)
         except Blocked:
-            continue  # missing or no longer readable: not in the task
+            continue  # missing, no longer readable or not one to keep: not in the task
         if (record.get("version") == m.version and record.get("document") == monitor.document
                 and record.get("kind") == "review" and record.get("status") == "open"):
             kept.append((m, record))
@@ -186,11 +201,14 @@ def _failed(rt, batch, code):
     _commit(batch, members, now, code=code)
 
 
-def read_back(host, task):
-    """The source as it is now: one record, or the list of a batch task's records."""
+def read_back(host, task, max_bytes):
+    """The source as it is now: one record, or the list of a batch task's records.
+
+    A record signoff could not keep is refused (``InvalidRecord``).
+    """
     if isinstance(task.record, list):
-        return [host.get(r["id"]) for r in task.record]
-    return host.get(task.record_id)
+        return [check_record(host.get(r["id"]), max_bytes) for r in task.record]
+    return check_record(host.get(task.record_id), max_bytes)
 
 
 def covers(key):

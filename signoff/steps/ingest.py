@@ -15,14 +15,14 @@ from ..rules.events import validate
 from ..rules.gate import gate
 from .batch import open_batch
 from ..state.leases import claim_deliveries
-from ..state.lifecycle import (RELEASED, Fenced, bury, move_delivery, prepare_move_deliveries,
-                               record_attempts, run_moves)
+from ..state.lifecycle import (RELEASED, Fenced, bury, key_in, move_delivery,
+                               prepare_move_deliveries, record_attempts, run_moves)
 from ..models import Audit, Delivery, Inbox, Task, db, insert_rows
+from ..rules.records import check_material, check_record
 from ..rules.retry import decide
-from ..storage import PreparedInsert, retried
+from ..storage import PreparedInsert, lock_rows, retried, unstorable
 
 FUTURE_TOLERANCE_S = 5
-RECORD_KEYS = ("id", "document", "version", "status", "kind")
 
 
 @dataclass
@@ -89,9 +89,8 @@ def examine(rt, host, row, monitor, context, consumed, now):
     if now - row.occurred > monitor.window_s or row.occurred - now > FUTURE_TOLERANCE_S:
         return Outcome("final", "stale_event", "fresh", consume=True)
     try:
-        record = host.get(row.record_id)
-        check_record(record)
-    except Blocked as exc:
+        record = check_record(host.get(row.record_id), rt.config.max_record_bytes)
+    except Blocked as exc:  # an answer signoff cannot keep (InvalidRecord) too
         return Outcome("final", exc.code, "read")
     except Exception as exc:
         return failed(rt, row, "read", exc, now, monitor)
@@ -99,10 +98,14 @@ def examine(rt, host, row, monitor, context, consumed, now):
             or record["kind"] != "review" or record["status"] != "open"):
         return Outcome("final", "source_nonmatch", "source", consume=True)
     if getattr(monitor, "batch_window_s", None):
+        closed = batching.closed_batch_of(monitor.id, record["id"], record["version"])
+        if closed is not None:  # the record's batch is drafted already: nothing joins it
+            return Outcome("final", "duplicate", "dedupe", consume=True, task_key=closed.task_key)
         return Outcome("final", "batched", "batch", consume=True,
                        member=batching.member(monitor, record, row.event_id))
     try:
-        material = host.read_material(record["document"])
+        material = check_material(host.read_material(record["document"]),
+                                  rt.config.max_material_bytes)
         drafted = rt.drafter()(record, material)
         check_draft(drafted)
     except Blocked as exc:
@@ -139,14 +142,6 @@ def failed(rt, row, step, exc, now, monitor=None):
     return Outcome("retry", code, step, next_at=next_at, failures=failures)
 
 
-def check_record(record):
-    """Raise ``TypeError`` unless ``record`` has the shape of a host record."""
-    if not isinstance(record, dict) or any(k not in record for k in RECORD_KEYS):
-        raise TypeError("host.get returned something that is not a record")
-    if type(record["version"]) is not int:
-        raise TypeError("record version must be an integer")
-
-
 def check_draft(drafted):
     """Raise ``TypeError`` unless the drafter's answer has the documented shape."""
     if (not isinstance(drafted, dict) or not isinstance(drafted.get("draft"), str)
@@ -155,14 +150,30 @@ def check_draft(drafted):
         raise TypeError("the drafter must return {'draft': str, 'sources': [str, ...]}")
 
 
-@retried
 def write_outcomes(rt, token, owner, rows, outcomes):
     """Persist a batch's outcomes in one transaction; fenced rows are skipped.
 
     Final outcomes take a few statements per batch, built before the
     transaction begins (see ``_prepare_finish``); retries and dead letters are
-    written row by row.
+    written row by row. When the engine refuses a value the batch is written
+    again row by row, and a row it still refuses gets a failed attempt (the
+    exception's class name) instead: one row can never hold up the others.
     """
+    try:
+        _write_outcomes(rt, token, owner, rows, outcomes)
+    except Exception as exc:
+        if not unstorable(exc):
+            raise
+        if len(rows) > 1:
+            for row, out in zip(rows, outcomes):
+                write_outcomes(rt, token, owner, [row], [out])
+            return
+        [row] = rows
+        _write_outcomes(rt, token, owner, rows, [failed(rt, row, "draft", exc, rt.clock.now())])
+
+
+@retried
+def _write_outcomes(rt, token, owner, rows, outcomes):
     now = rt.clock.now()
     finish = _prepare_finish(rows, outcomes, token, now)
     audits, attempts = [], []
@@ -224,7 +235,8 @@ def _prepare_finish(rows, outcomes, token, now):
                                 "outcome": out.code, "task_key": out.task_key, "at": now}
                                for row, out in consumed],
                        ignore_conflicts=True, returning=("monitor", "event_id")),
-        PreparedInsert(Task, [consumed[i][1].task for i in creating], ignore_conflicts=True),
+        PreparedInsert(Task, [consumed[i][1].task for i in creating], ignore_conflicts=True,
+                       returning=("key",)),
         {i: n for n, i in enumerate(creating)})
 
 
@@ -248,10 +260,32 @@ def _finish(finish, now):
             tasks.append(finish.task_at[i])
         elif out.member is not None:
             members.append(out.member)
-    finish.tasks.run(tasks)
+    created = {key for (key,) in finish.tasks.run(tasks)}
+    _moved_on([finish.consumed[i] for i in ours], created)
     if members:  # in the transaction of their inbox rows: never lost, never twice
         batching.join(members, now)
     return kept
+
+
+def _moved_on(consumed, created):
+    """Events whose task existed already and is past ``ready``: duplicates of it.
+
+    A task still ``ready`` takes the event (two events, one task); one that moved
+    on must not gain a ``ready`` after its later steps. The rows are locked, so
+    no approval lands between this look and the commit.
+    """
+    existing = {out.task_key for _, out in consumed if out.task is not None} - created
+    if not existing:
+        return
+    moved_on = {key for key, status in lock_rows(Task.select(Task.key, Task.status).where(
+        key_in(Task.key, sorted(existing)))).tuples() if status != "ready"}
+    for row, out in consumed:
+        if out.task is not None and out.task_key in moved_on:
+            out.code, out.task = "duplicate", None
+            Delivery.update(outcome="duplicate", last_code="duplicate").where(
+                Delivery.id == row.id).execute()
+            Inbox.update(outcome="duplicate").where(Inbox.monitor == row.monitor,
+                                                    Inbox.event_id == row.event_id).execute()
 
 
 def _lost_race(row, out):

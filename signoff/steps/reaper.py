@@ -6,8 +6,8 @@ processes at once: every change is a guarded UPDATE.
 """
 
 from ..state.leases import claimable_counts, expired_deliveries, expired_tasks
-from ..state.lifecycle import (EXPIRED, RELEASED, Fenced, audit, bury, move_delivery, move_task,
-                               record_attempts, update_task)
+from ..state.lifecycle import (EXPIRED, RELEASED, TASK_OPEN, Fenced, audit, bury, may_be_written,
+                               move_delivery, move_task, record_attempts, update_task)
 from ..models import Delivery, Monitor, Task, db
 from ..rules.retry import decide
 
@@ -59,7 +59,8 @@ def _release_task(rt, task, now):
         with db.atomic():
             _still_expired(Task, Task.key == task.key, task.lease_token, now)
             if task.status not in active:
-                # Cancelled or ended while leased: only the lease is left to drop.
+                # Ended while leased (a cancel keeps the lease of a write in
+                # flight, for the worker to confirm): only the lease is left to drop.
                 update_task(task.key, now, [task.status], task.lease_token, **RELEASED)
             elif delay is None:
                 move_task(task.key, [task.status], "dead", now, task.lease_token,
@@ -115,11 +116,9 @@ def _expire(now):
 
 def _orphans(gone):
     """Open, unleased tasks of expired monitors that a pass still has to end or park."""
-    may_be_written = (Task.status == "uncertain") | (Task.write_possible == True)  # noqa: E712
-    return Task.select().where(Task.monitor.in_(gone),
-                               Task.status.in_(["ready", "approved", "uncertain"]),
+    return Task.select().where(Task.monitor.in_(gone), Task.status.in_(list(TASK_OPEN)),
                                Task.lease_token.is_null(),
-                               ~(may_be_written & (Task.parked == True)))  # noqa: E712
+                               ~(may_be_written() & (Task.parked == True)))  # noqa: E712
 
 
 def _try(move):

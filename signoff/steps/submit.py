@@ -14,9 +14,9 @@ from ..rules.canonical import canonical, digest
 from ..errors import Blocked
 from ..rules.gate import SUBMIT_ACTIONS, gate
 from .batch import open_batch
-from ..state.leases import claim_tasks
-from ..state.lifecycle import (RELEASED, TASK_ACTIVE, Fenced, bury, move_task, prepare_move_tasks,
-                               record_attempts, run_moves, update_task)
+from ..state.leases import claim_tasks, release
+from ..state.lifecycle import (RELEASED, TASK_ACTIVE, Fenced, TaskStatus, bury, key_in, move_task,
+                               prepare_move_tasks, record_attempts, run_moves, update_task)
 from ..models import Audit, Task, db, insert_rows
 from ..rules.retry import decide
 from ..storage import retried
@@ -30,11 +30,12 @@ AUDIT_CODES = {"dead": "dead_letter", "uncertain": "uncertain"}
 class Outcome:
     """What became of one task in this attempt."""
 
-    kind: str  # done, blocked, park, retry, uncertain, dead, write
+    kind: str  # done, blocked, park, retry, uncertain, dead, write, fenced, withdrawn
     code: str
     step: str = "submit"
     next_at: float | None = None
     failures: dict | None = None
+    unwritten: bool = False  # withdrawn: no write was ever possible before this attempt
 
 
 def submit_batch(rt, owner):
@@ -61,6 +62,11 @@ def submit_batch(rt, owner):
                 outcomes[task.key] = Outcome("fenced", "fenced")
                 continue
             batch.keep_lease()
+            if not _still_ours(task.key, batch.token):
+                # A cancel ended it after the mark: its write must not start.
+                outcomes[task.key] = Outcome("withdrawn", "cancelled",
+                                             unwritten=not task.write_possible)
+                continue
             task.write_possible = True
             outcomes[task.key] = write(rt, host, task)
     write_outcomes(rt, batch.token, owner, tasks, outcomes)
@@ -119,16 +125,18 @@ def failed(rt, task, exc, now, code=None):
 
 
 def _mark_write_possible(rt, token, tasks):
-    keys = [t.key for t in tasks]
-    now = rt.clock.now()
+    """Record that a write may now happen; the keys still ours (and open) that got the mark."""
     with db.atomic():
-        changed = Task.update(write_possible=True, updated_at=now).where(
-            Task.key.in_(keys), Task.lease_token == token,
-            Task.status.in_(list(TASK_ACTIVE))).execute()
-    if changed == len(keys):
-        return set(keys)
-    return {t.key for t in Task.select(Task.key).where(
-        Task.key.in_(keys), Task.lease_token == token, Task.write_possible == True)}  # noqa: E712
+        return {key for (key,) in Task.update(write_possible=True, updated_at=rt.clock.now())
+                .where(key_in(Task.key, [t.key for t in tasks]), Task.lease_token == token,
+                       Task.status.in_(list(TASK_ACTIVE)))
+                .returning(Task.key).tuples().execute()}
+
+
+def _still_ours(key, token):
+    """True while task ``key`` is open and leased under ``token``."""
+    return Task.select().where(Task.key == key, Task.lease_token == token,
+                               Task.status.in_(list(TASK_ACTIVE))).exists()
 
 
 @retried
@@ -136,29 +144,38 @@ def write_outcomes(rt, token, owner, tasks, outcomes):
     """Persist every task outcome of a batch in one transaction, fenced."""
     now = rt.clock.now()
     moves = _prepare_finish(tasks, outcomes, token, now)  # built before the write lock
-    audits, attempts = [], []
+    audits, attempts, unrecorded = [], [], []
     with db.atomic():
         kept = run_moves(moves)
         for task in tasks:
             out = outcomes[task.key]
-            if out.kind == "fenced":
+            if not _written(task, out, kept, token, now):
+                unrecorded.append(task.key)
                 continue
-            if out.kind == "done":
-                if task.key not in kept:
-                    continue  # another worker owns this task now
-            else:
-                try:
-                    _apply(task, out, token, now)
-                except Fenced:
-                    continue
             attempts.append({"kind": "task", "ref": task.key, "at": now, "step": out.step,
                              "code": out.code, "worker": owner})
-            if out.kind != "retry":
+            if out.kind not in ("retry", "withdrawn"):
                 audits.append({"at": now, "monitor": task.monitor, "event_id": None,
                                "task_key": task.key,
                                "code": AUDIT_CODES.get(out.kind, out.code)})
+        # A cancel keeps the lease of a write in flight; whatever the write came
+        # to, this worker is done with the row.
+        release(Task, unrecorded, token)
         record_attempts(attempts)
         insert_rows(Audit, audits)
+
+
+def _written(task, out, kept, token, now):
+    """Write one outcome (``done`` ones were moved already); False if the row is not ours."""
+    if out.kind == "fenced":
+        return False
+    if out.kind == "done":
+        return task.key in kept  # else another worker owns it now, or a cancel ended it
+    try:
+        _apply(task, out, token, now)
+    except Fenced:
+        return False
+    return True
 
 
 def _prepare_finish(tasks, outcomes, token, now):
@@ -173,8 +190,10 @@ def _prepare_finish(tasks, outcomes, token, now):
         if out.kind == "done":
             failures = out.failures if out.failures is not None else task.failures
             groups.setdefault(canonical(failures), (failures, []))[1].append(task.key)
-    return [prepare_move_tasks(keys, list(TASK_ACTIVE), "done", now, token, code=None,
-                               failures=failures, **RELEASED)
+    # A task a cancel reached while its write was in flight is done too: the
+    # token says it is that write (see lifecycle.cancel_tasks).
+    return [prepare_move_tasks(keys, [*TASK_ACTIVE, TaskStatus.CANCELLED], "done", now, token,
+                               code=None, outcome_unknown=False, failures=failures, **RELEASED)
             for failures, keys in groups.values()]
 
 
@@ -193,6 +212,11 @@ def _apply(task, out, token, now):
     elif out.kind == "uncertain":
         move_task(task.key, sources, "uncertain", now, token, next_at=out.next_at,
                   code=out.code, failures=failures, **RELEASED)
+    elif out.kind == "withdrawn":
+        # Cancelled after the mark, before the host was called. With no write
+        # possible before this attempt, none has happened: it is known unwritten.
+        changes = {"outcome_unknown": False, "write_possible": False} if out.unwritten else {}
+        update_task(task.key, now, [TaskStatus.CANCELLED], token, **changes, **RELEASED)
     elif out.kind == "dead":
         move_task(task.key, sources, "dead", now, token, code=out.code,
                   outcome_unknown=task.write_possible, failures=failures, **RELEASED)

@@ -19,14 +19,14 @@ against the database the calling ``Signoff`` bound (``db``) or the one given.
 from .bulk import Fetched, PreparedInsert, insert_rows
 from .database import bind, db, engine_of
 from .engines import open_database, label
-from .faults import (describe, drop_connection, log_failed_pass, retried, retrying, session,
-                     transient, wait_until_reachable)
+from .faults import (describe, describe_server, drop_connection, log_failed_pass, retried,
+                     retrying, session, transient, unstorable, wait_until_reachable)
 from .fields import JSON, Text, escape_text, lossless_dumps, unescape_text
 from .schema import SCHEMA_TABLE, SCHEMA_VERSION, check_schema, create_schema
 
 __all__ = [
     "Fetched", "PreparedInsert", "insert_rows", "bind", "db", "engine_of", "open_database",
-    "label", "describe", "drop_connection", "log_failed_pass", "retried", "retrying", "session",
+    "label", "describe", "describe_server", "unstorable", "drop_connection", "log_failed_pass", "retried", "retrying", "session",
     "transient", "wait_until_reachable", "JSON", "Text", "escape_text", "lossless_dumps",
     "unescape_text", "SCHEMA_TABLE", "SCHEMA_VERSION", "check_schema", "create_schema",
     "claim", "lock_name", "lock_rows", "read_snapshot", "prepare_worker", "checkpoint",

@@ -9,6 +9,7 @@ transaction, read one snapshot, and what a worker or an upgrade needs of it.
 
 import os
 import random
+import re
 import time
 from contextlib import contextmanager
 from urllib.parse import quote, unquote, urlsplit
@@ -61,6 +62,31 @@ def unreachable(exc):
     text = str(exc)
     return isinstance(exc, (OperationalError, InterfaceError)) and (
         "connection" in text or "server" in text or "closed" in text)
+
+
+def missing_database(exc):
+    """True when a PostgreSQL server said the database named does not exist."""
+    # At connect time the server's refusal carries no SQLSTATE, only its words.
+    return (sqlstate(exc) == "3D000" or getattr(exc, "sqlstate", None) == "3D000"
+            or re.search(r'database ".*" does not exist', str(exc)) is not None)
+
+
+def server_label(url):
+    """What to call the PostgreSQL database ``url`` names, in a message."""
+    url = urlsplit(url)
+    return f"PostgreSQL database {url.path.lstrip('/')!r} at {url.hostname}:{url.port or 5432}"
+
+
+def how_to_create(url):
+    """The two ways to create the database ``url`` names, then ``init``."""
+    parts = urlsplit(url)
+    name = unquote(parts.path.lstrip("/"))
+    options = [f"-h {parts.hostname}" if parts.hostname else "",
+               f"-p {parts.port}" if parts.port else "",
+               f"-U {unquote(parts.username)}" if parts.username else ""]
+    return (f"create it (`createdb {' '.join(filter(None, options + [name]))}`, or "
+            f'`CREATE DATABASE "{name}"` in psql, as a user allowed to create databases), '
+            "then run `signoff init`")
 
 
 class Engine:
@@ -310,13 +336,11 @@ class PostgresEngine(Engine):
         return database
 
     def label(self):
-        url = urlsplit(self.database.database)
-        return (f"PostgreSQL database {url.path.lstrip('/')!r} at "
-                f"{url.hostname}:{url.port or 5432}")
+        return server_label(self.database.database)
 
     def transient(self, exc):
-        if not isinstance(exc, (OperationalError, InterfaceError)):
-            return False
+        if not isinstance(exc, (OperationalError, InterfaceError)) or missing_database(exc):
+            return False  # a database that does not exist stays missing
         return (sqlstate(exc) in RETRY_STATES or unreachable(exc)
                 or not self.database.is_connection_usable())
 

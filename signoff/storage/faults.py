@@ -11,11 +11,12 @@ import sys
 import time
 from contextlib import contextmanager
 
-from peewee import InterfaceError, OperationalError
+from peewee import DataError, IntegrityError, InterfaceError, OperationalError
 
 from ..errors import StorageError
 from .database import bind, db, engine_of
-from .engines import label, unreachable
+from .engines import (how_to_create, label, missing_database, server_label, sqlstate,
+                      unreachable)
 
 log = logging.getLogger("signoff.storage")
 
@@ -34,9 +35,23 @@ def describe(exc, database):
     text = first_line(exc)
     if "readonly database" in text or "read-only" in text:
         return "read_only_home", f"{where} is read-only: this command needs to write"
-    own = engine_of(database).describe(text) if database is not None else None
+    engine = engine_of(database) if database is not None else None
+    own = engine.describe(text) if engine is not None else None
     if own is not None:
         return own
+    url = database.database if engine is not None and engine.kind == "postgresql" else None
+    return _server_problem(exc, url, where)
+
+
+def describe_server(exc, url):
+    """``describe`` for a PostgreSQL server's failure outside the state database (the queue's)."""
+    return _server_problem(exc, url, server_label(url))
+
+
+def _server_problem(exc, url, where):
+    text = first_line(exc)
+    if url and missing_database(exc):
+        return "database_missing", f"{where} does not exist: {how_to_create(url)}"
     if unreachable(exc):
         return "database_unavailable", f"{where} is unreachable: {text}"
     return "database_error", f"{where}: {type(exc).__name__}: {text}"
@@ -45,6 +60,21 @@ def describe(exc, database):
 def transient(exc, database):
     """True when ``exc`` is worth a retry on a fresh connection (never on SQLite)."""
     return engine_of(database).transient(exc)
+
+
+def unstorable(exc):
+    """True when ``exc`` says the engine refused a value written, not the connection or a lock.
+
+    SQLite's driver refuses an integer past 64 bits (``OverflowError``);
+    PostgreSQL refuses out-of-range and malformed values (``DataError``) and
+    values past its limits (SQLSTATE class 54); converting a value for either
+    may raise ``ValueError``, ``TypeError`` or ``RecursionError``.
+    """
+    if isinstance(exc, (DataError, IntegrityError, OverflowError, ValueError, TypeError,
+                        RecursionError)):
+        return True
+    state = sqlstate(exc)
+    return isinstance(exc, OperationalError) and state is not None and state.startswith("54")
 
 
 def drop_connection(database):

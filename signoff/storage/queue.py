@@ -123,9 +123,13 @@ def _create_postgres_queue(queue):
     # Several `init`s at once would race on CREATE TABLE: take turns on the
     # same advisory lock the state schema uses (held by this connection).
     import psycopg
-    with psycopg.connect(queue.storage.dsn, autocommit=True, connect_timeout=5) as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
-        queue.storage.initialize_schema()
+    from .faults import describe_server
+    try:
+        with psycopg.connect(queue.storage.dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
+            queue.storage.initialize_schema()
+    except psycopg.OperationalError as exc:
+        raise StorageError(*describe_server(exc, queue.storage.dsn)) from None
 
 
 def _sqlite_queue_ready(path):

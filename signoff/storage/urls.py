@@ -1,9 +1,13 @@
 """Backend URLs, classified in one place."""
 
+import importlib
+
 from ..errors import ConfigError
 
 SCHEMES = {"postgresql": ("postgresql://", "postgres://"),
            "redis": ("redis://", "rediss://", "unix://")}
+# The extra a server needs: (extra, the module it installs).
+EXTRAS = {"postgresql": ("postgres", "psycopg"), "redis": ("redis", "redis")}
 
 
 def kind_of(url):
@@ -25,3 +29,23 @@ def postgres_dsn(url):
     if url.startswith("postgres://"):
         return "postgresql://" + url[len("postgres://"):]
     return url
+
+
+def require_extras(config):
+    """Refuse (``missing_extra``) the server URLs whose extra does not import, naming them all.
+
+    Checked before anything connects, so every command says the same thing.
+    """
+    missing = {}
+    for what, url in (("database", config.database_url), ("queue", config.queue_url)):
+        kind = kind_of(url)
+        if kind not in EXTRAS:
+            continue
+        extra, module = EXTRAS[kind]
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            missing.setdefault(extra, f"the [{what}] url needs {module} ({exc})")
+    if missing:
+        raise ConfigError("missing_extra", f"pip install 'signoff[{','.join(sorted(missing))}]': "
+                          + "; ".join(missing.values()))

@@ -1,0 +1,88 @@
+"""What signoff takes from a host: records and material it can use and keep.
+
+Every answer is checked where it is read (ingest, batches, redraft, approval's
+re-read), before anything is drafted or stored. An answer outside the types
+and ranges signoff stores is ``invalid_record``; one over ``[host]
+max_record_bytes`` / ``max_material_bytes`` is ``record_too_large``. Either is
+a permanent refusal of that answer (``InvalidRecord``, a ``Blocked``): final for
+the event at once, never a batch write that fails for every row in it.
+"""
+
+import json
+import math
+
+from .canonical import canonical
+from ..errors import InvalidRecord
+
+RECORD_KEYS = ("id", "document", "version", "status", "kind")
+TEXT_KEYS = ("id", "document", "status", "kind")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what a database integer column holds
+MAX_DEPTH = 64  # JSON nesting a host answer may use
+SHOWN_KEY = 40  # characters of a key a message shows
+
+
+def check_record(record, max_bytes):
+    """``record`` if it is a host record signoff can keep; else ``InvalidRecord``."""
+    if not isinstance(record, dict):
+        raise InvalidRecord("invalid_record", "the host's record is not an object")
+    for key in RECORD_KEYS:
+        if key not in record:
+            raise InvalidRecord("invalid_record", f"the host's record has no {key!r}")
+    for key in TEXT_KEYS:
+        if not isinstance(record[key], str):
+            raise InvalidRecord("invalid_record", f"record.{key}: must be a string")
+    if type(record["version"]) is not int:
+        raise InvalidRecord("invalid_record", "record.version: must be an integer")
+    _check_value("record", record, max_bytes, "max_record_bytes")
+    return record
+
+
+def check_material(material, max_bytes):
+    """``material`` if it is material signoff can use; else ``InvalidRecord``."""
+    if not isinstance(material, dict):
+        raise InvalidRecord("invalid_record", "the host's material is not an object")
+    _check_value("material", material, max_bytes, "max_material_bytes")
+    return material
+
+
+def _check_value(what, value, max_bytes, setting):
+    problem, least = _problem(what, value)
+    if problem:
+        raise InvalidRecord("invalid_record", problem)
+    # ``least`` (characters of its strings) bounds the size from below: a huge
+    # answer is refused without serialising it once more.
+    at_least = least > max_bytes
+    size = least if at_least else len(canonical(value).encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise InvalidRecord("record_too_large", f"the host's {what} is {'at least ' * at_least}"
+                            f"{size} bytes as JSON; [host] {setting} is {max_bytes}")
+
+
+def _problem(root, value):
+    """``(why value is not JSON every engine stores as it is, or None, its strings' length)``."""
+    stack, least = [(value, root, 0)], 0
+    while stack:
+        item, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"{root}: nested deeper than {MAX_DEPTH} levels", least
+        if isinstance(item, str):
+            least += len(item)
+        elif item is None or isinstance(item, bool):
+            pass
+        elif isinstance(item, int):
+            if not INT64_MIN <= item <= INT64_MAX:
+                return f"{where}: an integer outside the signed 64-bit range", least
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return f"{where}: {item} is not a finite number", least
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    return f"{where}: has a key that is not a string", least
+                least += len(key)
+                stack.append((inner, f"{where}[{json.dumps(key[:SHOWN_KEY])}]", depth + 1))
+        elif isinstance(item, list):
+            stack.extend((inner, f"{where}[{n}]", depth + 1) for n, inner in enumerate(item))
+        else:
+            return f"{where}: a {type(item).__name__} is not a JSON value", least
+    return None, least
