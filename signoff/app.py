@@ -163,7 +163,12 @@ class Signoff:
     @_own_database
     def ingest_batch(self, owner):
         """Claim and process one batch of deliveries (again on a new connection if one dies)."""
-        return storage.retrying(self.database, lambda: ingest.ingest_batch(self, owner))
+        claimed, full, ready = storage.retrying(self.database,
+                                                lambda: ingest.ingest_batch(self, owner))
+        # Standing approvals of the tasks this batch made ready, at once: the
+        # human channel is the runtime's to call, not the ingest step's.
+        policy.after_ingest(self, ready)
+        return claimed, full
 
     @_own_database
     def submit_batch(self, owner):

@@ -8,7 +8,7 @@ from ..steps.batching import read_back
 from ..errors import Blocked, InvalidRecord, Refused
 from ..rules.events import check_name
 from ..rules.gate import INGEST_ACTIONS, gate
-from ..state.lifecycle import Fenced, audit, move_task, move_tasks, update_task
+from ..state.lifecycle import Fenced, audit, move_task, move_tasks, update_task, TaskStatus as T
 from ..models import Audit, Monitor, Task, db, insert_rows
 from ..rules.retry import TRANSIENT, backoff
 
@@ -106,7 +106,7 @@ def approve_many(rt, items, by, audit_code="approved"):
         first.setdefault(items[i][0], i)
     with db.atomic():
         # One guarded UPDATE (still ready) for all, then their audit rows.
-        moved = move_tasks(first, ["ready"], "approved", now,
+        moved = move_tasks(first, [T.READY], T.APPROVED, now,
                            per_row={"approved_digest": {k: items[i][1] for k, i in first.items()}},
                            approved_by=by, approved_at=now, next_at=now, code=None)
         insert_rows(Audit, [{"at": now, "code": audit_code, "monitor": tasks[k].monitor,
@@ -203,7 +203,7 @@ def reject(rt, key, reason=None):
     key = task.key
     try:
         with db.atomic():
-            move_task(key, ["ready"], "rejected", now, code="rejected")
+            move_task(key, [T.READY], T.REJECTED, now, code="rejected")
             audit(now, "rejected", task.monitor, task_key=key)
     except Fenced:
         raise Refused("not_ready", f"task is {get_task(key).status}, not ready") from None
@@ -221,7 +221,7 @@ def retry(rt, key):
         raise Refused("not_retryable", f"task is {task.status}")
     try:
         with db.atomic():
-            update_task(key, now, ["approved", "uncertain"], parked=False, next_at=now)
+            update_task(key, now, [T.APPROVED, T.UNCERTAIN], parked=False, next_at=now)
             audit(now, "retry", task.monitor, task_key=key)
     except Fenced:
         raise Refused("not_retryable", f"task is {get_task(key).status}") from None
@@ -232,7 +232,7 @@ def retry(rt, key):
 def _end(task, status, now):
     try:
         with db.atomic():
-            move_task(task.key, ["ready"], status, now, code=status)
+            move_task(task.key, [T.READY], status, now, code=status)
             audit(now, status, task.monitor, task_key=task.key)
     except Fenced:
         pass  # someone else ended it first; the refusal stands either way
@@ -241,7 +241,7 @@ def _end(task, status, now):
 def _block(task, code, now):
     try:
         with db.atomic():
-            move_task(task.key, ["ready"], "blocked", now, code=code)
+            move_task(task.key, [T.READY], T.BLOCKED, now, code=code)
             audit(now, code, task.monitor, task_key=task.key)
     except Fenced:
         pass

@@ -1,7 +1,8 @@
 """Dead letters: listing them and replaying one with a fresh budget."""
 
 from ..errors import Refused
-from ..state.lifecycle import Fenced, audit, move_delivery, move_task
+from ..state.lifecycle import (Fenced, audit, move_delivery, move_task, TaskStatus as T,
+                               DeliveryStatus as D)
 from ..models import DeadLetter, Delivery, Task, db
 from .retention import purged_at
 
@@ -36,13 +37,13 @@ def replay(rt, letter_id):
         with db.atomic():
             if letter.kind == "delivery":
                 delivery = Delivery.get_by_id(int(letter.ref))
-                move_delivery(delivery.id, ["dead"], "queued", now, failures={}, next_at=now,
+                move_delivery(delivery.id, [D.DEAD], D.QUEUED, now, failures={}, next_at=now,
                               suspect=suspect, last_code=letter.code if suspect else "replayed")
                 audit(now, "replayed", delivery.monitor, delivery.event_id)
             else:
                 task = Task.get_by_id(letter.ref)
                 target = "uncertain" if task.write_possible else "approved"
-                move_task(task.key, ["dead"], target, now, failures={}, next_at=now, parked=False,
+                move_task(task.key, [T.DEAD], target, now, failures={}, next_at=now, parked=False,
                           suspect=suspect, code=letter.code if suspect else "replayed")
                 audit(now, "replayed", task.monitor, task_key=task.key)
             DeadLetter.update(replayed=DeadLetter.replayed + 1).where(

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from ..errors import InvalidEvent, Refused
 from ..rules.events import read_events
-from ..models import Audit, Delivery, db, insert_rows
+from ..models import Audit, db, insert_rows
+from ..state.lifecycle import new_deliveries
 
 CHUNK = 2000
 
@@ -80,13 +81,6 @@ def _monitor_exists(monitor_id):
     return found
 
 
-def _insert_deliveries(items, now):
-    """Insert queued deliveries for ``(monitor id, Event)`` pairs; their ids, in order."""
-    rows = [dict(ev.as_dict(), monitor=monitor_id, status="queued", next_at=now,
-                 accepted_at=now, updated_at=now, failures={}) for monitor_id, ev in items]
-    return [r[0] for r in insert_rows(Delivery, rows, returning=("id",))]
-
-
 def _store(rt, monitor_id, chunk):
     now = rt.clock.now()
     good = [(n, ev) for n, ev in chunk if not isinstance(ev, InvalidEvent)]
@@ -96,7 +90,7 @@ def _store(rt, monitor_id, chunk):
         # runs in autocommit mode outside a transaction; inside one it joins it):
         # no BEGIN and COMMIT, two round trips on PostgreSQL, for each event a
         # webhook or agent sends alone.
-        ids = _insert_deliveries([(monitor_id, good[0][1])], now)
+        ids = new_deliveries([(monitor_id, good[0][1])], now)
     else:
         ids = _store_batch(monitor_id, good, bad, now)
     if good:
@@ -114,7 +108,7 @@ def _store_batch(monitor_id, good, bad, now):
     with db.atomic():
         ids = []
         if good:
-            ids = _insert_deliveries([(monitor_id, ev) for _, ev in good], now)
+            ids = new_deliveries([(monitor_id, ev) for _, ev in good], now)
         if bad:
             # One row per bad line, and nothing from the line itself.
             insert_rows(Audit, [{"at": now, "monitor": monitor_id, "event_id": None,
@@ -133,7 +127,7 @@ def store_validated(rt, items, within=None):
     """
     now = rt.clock.now()
     with db.atomic():
-        ids = _insert_deliveries(items, now)
+        ids = new_deliveries(items, now)
         if within is not None:
             within(ids)
     if ids:

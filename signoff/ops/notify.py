@@ -29,9 +29,10 @@ from peewee import fn
 
 from ..config import ATTEMPTS, CONFIG_NAME, DELAY_S, NUMBER, Range, number_in
 from ..errors import ConfigError, Refused
-from ..state.lifecycle import (Fenced, NotificationStatus as N, audit, bury, move_notification,
-                               record_attempts)
-from ..models import Audit, Cursor, DeadLetter, Notification, Task, db, insert_rows
+from ..state.lifecycle import (Fenced, NotificationStatus as N, TaskStatus as T, audit, bury,
+                               hold_notification, move_notification, new_notifications,
+                               record_attempts, update_notification)
+from ..models import Audit, Cursor, DeadLetter, Notification, Task, db
 from ..rules.retry import backoff
 from ..storage import log_failed_pass
 
@@ -108,11 +109,8 @@ def collect(now):
             return 0  # another pump moved the cursor first
         keys = list({r.task_key for r in rows})
         ready = [k for (k,) in Task.select(Task.key).where(Task.key.in_(keys or [""]),
-                                                              Task.status == "ready").tuples()]
-        added = insert_rows(Notification, [
-            {"task_key": k, "status": N.PENDING, "next_at": now, "created_at": now,
-             "updated_at": now} for k in ready], ignore_conflicts=True, returning=("task_key",))
-    return len(added)
+                                                              Task.status == T.READY).tuples()]
+        return len(new_notifications(ready, now))
 
 
 def outbox_busy():
@@ -153,9 +151,7 @@ def send_due(rt, settings, client):
                                             Notification.next_at <= now)
                 .order_by(Notification.next_at).limit(SEND_LIMIT)):
         # Hold the row for the length of a try so another pump leaves it alone.
-        if not Notification.update(next_at=now + 2 * settings.timeout_s + 1).where(
-                Notification.task_key == row.task_key, Notification.status == N.PENDING,
-                Notification.next_at == row.next_at).execute():
+        if not hold_notification(row.task_key, row.next_at, now + 2 * settings.timeout_s + 1):
             continue
         task = Task.get_or_none(Task.key == row.task_key)
         code = _try_send(client, task, settings, now) if task else "unknown_task"
@@ -193,19 +189,14 @@ def _record(rt, row, code, settings):
             audit(now, "dead_letter", task_key=row.task_key)
         else:
             policy = _Policy(settings.base_delay_s, settings.max_delay_s)
-            _update(row, now, attempts=attempts, last_code=code,
-                    next_at=now + backoff(attempts, policy))
+            update_notification(row.task_key, now, attempts=attempts, last_code=code,
+                                next_at=now + backoff(attempts, policy))
 
 
 @dataclass(frozen=True)
 class _Policy:
     base_delay_s: float
     max_delay_s: float
-
-
-def _update(row, now, **fields):
-    Notification.update(updated_at=now, **fields).where(
-        Notification.task_key == row.task_key).execute()
 
 
 def replay(rt, letter):

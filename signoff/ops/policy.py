@@ -29,7 +29,7 @@ from ..rules.canonical import digest
 from ..errors import InvalidEvent, Refused
 from ..rules.events import check_label
 from ..rules.gate import gate
-from ..state.lifecycle import audit, move_tasks
+from ..state.lifecycle import audit, move_tasks, TaskStatus as T
 from ..models import Audit, Monitor, Policy, PolicyDecision, Task, db, insert_rows
 from ..storage import lock_rows, log_failed_pass
 
@@ -175,7 +175,7 @@ def _return_tasks(now, tags):
     if not rows:
         return 0
     with db.atomic():
-        moved = move_tasks([k for k, _ in rows], ["approved"], "ready", now, where=not_started,
+        moved = move_tasks([k for k, _ in rows], [T.APPROVED], T.READY, now, where=not_started,
                            approved_digest=None, approved_by=None, approved_at=None,
                            parked=False, code="policy_revoked")
         insert_rows(Audit, [{"at": now, "code": "policy_revoked", "monitor": m, "event_id": None,

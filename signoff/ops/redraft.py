@@ -23,8 +23,8 @@ from .approval import acceptance, get_task, host_refusal, with_retries
 from ..errors import Blocked, Refused
 from ..rules.gate import INGEST_ACTIONS, gate
 from ..steps.ingest import check_draft, new_task
-from ..state.lifecycle import Fenced, audit, move_task
-from ..models import Monitor, Task, db, insert_rows
+from ..state.lifecycle import Fenced, audit, move_task, TaskStatus as T, new_tasks
+from ..models import Monitor, Task, db
 from ..rules.records import check_material, check_record
 
 REDRAFTABLE_BLOCKS = ("source_changed", "acceptance_failed")
@@ -103,7 +103,7 @@ def _same_version(task, fresh, now):
     try:
         with db.atomic():
             current = _unchanged(task)
-            move_task(task.key, [task.status], "ready", now, code=None, parked=False,
+            move_task(task.key, [task.status], T.READY, now, code=None, parked=False,
                       record=fresh["record"], result=fresh["result"], digest=fresh["digest"],
                       approval_deadline=fresh["approval_deadline"], approved_digest=None,
                       approved_by=None, approved_at=None, failures={},
@@ -119,8 +119,8 @@ def _new_version(task, fresh, now):
     try:
         with db.atomic():
             _unchanged(task)
-            made = insert_rows(Task, [fresh], ignore_conflicts=True, returning=("key",))
-            move_task(task.key, [task.status], "blocked", now, code="superseded", parked=False,
+            made = new_tasks([fresh]).run()
+            move_task(task.key, [task.status], T.BLOCKED, now, code="superseded", parked=False,
                       superseded_by=fresh["key"])
             audit(now, "superseded", task.monitor, task_key=task.key)
             if made:

@@ -20,7 +20,7 @@ import time
 
 from peewee import Tuple, fn
 
-from ..state.lifecycle import audit, key_in
+from ..state.lifecycle import audit, strip_tasks
 from ..models import (Chore, DeadLetter, PurgedTask, Task, WebhookAnswer, WebhookDigest,
                       WebhookRefusal, db, insert_rows)
 
@@ -81,9 +81,7 @@ def _purge_chunks(cutoff, now, progress):
                 break
             # Earlier drafts hold results too. The same test again in the UPDATE:
             # a row that moved since (a dead task replayed) is left as it is.
-            moved = list(Task.update(record={}, result={}, previous_drafts=[]).where(
-                key_in(Task.key, keys), _purgeable(cutoff)).returning(Task.key, Task.status)
-                .tuples().execute())
+            moved = strip_tasks(keys, _purgeable(cutoff))
             insert_rows(PurgedTask, [{"key": k, "purged_at": now} for k, _ in moved],
                         ignore_conflicts=True)
             if moved:

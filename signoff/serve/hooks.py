@@ -21,7 +21,8 @@ from starlette.responses import JSONResponse
 from ..ops import intake
 from ..errors import InvalidEvent
 from ..rules.events import MAX_LINE_BYTES, Event, check_label, parse_line
-from ..models import Audit, Delivery, WebhookAnswer, WebhookDigest, WebhookRefusal, db, insert_rows
+from ..models import Audit, WebhookAnswer, WebhookDigest, WebhookRefusal, db, insert_rows
+from ..state.lifecycle import drop_deliveries
 from ..ops import secrets
 
 MAX_BODY = MAX_LINE_BYTES  # 64 KiB
@@ -223,8 +224,7 @@ def _claim_answers(fresh, ids, answers, winners, now):
             answers[key], winners[key] = (200, answer), (event_id, digest)
     # Retention drops a digest with its answer, so none is in the way here.
     insert_rows(WebhookDigest, digests, ignore_conflicts=True)
-    if lost:
-        Delivery.delete().where(Delivery.id.in_(lost)).execute()
+    drop_deliveries(lost)
 
 
 def _count_refusals(refusals, now):

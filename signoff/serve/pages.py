@@ -13,7 +13,7 @@ from pathlib import Path
 
 from peewee import fn
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse
+from starlette.responses import PlainTextResponse, RedirectResponse
 from starlette.templating import Jinja2Templates
 
 from ..ops import gaps

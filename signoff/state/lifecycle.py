@@ -1,9 +1,12 @@
 """The life cycles of deliveries, tasks and notifications: the one place a status is written.
 
-Every move is a guarded UPDATE: the row must be in an allowed ``from`` status
-and, when a worker holds it, carry that worker's lease token. Anything but one
-row changed means the move did not happen (another worker, a cancel or a
-human got there first) and the caller must not act on it.
+A row is born here with its first status (``new_deliveries``, ``new_tasks``,
+``new_notifications``), and every later write to a delivery, task or
+notification is made here too. Every move is a guarded UPDATE: the row must be
+in an allowed ``from`` status and, when a worker holds it, carry that worker's
+lease token. Anything but one row changed means the move did not happen
+(another worker, a cancel or a human got there first) and the caller must not
+act on it.
 """
 
 from enum import StrEnum
@@ -11,8 +14,8 @@ from enum import StrEnum
 from peewee import SQL
 
 from .. import storage
-from ..models import Attempt, Audit, DeadLetter, Delivery, Task, db
-from ..storage import insert_rows
+from ..models import Attempt, Audit, DeadLetter, Delivery, Inbox, Notification, Task, db
+from ..storage import PreparedInsert, insert_rows
 
 
 class DeliveryStatus(StrEnum):
@@ -266,6 +269,85 @@ def cancel_tasks(which, now):
     in_flight = move_tasks(None, TASK_OPEN, T.CANCELLED, now, where=which & maybe & held,
                            outcome_unknown=True, **ended)
     return cancelled | in_flight, in_flight
+
+
+# -- births: each row's first status, and the writes that are not moves -----------
+
+def new_deliveries(items, now):
+    """Insert ``queued`` deliveries for ``(monitor id, Event)`` pairs; their ids, in order."""
+    rows = [dict(ev.as_dict(), monitor=monitor_id, status=D.QUEUED, next_at=now,
+                 accepted_at=now, updated_at=now, failures={}) for monitor_id, ev in items]
+    return [r[0] for r in insert_rows(Delivery, rows, returning=("id",))]
+
+
+def drop_deliveries(ids):
+    """Delete deliveries written in this transaction that must not be kept (a lost race)."""
+    if ids:
+        Delivery.delete().where(key_in(Delivery.id, ids)).execute()
+
+
+def new_tasks(rows):
+    """``ready`` tasks to insert (keys that exist already are skipped), built now:
+    ``run()`` them in the writer's transaction; it returns the keys inserted."""
+    return PreparedInsert(Task, [dict(r, status=T.READY) for r in rows],
+                          ignore_conflicts=True, returning=("key",))
+
+
+def new_notifications(keys, now):
+    """``pending`` notifications for task ``keys`` (one per task, ever); the keys added."""
+    return [k for (k,) in insert_rows(Notification, [
+        {"task_key": k, "status": N.PENDING, "next_at": now, "created_at": now,
+         "updated_at": now} for k in keys], ignore_conflicts=True, returning=("task_key",))]
+
+
+def hold_notification(task_key, next_at, until):
+    """Push a pending notification's ``next_at`` from ``next_at`` to ``until`` while one
+    sender tries it; False when another sender holds it already."""
+    return bool(Notification.update(next_at=until).where(
+        Notification.task_key == task_key, Notification.status == N.PENDING,
+        Notification.next_at == next_at).execute())
+
+
+def update_notification(task_key, now, **fields):
+    """Change a notification's fields other than its status (a failed try)."""
+    Notification.update(updated_at=now, **fields).where(
+        Notification.task_key == task_key).execute()
+
+
+def relabel_duplicate(delivery_id, monitor, event_id, task_key=None, inbox=False):
+    """Say a finished delivery (and, with ``inbox``, its event's inbox row) was a
+    duplicate; ``task_key`` links it to the task it duplicates."""
+    fields = {"outcome": "duplicate", "last_code": "duplicate"}
+    if task_key is not None:
+        fields["task_key"] = task_key
+    Delivery.update(**fields).where(Delivery.id == delivery_id).execute()
+    if inbox:
+        Inbox.update(outcome="duplicate").where(Inbox.monitor == monitor,
+                                                Inbox.event_id == event_id).execute()
+
+
+def link_batched(monitor, event_ids, task_key):
+    """Link the batched deliveries of ``event_ids`` (and their inbox rows) to their task."""
+    Inbox.update(task_key=task_key).where(Inbox.monitor == monitor,
+                                          key_in(Inbox.event_id, event_ids)).execute()
+    Delivery.update(task_key=task_key).where(Delivery.monitor == monitor,
+                                             key_in(Delivery.event_id, event_ids),
+                                             Delivery.outcome == "batched").execute()
+
+
+def mark_write_possible(keys, token, now):
+    """Record that a write may now happen on the tasks ``keys`` still leased under
+    ``token``; returns the keys marked (a cancel may have taken the others)."""
+    return {key for (key,) in Task.update(write_possible=True, updated_at=now).where(
+        key_in(Task.key, keys), Task.lease_token == token,
+        Task.status.in_(list(TASK_ACTIVE))).returning(Task.key).tuples().execute()}
+
+
+def strip_tasks(keys, where):
+    """Drop the record snapshots and results of the tasks ``keys`` that still meet
+    ``where`` (retention); returns ``[(key, status)]`` of those stripped."""
+    return list(Task.update(record={}, result={}, previous_drafts=[]).where(
+        key_in(Task.key, keys), where).returning(Task.key, Task.status).tuples().execute())
 
 
 def audit(now, code, monitor=None, event_id=None, task_key=None):

@@ -25,9 +25,8 @@ import logging
 from ..rules.canonical import digest
 from ..errors import Blocked, InvalidRecord
 from ..rules.gate import gate
-from ..state.lifecycle import audit, key_in
-from ..models import (BatchMember, Delivery, Inbox, Monitor, MonitorBatching, RecordBatch, Task,
-                      db, insert_rows)
+from ..state.lifecycle import audit, link_batched, new_tasks
+from ..models import (BatchMember, Monitor, MonitorBatching, RecordBatch, db, insert_rows)
 from ..rules.records import check_material, check_record
 from ..rules.retry import decide
 from ..storage import lock_name, lock_rows
@@ -137,7 +136,7 @@ def _close(rt, batch):
     key = digest([monitor.id, monitor.grant_digest, covers])
     deadline = now + monitor.approval_ttl_s if monitor.approval_ttl_s else None
     task = {"key": key, "monitor": monitor.id, "record_id": f"batch:{batch.id}",
-            "version": len(records), "status": "ready", "record": records, "result": result,
+            "version": len(records), "record": records, "result": result,
             "digest": digest(result), "approval_deadline": deadline, "created_at": now,
             "updated_at": now}
     return _commit(batch, members, now, task=task, kept=[m for m, _ in kept])
@@ -177,13 +176,8 @@ def _commit(batch, members, now, task=None, kept=(), code=None):
                 BatchMember.monitor == m.monitor, BatchMember.record_id == m.record_id,
                 BatchMember.version == m.version).execute()
         if task:
-            insert_rows(Task, [task], ignore_conflicts=True)
-            events = [m.event_id for m in kept]
-            Inbox.update(task_key=key).where(Inbox.monitor == batch.monitor,
-                                             key_in(Inbox.event_id, events)).execute()
-            Delivery.update(task_key=key).where(Delivery.monitor == batch.monitor,
-                                                key_in(Delivery.event_id, events),
-                                                Delivery.outcome == "batched").execute()
+            new_tasks([task]).run()
+            link_batched(batch.monitor, [m.event_id for m in kept], key)
         audit(now, "ready" if task else code, batch.monitor, task_key=key)
     return 1
 

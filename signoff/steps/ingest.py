@@ -8,19 +8,21 @@ batch is written in one transaction, each write fenced by the lease token.
 from dataclasses import dataclass, field
 
 from . import batching
-from ..ops import policy
 from ..rules.canonical import canonical, digest, task_key
 from ..errors import Blocked, InvalidEvent
 from ..rules.events import validate
 from ..rules.gate import gate
 from .batch import open_batch
 from ..state.leases import claim_deliveries
-from ..state.lifecycle import (RELEASED, Fenced, bury, key_in, move_delivery,
-                               prepare_move_deliveries, record_attempts, run_moves)
-from ..models import Audit, Delivery, Inbox, Task, db, insert_rows
+from .outcomes import Step
+from .outcomes import write as outcomes_write
+from ..state.lifecycle import (RELEASED, DeliveryStatus as D, Fenced, TaskStatus as T, bury, key_in, move_delivery,
+                               new_tasks, relabel_duplicate,
+                               prepare_move_deliveries, run_moves)
+from ..models import Delivery, Inbox, Task
 from ..rules.records import check_material, check_record
 from ..rules.retry import decide
-from ..storage import PreparedInsert, lock_rows, retried, unstorable
+from ..storage import PreparedInsert, lock_rows, unstorable
 
 FUTURE_TOLERANCE_S = 5
 
@@ -43,11 +45,12 @@ class Outcome:
 def ingest_batch(rt, owner):
     """Claim and process one batch of waiting deliveries.
 
-    Returns ``(claimed, full)``; ``full`` means more may be waiting.
+    Returns ``(claimed, full, monitors)``: ``full`` means more may be waiting,
+    ``monitors`` are those that gained a ``ready`` task (for standing policies).
     """
     batch = open_batch(rt, claim_deliveries, Delivery, owner)
     if batch is None:
-        return 0, False
+        return 0, False, set()
     for monitor_id, window_s in batching.windows(batch.monitors).items():
         batch.monitors[monitor_id].batch_window_s = window_s
     # Both key columns, so the lookup stays on the primary key as the inbox grows.
@@ -66,9 +69,8 @@ def ingest_batch(rt, owner):
             consumed[(row.monitor, row.event_id)] = outcome.task_key
         outcomes.append(outcome)
     write_outcomes(rt, batch.token, owner, batch.rows, outcomes)
-    policy.after_ingest(rt, {row.monitor for row, out in zip(batch.rows, outcomes)
-                             if out.code == "ready"})
-    return len(batch.rows), batch.full
+    ready = {row.monitor for row, out in zip(batch.rows, outcomes) if out.code == "ready"}
+    return len(batch.rows), batch.full, ready
 
 
 def examine(rt, host, row, monitor, context, consumed, now):
@@ -123,7 +125,7 @@ def new_task(monitor, record, drafted, now):
     key = task_key(monitor.id, monitor.grant_digest, record["id"], record["version"])
     deadline = now + monitor.approval_ttl_s if monitor.approval_ttl_s else None
     return {"key": key, "monitor": monitor.id, "record_id": record["id"],
-            "version": record["version"], "status": "ready", "record": record,
+            "version": record["version"], "record": record,
             "result": result, "digest": digest(result), "approval_deadline": deadline,
             "created_at": now, "updated_at": now}
 
@@ -160,7 +162,7 @@ def write_outcomes(rt, token, owner, rows, outcomes):
     exception's class name) instead: one row can never hold up the others.
     """
     try:
-        _write_outcomes(rt, token, owner, rows, outcomes)
+        outcomes_write(rt, STEP, token, owner, list(zip(rows, outcomes)))
     except Exception as exc:
         if not unstorable(exc):
             raise
@@ -169,33 +171,15 @@ def write_outcomes(rt, token, owner, rows, outcomes):
                 write_outcomes(rt, token, owner, [row], [out])
             return
         [row] = rows
-        _write_outcomes(rt, token, owner, rows, [failed(rt, row, "draft", exc, rt.clock.now())])
+        outcomes_write(rt, STEP, token, owner,
+                       [(row, failed(rt, row, "draft", exc, rt.clock.now()))])
 
 
-@retried
-def _write_outcomes(rt, token, owner, rows, outcomes):
-    now = rt.clock.now()
-    finish = _prepare_finish(rows, outcomes, token, now)
-    audits, attempts = [], []
-    with db.atomic():
-        kept = _finish(finish, now)
-        for row, out in zip(rows, outcomes):
-            if out.kind == "final":
-                if row.id not in kept:
-                    continue  # another worker owns this delivery now
-            else:
-                try:
-                    _apply(row, out, token, now)
-                except Fenced:
-                    continue
-            attempts.append({"kind": "delivery", "ref": str(row.id), "at": now,
-                             "step": out.step, "code": out.code, "worker": owner})
-            if out.kind != "retry":
-                audits.append({"at": now, "monitor": row.monitor, "event_id": row.event_id,
-                               "task_key": out.task_key,
-                               "code": "dead_letter" if out.kind == "dead" else out.code})
-        record_attempts(attempts)
-        insert_rows(Audit, audits)
+def _audit_row(row, out, now):
+    if out.kind == "retry":
+        return None
+    return {"at": now, "monitor": row.monitor, "event_id": row.event_id,
+            "task_key": out.task_key, "code": "dead_letter" if out.kind == "dead" else out.code}
 
 
 @dataclass
@@ -209,35 +193,35 @@ class _Finish:
     task_at: dict  # position in ``consumed`` -> position in ``tasks``
 
 
-def _prepare_finish(rows, outcomes, token, now):
+def _prepare_finish(pairs, token, now):
     """Build the statements that write a batch's final outcomes, without running them.
 
     One guarded UPDATE per group of equal values moves the deliveries to
     ``done`` (each row fenced by the token, as ``move_delivery`` does); the
-    inbox rows and the new tasks are converted for their bulk inserts.
+    inbox rows and the new tasks are converted for their bulk inserts. Returns
+    the function that runs them (``_finish``).
     """
     groups = {}
-    for row, out in zip(rows, outcomes):
+    for row, out in pairs:
         if out.kind == "final":
             failures = out.failures or row.failures
             group = groups.setdefault((out.code, canonical(failures)), (failures, {}))
             group[1][row.id] = out.task_key
-    moves = [prepare_move_deliveries(keys, ["processing"], "done", now, token,
+    moves = [prepare_move_deliveries(keys, [D.PROCESSING], D.DONE, now, token,
                                      per_row={"task_key": keys}, outcome=code, last_code=code,
                                      failures=failures, **RELEASED)
              for (code, _), (failures, keys) in groups.items()]
-    consumed = [(row, out) for row, out in zip(rows, outcomes)
-                if out.kind == "final" and out.consume]
+    consumed = [(row, out) for row, out in pairs if out.kind == "final" and out.consume]
     creating = [i for i, (_, out) in enumerate(consumed) if out.task is not None]
-    return _Finish(
+    finish = _Finish(
         moves, consumed,
         PreparedInsert(Inbox, [{"monitor": row.monitor, "event_id": row.event_id,
                                 "outcome": out.code, "task_key": out.task_key, "at": now}
                                for row, out in consumed],
                        ignore_conflicts=True, returning=("monitor", "event_id")),
-        PreparedInsert(Task, [consumed[i][1].task for i in creating], ignore_conflicts=True,
-                       returning=("key",)),
+        new_tasks([consumed[i][1].task for i in creating]),
         {i: n for n, i in enumerate(creating)})
+    return lambda now: _finish(finish, now)
 
 
 def _finish(finish, now):
@@ -278,33 +262,38 @@ def _moved_on(consumed, created):
     if not existing:
         return
     moved_on = {key for key, status in lock_rows(Task.select(Task.key, Task.status).where(
-        key_in(Task.key, sorted(existing)))).tuples() if status != "ready"}
+        key_in(Task.key, sorted(existing)))).tuples() if status != T.READY}
     for row, out in consumed:
         if out.task is not None and out.task_key in moved_on:
             out.code, out.task = "duplicate", None
-            Delivery.update(outcome="duplicate", last_code="duplicate").where(
-                Delivery.id == row.id).execute()
-            Inbox.update(outcome="duplicate").where(Inbox.monitor == row.monitor,
-                                                    Inbox.event_id == row.event_id).execute()
+            relabel_duplicate(row.id, row.monitor, row.event_id, inbox=True)
 
 
 def _lost_race(row, out):
     # Another worker consumed this event id after our batch looked.
     first = Inbox.get(Inbox.monitor == row.monitor, Inbox.event_id == row.event_id)
     out.code, out.task_key, out.consume, out.task = "duplicate", first.task_key, False, None
-    Delivery.update(outcome="duplicate", task_key=first.task_key,
-                    last_code="duplicate").where(Delivery.id == row.id).execute()
+    relabel_duplicate(row.id, row.monitor, row.event_id, task_key=first.task_key)
 
 
 def _apply(row, out, token, now):
-    """Write a retry or a dead letter (final outcomes go through ``_finish``)."""
+    """Write a retry or a dead letter (final outcomes go through ``_finish``);
+    False when the delivery is no longer ours."""
     failures = out.failures or row.failures
-    if out.kind == "retry":
-        move_delivery(row.id, ["processing"], "retrying", now, token, next_at=out.next_at,
-                      last_code=out.code, failures=failures, **RELEASED)
-    elif out.kind == "dead":
-        move_delivery(row.id, ["processing"], "dead", now, token, last_code=out.code,
-                      failures=failures, **RELEASED)
-        bury("delivery", row.id, out.step, out.code, row.attempts, now)
-    else:
-        raise ValueError(f"unexpected outcome kind {out.kind!r}")
+    try:
+        if out.kind == "retry":
+            move_delivery(row.id, [D.PROCESSING], D.RETRYING, now, token, next_at=out.next_at,
+                          last_code=out.code, failures=failures, **RELEASED)
+        elif out.kind == "dead":
+            move_delivery(row.id, [D.PROCESSING], D.DEAD, now, token, last_code=out.code,
+                          failures=failures, **RELEASED)
+            bury("delivery", row.id, out.step, out.code, row.attempts, now)
+        else:
+            raise ValueError(f"unexpected outcome kind {out.kind!r}")
+    except Fenced:
+        return False
+    return True
+
+
+STEP = Step(kind="delivery", ref=lambda row: row.id, settled=lambda out: out.kind == "final",
+            prepare=_prepare_finish, apply=_apply, audit=_audit_row)

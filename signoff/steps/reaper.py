@@ -7,7 +7,8 @@ processes at once: every change is a guarded UPDATE.
 
 from ..state.leases import claimable_counts, expired_deliveries, expired_tasks
 from ..state.lifecycle import (EXPIRED, RELEASED, TASK_OPEN, Fenced, audit, bury, may_be_written,
-                               move_delivery, move_task, record_attempts, update_task)
+                               move_delivery, move_task, record_attempts, update_task, TaskStatus
+                               as T, DeliveryStatus as D)
 from ..models import Delivery, Monitor, Task, db
 from ..rules.retry import decide
 
@@ -35,12 +36,12 @@ def _release_delivery(rt, row, now):
         with db.atomic():
             _still_expired(Delivery, Delivery.id == row.id, row.lease_token, now)
             if delay is None:
-                move_delivery(row.id, ["processing"], "dead", now, row.lease_token,
+                move_delivery(row.id, [D.PROCESSING], D.DEAD, now, row.lease_token,
                               last_code="lease_expired", failures=failures, **EXPIRED)
                 bury("delivery", row.id, "read", "lease_expired", row.attempts, now)
                 audit(now, "dead_letter", row.monitor, row.event_id)
             else:
-                move_delivery(row.id, ["processing"], "retrying", now, row.lease_token,
+                move_delivery(row.id, [D.PROCESSING], D.RETRYING, now, row.lease_token,
                               next_at=now + delay, last_code="lease_expired",
                               failures=failures, **EXPIRED)
             record_attempts([{"kind": "delivery", "ref": str(row.id), "at": now, "step": "read",
@@ -63,7 +64,7 @@ def _release_task(rt, task, now):
                 # flight, for the worker to confirm): only the lease is left to drop.
                 update_task(task.key, now, [task.status], task.lease_token, **RELEASED)
             elif delay is None:
-                move_task(task.key, [task.status], "dead", now, task.lease_token,
+                move_task(task.key, [task.status], T.DEAD, now, task.lease_token,
                           code="lease_expired", outcome_unknown=task.write_possible,
                           failures=failures, **EXPIRED)
                 bury("task", task.key, "submit", "lease_expired", task.attempts, now)
@@ -100,7 +101,7 @@ def _expire(now):
     expired = parked = 0
     with db.atomic():
         for task in deadline_passed:
-            if _try(lambda: move_task(task.key, ["ready"], "expired", now, code="expired")):
+            if _try(lambda: move_task(task.key, [T.READY], T.EXPIRED, now, code="expired")):
                 expired += 1
                 audit(now, "expired", task.monitor, task_key=task.key)
         for task in (orphans if orphans is not None else []):
@@ -108,7 +109,7 @@ def _expire(now):
                 # It may have been written: say so and leave it to a human.
                 parked += _try(lambda: update_task(task.key, now, [task.status],
                                                    parked=True, code="expired"))
-            elif _try(lambda: move_task(task.key, [task.status], "expired", now, code="expired")):
+            elif _try(lambda: move_task(task.key, [task.status], T.EXPIRED, now, code="expired")):
                 expired += 1
                 audit(now, "expired", task.monitor, task_key=task.key)
     return expired, parked

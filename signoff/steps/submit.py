@@ -14,12 +14,14 @@ from ..rules.canonical import canonical, digest
 from ..errors import Blocked
 from ..rules.gate import SUBMIT_ACTIONS, gate
 from .batch import open_batch
+from .outcomes import Step
+from .outcomes import write as outcomes_write
 from ..state.leases import claim_tasks, release
-from ..state.lifecycle import (RELEASED, TASK_ACTIVE, Fenced, TaskStatus, bury, key_in, move_task,
-                               prepare_move_tasks, record_attempts, run_moves, update_task)
-from ..models import Audit, Task, db, insert_rows
+from ..state.lifecycle import (RELEASED, TASK_ACTIVE, Fenced, bury, move_task, prepare_move_tasks,
+                               run_moves, update_task, TaskStatus as T,
+                               mark_write_possible)
+from ..models import Task, db
 from ..rules.retry import decide
-from ..storage import retried
 
 
 # What the audit log says for outcomes whose code is an exception's name.
@@ -127,10 +129,7 @@ def failed(rt, task, exc, now, code=None):
 def _mark_write_possible(rt, token, tasks):
     """Record that a write may now happen; the keys still ours (and open) that got the mark."""
     with db.atomic():
-        return {key for (key,) in Task.update(write_possible=True, updated_at=rt.clock.now())
-                .where(key_in(Task.key, [t.key for t in tasks]), Task.lease_token == token,
-                       Task.status.in_(list(TASK_ACTIVE)))
-                .returning(Task.key).tuples().execute()}
+        return mark_write_possible([t.key for t in tasks], token, rt.clock.now())
 
 
 def _still_ours(key, token):
@@ -139,70 +138,60 @@ def _still_ours(key, token):
                                Task.status.in_(list(TASK_ACTIVE))).exists()
 
 
-@retried
 def write_outcomes(rt, token, owner, tasks, outcomes):
     """Persist every task outcome of a batch in one transaction, fenced."""
-    now = rt.clock.now()
-    moves = _prepare_finish(tasks, outcomes, token, now)  # built before the write lock
-    audits, attempts, unrecorded = [], [], []
-    with db.atomic():
-        kept = run_moves(moves)
-        for task in tasks:
-            out = outcomes[task.key]
-            if not _written(task, out, kept, token, now):
-                unrecorded.append(task.key)
-                continue
-            attempts.append({"kind": "task", "ref": task.key, "at": now, "step": out.step,
-                             "code": out.code, "worker": owner})
-            if out.kind not in ("retry", "withdrawn"):
-                audits.append({"at": now, "monitor": task.monitor, "event_id": None,
-                               "task_key": task.key,
-                               "code": AUDIT_CODES.get(out.kind, out.code)})
-        # A cancel keeps the lease of a write in flight; whatever the write came
-        # to, this worker is done with the row.
-        release(Task, unrecorded, token)
-        record_attempts(attempts)
-        insert_rows(Audit, audits)
+    outcomes_write(rt, STEP, token, owner, [(task, outcomes[task.key]) for task in tasks])
 
 
-def _written(task, out, kept, token, now):
-    """Write one outcome (``done`` ones were moved already); False if the row is not ours."""
-    if out.kind == "fenced":
-        return False
-    if out.kind == "done":
-        return task.key in kept  # else another worker owns it now, or a cancel ended it
-    try:
-        _apply(task, out, token, now)
-    except Fenced:
-        return False
-    return True
+def _audit_row(task, out, now):
+    if out.kind in ("retry", "withdrawn"):
+        return None
+    return {"at": now, "monitor": task.monitor, "event_id": None, "task_key": task.key,
+            "code": AUDIT_CODES.get(out.kind, out.code)}
 
 
-def _prepare_finish(tasks, outcomes, token, now):
+def _release(skipped, token):
+    # A cancel keeps the lease of a write in flight; whatever the write came to,
+    # this worker is done with the row.
+    release(Task, [task.key for task in skipped], token)
+
+
+def _prepare_finish(pairs, token, now):
     """The moves of the batch's ``done`` tasks: one guarded UPDATE per group of equal values.
 
-    Each row is fenced by the token as ``move_task`` fences it; each move's
-    ``run()`` returns the keys that were still ours.
+    Each row is fenced by the token as ``move_task`` fences it; the function
+    returned runs them and returns the keys that were still ours.
     """
     groups = {}
-    for task in tasks:
-        out = outcomes[task.key]
+    for task, out in pairs:
         if out.kind == "done":
             failures = out.failures if out.failures is not None else task.failures
             groups.setdefault(canonical(failures), (failures, []))[1].append(task.key)
     # A task a cancel reached while its write was in flight is done too: the
     # token says it is that write (see lifecycle.cancel_tasks).
-    return [prepare_move_tasks(keys, [*TASK_ACTIVE, TaskStatus.CANCELLED], "done", now, token,
-                               code=None, outcome_unknown=False, failures=failures, **RELEASED)
-            for failures, keys in groups.values()]
+    moves = [prepare_move_tasks(keys, [*TASK_ACTIVE, T.CANCELLED], T.DONE, now, token,
+                                code=None, outcome_unknown=False, failures=failures, **RELEASED)
+             for failures, keys in groups.values()]
+    return lambda now: run_moves(moves)
 
 
 def _apply(task, out, token, now):
-    """Write every outcome but ``done`` (those are the moves of ``_prepare_finish``)."""
+    """Write every outcome but ``done`` (those are the moves of ``_prepare_finish``);
+    False when the task is no longer ours."""
+    if out.kind == "fenced":
+        return False
+    try:
+        _write_one(task, out, token, now)
+    except Fenced:
+        return False
+    return True
+
+
+def _write_one(task, out, token, now):
     sources = list(TASK_ACTIVE)
     failures = out.failures if out.failures is not None else task.failures
     if out.kind == "blocked":
-        move_task(task.key, sources, "blocked", now, token, code=out.code,
+        move_task(task.key, sources, T.BLOCKED, now, token, code=out.code,
                   failures=failures, **RELEASED)
     elif out.kind == "park":
         update_task(task.key, now, sources, token, parked=True, code=out.code, **RELEASED)
@@ -210,16 +199,20 @@ def _apply(task, out, token, now):
         update_task(task.key, now, sources, token, next_at=out.next_at, code=out.code,
                     failures=failures, **RELEASED)
     elif out.kind == "uncertain":
-        move_task(task.key, sources, "uncertain", now, token, next_at=out.next_at,
+        move_task(task.key, sources, T.UNCERTAIN, now, token, next_at=out.next_at,
                   code=out.code, failures=failures, **RELEASED)
     elif out.kind == "withdrawn":
         # Cancelled after the mark, before the host was called. With no write
         # possible before this attempt, none has happened: it is known unwritten.
         changes = {"outcome_unknown": False, "write_possible": False} if out.unwritten else {}
-        update_task(task.key, now, [TaskStatus.CANCELLED], token, **changes, **RELEASED)
+        update_task(task.key, now, [T.CANCELLED], token, **changes, **RELEASED)
     elif out.kind == "dead":
-        move_task(task.key, sources, "dead", now, token, code=out.code,
+        move_task(task.key, sources, T.DEAD, now, token, code=out.code,
                   outcome_unknown=task.write_possible, failures=failures, **RELEASED)
         bury("task", task.key, out.step, out.code, task.attempts, now)
     else:
         raise ValueError(f"unknown outcome {out.kind}")
+
+
+STEP = Step(kind="task", ref=lambda task: task.key, settled=lambda out: out.kind == "done",
+            prepare=_prepare_finish, apply=_apply, audit=_audit_row, after=_release)
