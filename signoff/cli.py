@@ -782,6 +782,26 @@ def stats(obj, as_json):
 
 
 @command(main)
+@click.option("--max-age", type=Seconds(min=0), default=30.0, show_default=True,
+              help="Seconds: a worker that beat within them is live.")
+def healthcheck(obj, as_json, max_age):
+    """Exit 0 when the database and queue answer, the schema is current and a worker is live.
+
+    No HTTP: for container HEALTHCHECKs, Kubernetes exec probes and systemd.
+    Answers within a few seconds even when a server does not.
+    """
+    from .commands.render import render_health
+    from .ops.health import check, first_failure
+    report = check(obj.home, max_age)
+    emit(report, as_json, render_health)
+    failed = first_failure(report)
+    if failed is not None:
+        if not as_json:
+            click.echo(f"error: {failed[1]}: {failed[0]}: {safe(failed[2])}", err=True)
+        sys.exit(1)
+
+
+@command(main)
 @click.option("--older-than", "older_than", type=Seconds(min=0), default=None, metavar="DAYS",
               help="Days since a task finished (default: [retention] finished_days, 30).")
 @click.option("--dry-run", is_flag=True, help="Only count what would be purged.")

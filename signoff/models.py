@@ -260,8 +260,19 @@ Delivery.add_index(Delivery.index(Delivery.next_at, name="delivery_suspects",
                                   where=SQL("suspect")))
 Task.add_index(Task.index(Task.next_at, name="task_suspects", where=SQL("suspect")))
 
+class WorkerBeat(BaseModel):
+    """A running worker process: where it runs, since when, and its loop's last beat."""
+
+    id = CharField(max_length=32, primary_key=True)  # one per run of a process
+    host = Text()
+    pid = BigIntegerField()
+    threads = IntegerField()
+    started_at = DoubleField()
+    beat_at = DoubleField()
+
+
 MODELS = [Monitor, Delivery, Inbox, Task, Attempt, Audit, DeadLetter, PurgedTask, Chore,
-          Policy, PolicyDecision, Gap, MonitorBatching, RecordBatch, BatchMember]
+          Policy, PolicyDecision, Gap, MonitorBatching, RecordBatch, BatchMember, WorkerBeat]
 
 
 # -- signoff serve: webhook secrets and answers, reviewers, notifications -----
