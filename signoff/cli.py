@@ -208,6 +208,8 @@ def main(ctx, home):
     """signoff: durable, human-approved, exactly-once actions on change events."""
     ctx.obj = Ctx(home)
     _warnings_to_stderr()
+    from . import tracing
+    tracing.start()  # when the OTEL_* variables ask for traces
 
 
 class _WarningLine(logging.Handler):
@@ -220,10 +222,12 @@ class _WarningLine(logging.Handler):
 def _warnings_to_stderr():
     # A wake-up that cannot be sent after a commit is a warning, not a failure
     # of the command: the answers stand, this line tells the operator.
-    wakeups = logging.getLogger("signoff.wakeups")
-    if not any(isinstance(h, _WarningLine) for h in wakeups.handlers):
-        wakeups.addHandler(_WarningLine(logging.WARNING))
-        wakeups.propagate = False
+    # Tracing that was asked for and cannot run is one such line too.
+    for name in ("signoff.wakeups", "signoff.tracing"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, _WarningLine) for h in logger.handlers):
+            logger.addHandler(_WarningLine(logging.WARNING))
+            logger.propagate = False
 
 
 @command(main)

@@ -59,6 +59,9 @@ class Delivery(BaseModel):
     suspect = BooleanField(default=False)  # its last lease expired without an outcome
     accepted_at = DoubleField()
     updated_at = DoubleField()
+    # The W3C trace context of the span that accepted it (signoff/tracing.py), if traced.
+    traceparent = Text(null=True)
+    tracestate = Text(null=True)
 
     class Meta:
         # Claim order (storage.claim): due first, then as accepted.
@@ -110,6 +113,9 @@ class Task(BaseModel):
     # (see redraft.py), and the key of the task that replaced this one.
     previous_drafts = JSON(default=list)
     superseded_by = CharField(max_length=64, null=True)
+    # The W3C trace context of the span that drafted it (signoff/tracing.py), if traced.
+    traceparent = Text(null=True)
+    tracestate = Text(null=True)
 
     class Meta:
         # Claim order (storage.claim): due first, then as created, then by key.

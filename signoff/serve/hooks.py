@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from peewee import InterfaceError, OperationalError, fn
 from starlette.responses import JSONResponse
 
+from .. import tracing
 from ..ops import intake
 from ..errors import InvalidEvent
 from ..rules.events import MAX_LINE_BYTES, Event, check_label, parse_line
@@ -31,6 +32,7 @@ class Accept:
     monitor: str
     webhook_id: str
     event: Event
+    trace: dict | None = None  # the signoff.webhook span's carrier, kept on the delivery
 
 
 @dataclass(frozen=True)
@@ -64,10 +66,21 @@ def make_endpoint(rt, commits):
         return JSONResponse(body, status_code=STATUS[code])
 
     async def hook(request):
+        # The span continues the sender's trace (its traceparent header), if it sent one.
+        span = tracing.begin("signoff.webhook", tracing.incoming(request.headers))
+        response = None
+        try:
+            response = await answer(request, span)
+            return response
+        finally:
+            tracing.end(span, http_status=response and response.status_code)
+
+    async def answer(request, span):
         monitor_id = request.path_params["monitor"]
         exists, monitor_secrets = secrets.current(monitor_id)
         if not exists:
             return await refuse(None, "unknown_monitor")
+        tracing.annotate(span, monitor=monitor_id)  # a monitor's id, not whatever the path says
         body = await read_body(request)
         if body is None:
             return await refuse(monitor_id, "too_large")
@@ -86,8 +99,11 @@ def make_endpoint(rt, commits):
             if first is not None:
                 return JSONResponse(first, status_code=200)
             return await refuse(monitor_id, "invalid_event", exc.reason)
-        status, answer = await commits.submit(Accept(monitor_id, webhook_id, event))
-        return JSONResponse(answer, status_code=status)
+        tracing.annotate(span, event_id=event.event_id)
+        status, body = await commits.submit(Accept(monitor_id, webhook_id, event,
+                                                   tracing.carrier(span)))
+        tracing.annotate(span, delivery=body.get("delivery"))
+        return JSONResponse(body, status_code=status)
 
     return hook
 
@@ -131,7 +147,8 @@ def _write_batch(rt, jobs):
         _claim_answers(fresh, ids, answers, now)
         _count_refusals([j for j in jobs if isinstance(j, Refusal)], now)
 
-    intake.store_validated(rt, [(j.monitor, j.event) for j in fresh], within=within)
+    intake.store_validated(rt, [(j.monitor, j.event) for j in fresh], within=within,
+                           traces=[j.trace for j in fresh])
     out = []
     for job in jobs:
         if isinstance(job, Refusal):

@@ -22,6 +22,7 @@ window has passed starts a new batch; a closed batch never changes.
 
 import logging
 
+from .. import tracing
 from ..rules.canonical import digest
 from ..errors import Blocked
 from ..rules.gate import gate
@@ -96,14 +97,28 @@ def close_due(rt):
     closed = 0
     for batch in due:
         try:
-            closed += _close(rt, batch)
+            # A batch's task starts a trace of its own, linked to the traces of its events.
+            with tracing.span("signoff.batch", links=_member_traces(batch),
+                              monitor=batch.monitor) as span:
+                closed += _close(rt, batch, tracing.carrier(span))
         except Exception as exc:  # a failed close is an attempt; the batch stays open
             log.warning("closing batch %s failed: %s", batch.id, type(exc).__name__)
             _failed(rt, batch, type(exc).__name__)
     return closed
 
 
-def _close(rt, batch):
+def _member_traces(batch):
+    """The trace carriers kept on the deliveries of ``batch``'s events (none when off)."""
+    if not tracing.enabled():
+        return ()
+    events = BatchMember.select(BatchMember.event_id).where(BatchMember.batch == batch.id)
+    return [tracing.row_carrier(d) for d in Delivery.select(Delivery.traceparent,
+                                                            Delivery.tracestate).where(
+        Delivery.monitor == batch.monitor, Delivery.event_id.in_(events),
+        Delivery.traceparent.is_null(False))]
+
+
+def _close(rt, batch, trace):
     members = list(BatchMember.select().where(BatchMember.batch == batch.id)
                    .order_by(BatchMember.record_id, BatchMember.version))
     monitor = Monitor.get_or_none(Monitor.id == batch.monitor)
@@ -124,7 +139,7 @@ def _close(rt, batch):
     task = {"key": key, "monitor": monitor.id, "record_id": f"batch:{batch.id}",
             "version": len(records), "status": "ready", "record": records, "result": result,
             "digest": digest(result), "approval_deadline": deadline, "created_at": now,
-            "updated_at": now}
+            "updated_at": now, **trace}
     return _commit(batch, members, now, task=task, kept=[m for m, _ in kept])
 
 
