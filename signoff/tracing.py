@@ -136,8 +136,9 @@ OFF = _Off()
 
 def span(name, parent=None, links=(), **attributes):
     """A context manager running the block in span ``name`` (yields the span, or
-    ``None`` when off): a child of ``parent`` (a carrier dict, see ``carrier``)
-    when given, else of the current span; ``links`` are carriers of other traces.
+    ``None`` when off): a child of ``parent`` when given (a carrier dict, see
+    ``carrier``, or a delivery or task row that keeps one), else of the current
+    span; ``links`` are carriers or rows of other traces.
     An exception leaving the block marks the span failed with its class name only.
     """
     if _tracer is None:
@@ -150,7 +151,9 @@ def begin(name, parent=None, links=(), **attributes):
     if _tracer is None:
         return None
     from opentelemetry import trace
-    links = [trace.Link(c) for c in map(_span_context, links) if c is not None and c.is_valid]
+    parent = _row_carrier(parent) if parent is not None else None
+    links = [trace.Link(c) for c in map(_span_context, map(_row_carrier, links))
+             if c is not None and c.is_valid]
     return _tracer.start_span(name, context=_extract(parent) if parent else None, links=links,
                               attributes=_attributes(attributes), record_exception=False,
                               set_status_on_exception=False)
@@ -224,8 +227,9 @@ def carrier(handle=None):
     return {"traceparent": out["traceparent"], "tracestate": out.get("tracestate")}
 
 
-def row_carrier(row):
-    """The carrier kept on a delivery or task row (or row dict), or ``None``."""
+def _row_carrier(row):
+    """The carrier kept on a delivery or task row (a model, a row dict or a carrier), or
+    ``None``."""
     get = row.get if isinstance(row, dict) else lambda name: getattr(row, name, None)
     parent = get("traceparent")
     return {"traceparent": parent, "tracestate": get("tracestate")} if parent else None

@@ -80,7 +80,7 @@ def approve_many(rt, items, by, audit_code="approved"):
     items = _full_keys(items)
     tasks = {t.key: t for t in Task.select().where(Task.key.in_([k for k, _ in items]))}
     # A signoff.approve span per known task, in the trace of the event that made it.
-    spans = {i: tracing.begin("signoff.approve", tracing.row_carrier(tasks[key]), task_key=key,
+    spans = {i: tracing.begin("signoff.approve", tasks[key], task_key=key,
                               monitor=tasks[key].monitor)
              for i, (key, _) in enumerate(items) if key in tasks} if tracing.enabled() else {}
     try:

@@ -112,10 +112,9 @@ def _member_traces(batch):
     if not tracing.enabled():
         return ()
     events = BatchMember.select(BatchMember.event_id).where(BatchMember.batch == batch.id)
-    return [tracing.row_carrier(d) for d in Delivery.select(Delivery.traceparent,
-                                                            Delivery.tracestate).where(
+    return list(Delivery.select(Delivery.traceparent, Delivery.tracestate).where(
         Delivery.monitor == batch.monitor, Delivery.event_id.in_(events),
-        Delivery.traceparent.is_null(False))]
+        Delivery.traceparent.is_null(False)))
 
 
 def _close(rt, batch, trace):

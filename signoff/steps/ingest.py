@@ -59,7 +59,7 @@ def ingest_batch(rt, owner):
     for row in batch.rows:
         now = batch.keep_lease()
         # One span per delivery, in the trace that accepted its event (tracing.py).
-        with tracing.span("signoff.ingest", tracing.row_carrier(row), delivery=row.id,
+        with tracing.span("signoff.ingest", row, delivery=row.id,
                           event_id=row.event_id, monitor=row.monitor) as span:
             if batch.context_error is not None:
                 outcome = failed(rt, row, "read", batch.context_error, now)

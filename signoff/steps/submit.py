@@ -48,7 +48,7 @@ def submit_batch(rt, owner):
         return 0, False
     tasks, host, outcomes = batch.rows, batch.host, {}
     # One span per task, in the trace of the event that made it (tracing.py).
-    spans = {t.key: tracing.begin("signoff.submit", tracing.row_carrier(t), task_key=t.key,
+    spans = {t.key: tracing.begin("signoff.submit", t, task_key=t.key,
                                   monitor=t.monitor) for t in tasks} if tracing.enabled() else {}
     for task in tasks:
         now = batch.keep_lease()
