@@ -88,9 +88,10 @@ def _insert_deliveries(items, now, traces=None):
     """
     rows = [dict(ev.as_dict(), monitor=monitor_id, status="queued", next_at=now,
                  accepted_at=now, updated_at=now, failures={}) for monitor_id, ev in items]
-    for row, trace in zip(rows, traces or ()):
-        row.update(traceparent=(trace or {}).get("traceparent"),
-                   tracestate=(trace or {}).get("tracestate"))
+    if traces and any(traces):  # untraced rows leave the columns alone
+        for row, trace in zip(rows, traces):
+            row.update(traceparent=(trace or {}).get("traceparent"),
+                       tracestate=(trace or {}).get("tracestate"))
     return [r[0] for r in insert_rows(Delivery, rows, returning=("id",))]
 
 
