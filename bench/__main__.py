@@ -57,9 +57,11 @@ class BackendUrl(click.ParamType):
 @click.option("--mcp", "over_mcp", is_flag=True,
               help="Instead: the host in-process against the host over MCP (in this process).")
 @click.option("--http", is_flag=True, help="Instead: `signoff serve` webhook ingest against a bare endpoint.")
+@click.option("--tracing", "traced", is_flag=True,
+              help="Instead: event → ready with OpenTelemetry tracing off and on (in this process).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def bench(n_events, workers, processes, database_url, queue_url, growth, growth_rows, over_mcp,
-          http, as_json):
+          http, traced, as_json):
     """Measure signoff against plain Huey on this machine, in one run.
 
     The homes it makes are its own: their backends are the flags' (SQLite by
@@ -75,7 +77,10 @@ def bench(n_events, workers, processes, database_url, queue_url, growth, growth_
             click.echo(json.dumps(report, ensure_ascii=False, indent=2))
         return
     from .pipeline import run_bench
-    if over_mcp:
+    if traced:
+        from .tracing import run_tracing_bench
+        report = run_tracing_bench(n_events, as_json)
+    elif over_mcp:
         from .mcp import run_mcp_bench
         report = run_mcp_bench(n_events, as_json)
     else:

@@ -5,7 +5,7 @@ import threading
 
 from .ops import approval, deadletters, gaps, intake, monitors, policy, redraft, views
 from .steps import ingest, reaper, submit
-from . import storage
+from . import storage, tracing
 from .clock import Clock
 from .config import (call_factory, load_config, load_plugin, make_private, resolve_home,
                      write_default)
@@ -96,8 +96,9 @@ class Signoff:
         if host is None:
             if self._host_factory is None:
                 self._host_factory = load_plugin(self.config.host_factory, "host")
-            host = call_factory(self._host_factory, self.config.host_factory, "host",
-                                self.home, self.config.host_options)
+            host = tracing.traced_host(call_factory(
+                self._host_factory, self.config.host_factory, "host", self.home,
+                self.config.host_options))
             self._local.host = host
         return host
 
@@ -105,8 +106,9 @@ class Signoff:
         """The configured ``draft(record, material)`` callable."""
         if self._drafter is None:
             factory = load_plugin(self.config.drafter_factory, "drafter")
-            self._drafter = call_factory(factory, self.config.drafter_factory, "drafter",
-                                         self.home, self.config.drafter_options)
+            self._drafter = tracing.traced_drafter(call_factory(
+                factory, self.config.drafter_factory, "drafter", self.home,
+                self.config.drafter_options))
         return self._drafter
 
     # -- monitors and intake -------------------------------------------------

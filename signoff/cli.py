@@ -6,6 +6,7 @@ import itertools
 import json
 import logging
 import math
+import os
 import signal
 import sys
 
@@ -63,10 +64,12 @@ def command(group, name=None, json_help="Print one JSON document.", **kwargs):
     """A subcommand with ``--json``; refusals and failures exit 1 with one line, no traceback."""
     def wrap(f):
         @group.command(name, **kwargs)
-        @click.option("--json", "as_json", is_flag=True, help=json_help)
+        # Named "json", so that its variable is SIGNOFF_<COMMAND>_JSON.
+        @click.option("--json", is_flag=True, help=json_help)
         @click.pass_obj
         @functools.wraps(f)
-        def run(obj, as_json, **params):
+        def run(obj, **params):
+            as_json = params.pop("json")
             try:
                 return f(obj, as_json, **params)
             except SignoffError as exc:
@@ -105,7 +108,64 @@ class JsonUsageError(click.UsageError):
         click.echo(json.dumps({"error": "usage", "message": self.message}, ensure_ascii=False))
 
 
-class JsonAwareGroup(click.Group):
+ENV_PREFIX = "SIGNOFF"
+
+
+class EnvCommand(click.Command):
+    """A command whose every option can also come from the environment.
+
+    The variable is click's ``auto_envvar_prefix`` name (``SIGNOFF_`` + the
+    command path + the option's parameter name), shown in ``--help``; a flag on
+    the command line wins. A bad value read from a variable is a usage error
+    that names the variable, since the command line shows no such value.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if isinstance(param, click.Option) and param.allow_from_autoenv:
+                param.show_envvar = True
+
+    def get_help_option(self, ctx):
+        """``--help``, never read from the environment (``SIGNOFF_HELP`` is no request)."""
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.allow_from_autoenv = False
+        return option
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        given = list(args)
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.BadParameter as exc:
+            variable = env_source(exc.ctx, exc.param, given)
+            if variable is not None and exc.param_hint is None:
+                exc.param_hint = f"{exc.param.get_error_hint(exc.ctx)} (from {variable})"
+            raise
+
+
+def env_source(ctx, param, args):
+    """The variable that gave ``param`` its value, or ``None`` when ``args`` gave it.
+
+    click reads the environment only for an option the command line lacks.
+    """
+    if ctx is None or not isinstance(param, click.Option) or not param.allow_from_autoenv:
+        return None
+    names = param.opts + param.secondary_opts
+    if any(a == n or a.startswith(n + "=") for a in args for n in names):
+        return None
+    variable = param.envvar or f"{ctx.auto_envvar_prefix}_{param.name.upper()}"
+    return variable if os.environ.get(variable) else None
+
+
+class EnvGroup(EnvCommand, click.Group):
+    """A group of ``EnvCommand`` commands and groups like itself."""
+
+    command_class = EnvCommand
+    group_class = type
+
+
+class JsonAwareGroup(EnvGroup):
     """The root group: under ``--json``, usage errors (exit 2) are JSON too.
 
     click raises them while parsing each level (``make_context``) and while
@@ -125,6 +185,8 @@ class JsonAwareGroup(click.Group):
         except click.UsageError as exc:
             raise self._converted(exc) from None
 
+    group_class = EnvGroup
+
     def _converted(self, exc):
         if getattr(self, "_json_wanted", False) and not isinstance(exc, JsonUsageError):
             return JsonUsageError(exc)
@@ -137,15 +199,17 @@ def _home_option(ctx, param, value):
     return value
 
 
-@click.group(cls=JsonAwareGroup)
+@click.group(cls=JsonAwareGroup, context_settings={"auto_envvar_prefix": ENV_PREFIX})
 @click.option("--home", type=click.Path(file_okay=False), default=None, callback=_home_option,
-              help="signoff home folder (default: $SIGNOFF_HOME, else ./.signoff).")
-@click.version_option(package_name="signoff")
+              help="signoff home folder (default: ./.signoff).")
+@click.version_option(package_name="signoff", allow_from_autoenv=False)
 @click.pass_context
 def main(ctx, home):
     """signoff: durable, human-approved, exactly-once actions on change events."""
     ctx.obj = Ctx(home)
     _warnings_to_stderr()
+    from . import tracing
+    tracing.start()  # when the OTEL_* variables ask for traces
 
 
 class _WarningLine(logging.Handler):
@@ -158,10 +222,12 @@ class _WarningLine(logging.Handler):
 def _warnings_to_stderr():
     # A wake-up that cannot be sent after a commit is a warning, not a failure
     # of the command: the answers stand, this line tells the operator.
-    wakeups = logging.getLogger("signoff.wakeups")
-    if not any(isinstance(h, _WarningLine) for h in wakeups.handlers):
-        wakeups.addHandler(_WarningLine(logging.WARNING))
-        wakeups.propagate = False
+    # Tracing that was asked for and cannot run is one such line too.
+    for name in ("signoff.wakeups", "signoff.tracing"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, _WarningLine) for h in logger.handlers):
+            logger.addHandler(_WarningLine(logging.WARNING))
+            logger.propagate = False
 
 
 @command(main)
@@ -719,6 +785,26 @@ def stats(obj, as_json):
     """Counts of states, leases, retries, uncertainty, dead letters and gaps."""
     from .commands.render import render_stats
     emit(obj.open().stats(), as_json, render_stats)
+
+
+@command(main)
+@click.option("--max-age", type=Seconds(min=0), default=30.0, show_default=True,
+              help="Seconds: a worker that beat within them is live.")
+def healthcheck(obj, as_json, max_age):
+    """Exit 0 when the database and queue answer, the schema is current and a worker is live.
+
+    No HTTP: for container HEALTHCHECKs, Kubernetes exec probes and systemd.
+    Answers within a few seconds even when a server does not.
+    """
+    from .commands.render import render_health
+    from .ops.health import check, first_failure
+    report = check(obj.home, max_age)
+    emit(report, as_json, render_health)
+    failed = first_failure(report)
+    if failed is not None:
+        if not as_json:
+            click.echo(f"error: {failed[1]}: {failed[0]}: {safe(failed[2])}", err=True)
+        sys.exit(1)
 
 
 @command(main)

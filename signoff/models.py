@@ -59,6 +59,9 @@ class Delivery(BaseModel):
     suspect = BooleanField(default=False)  # its last lease expired without an outcome
     accepted_at = DoubleField()
     updated_at = DoubleField()
+    # The W3C trace context of the span that accepted it (signoff/tracing.py), if traced.
+    traceparent = Text(null=True)
+    tracestate = Text(null=True)
 
     class Meta:
         # Claim order (storage.claim): due first, then as accepted.
@@ -110,6 +113,9 @@ class Task(BaseModel):
     # (see redraft.py), and the key of the task that replaced this one.
     previous_drafts = JSON(default=list)
     superseded_by = CharField(max_length=64, null=True)
+    # The W3C trace context of the span that drafted it (signoff/tracing.py), if traced.
+    traceparent = Text(null=True)
+    tracestate = Text(null=True)
 
     class Meta:
         # Claim order (storage.claim): due first, then as created, then by key.
@@ -260,8 +266,19 @@ Delivery.add_index(Delivery.index(Delivery.next_at, name="delivery_suspects",
                                   where=SQL("suspect")))
 Task.add_index(Task.index(Task.next_at, name="task_suspects", where=SQL("suspect")))
 
+class WorkerBeat(BaseModel):
+    """A running worker process: where it runs, since when, and its loop's last beat."""
+
+    id = CharField(max_length=32, primary_key=True)  # one per run of a process
+    host = Text()
+    pid = BigIntegerField()
+    threads = IntegerField()
+    started_at = DoubleField()
+    beat_at = DoubleField()
+
+
 MODELS = [Monitor, Delivery, Inbox, Task, Attempt, Audit, DeadLetter, PurgedTask, Chore,
-          Policy, PolicyDecision, Gap, MonitorBatching, RecordBatch, BatchMember]
+          Policy, PolicyDecision, Gap, MonitorBatching, RecordBatch, BatchMember, WorkerBeat]
 
 
 # -- signoff serve: webhook secrets and answers, reviewers, notifications -----

@@ -17,6 +17,7 @@ from . import storage
 from .app import Signoff
 from .config import load_config, resolve_home
 from .errors import StorageError
+from .state import heartbeats
 from .state.lifecycle import DELIVERY_PENDING, TASK_ACTIVE
 from .models import Delivery, Task
 from .storage.queue import close_queue
@@ -94,6 +95,8 @@ def _loop(rt, workers, drain):
     reaped = _reap(rt)
     notifier = notify.start(rt)  # task.ready notifications, when [notify] url is set
     consumer.start()
+    heartbeat = heartbeats.Heartbeat(rt.clock, workers)
+    _safe(heartbeat.beat, None)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
     log.info("worker started: %d threads, lease %.0fs, home %s", workers,
@@ -102,6 +105,8 @@ def _loop(rt, workers, drain):
     chores_at = time.monotonic()
     try:
         while not stop.wait(REAP_INTERVAL_S if not drain else IDLE_POLL_S):
+            # First in the pass: a slow reap must not make a live worker look silent.
+            _safe(heartbeat.beat, None)
             reaped += _reap(rt)
             chores_at = _chores(rt, chores_at)
             _safe(lambda: storage.checkpoint(rt.database), None)
@@ -115,6 +120,7 @@ def _loop(rt, workers, drain):
         consumer.stop(graceful=True)
         if notifier is not None:
             notifier.stop()
+        _safe(heartbeat.stop, None)
     log.info("worker stopped (%s)", reason["why"])
     return {"stopped": reason["why"], "seconds": round(time.monotonic() - started, 3),
             "reaper_changes": reaped}
@@ -127,6 +133,7 @@ def _chores(rt, chores_at):
     if time.monotonic() < chores_at:
         return chores_at
     _safe(lambda: retention.tick(rt), None)
+    _safe(lambda: heartbeats.prune(rt.clock.now()), None)
     return time.monotonic() + CHORES_INTERVAL_S
 
 

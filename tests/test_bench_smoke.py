@@ -140,6 +140,21 @@ def test_http_bench_reports_every_figure_and_loses_nothing(tmp_path):
     assert all(isinstance(t["pass"], bool) for t in report["targets"].values())
 
 
+@pytest.mark.slow
+@pytest.mark.backend_independent
+def test_tracing_bench_reports_ingest_with_tracing_off_and_on(tmp_path):
+    done = bench(tmp_path, "--tracing", "--events", "30")
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    report = json.loads(done.stdout)
+    assert (report["events"], report["rounds"]) == (30, 3)
+    for key in ("ingest_off_per_s", "ingest_on_per_s", "on_over_off", "off_hooks_ns_per_event",
+                "exported_bytes_per_event"):
+        assert report[key] > 0, key
+    # enqueue, ingest, host.get, host.read_material, draft: every span of every event ended
+    assert report["spans_per_event"] == 5
+    assert [len(v) for v in report["rounds_per_s"].values()] == [3, 3]
+
+
 @pytest.mark.skipif(not DATABASE_URL, reason="SIGNOFF_TEST_DATABASE_URL is not set")
 def test_http_bench_runs_on_the_test_backends_and_drops_its_database(tmp_path):
     args = ["--database-url", DATABASE_URL] + (["--queue-url", QUEUE_URL] if QUEUE_URL else [])

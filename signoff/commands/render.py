@@ -2,7 +2,7 @@
 
 import time
 
-from .output import fmt
+from .output import fmt, safe
 
 
 def _clock(at):
@@ -80,7 +80,29 @@ def render_stats(s):
         f"dead        {s['dead_letters']['total']} ({s['dead_letters']['not_replayed']} not replayed)",
         f"gaps        {s['stale_event_gaps']} stale event(s), {s['lease_expiries']} lease expiry(ies)",
         _not_observed(s.get("observation_gaps")),
+        "workers     " + render_workers(s["workers"]),
     ])
+
+
+def render_workers(w):
+    """The ``workers`` line of ``stats``: how many are live, and the freshest beat."""
+    if not w["workers"]:
+        return "none running"
+    return (f"{w['live']} live of {len(w['workers'])} (freshest beat "
+            f"{w['freshest_age_s']:.1f}s ago; live = beat within {w['max_age_s']:g}s)")
+
+
+def render_health(report):
+    """``healthcheck`` for people: one line per check."""
+    lines = []
+    for name, c in report["checks"].items():
+        if not c["ok"]:
+            lines.append(f"{name:<9} FAILED {c['code']}: {safe(c['message'])}")
+        elif name == "workers":
+            lines.append(f"{name:<9} ok, {render_workers(c)}")
+        else:
+            lines.append(f"{name:<9} ok")
+    return "\n".join(lines)
 
 
 def _not_observed(g):

@@ -8,6 +8,7 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
+from .output import safe
 from .render import render_stats
 
 
@@ -34,10 +35,16 @@ def _view(rt):
     for line in render_stats(s).splitlines():
         what, _, rest = line.partition("  ")
         grid.add_row(what.strip(), rest.strip())
+    workers = Table(title="workers", show_header=True)
+    for column in ("host", "pid", "threads", "last beat"):
+        workers.add_column(column)
+    for w in s["workers"]["workers"]:
+        workers.add_row(safe(w["host"]), str(w["pid"]), str(w["threads"]),
+                        f"{w['age_s']:.1f}s ago" + ("" if w["live"] else " (silent)"))
     recent = Table(title="recent audit", show_header=True)
     for column in ("seq", "code", "monitor", "event_id", "task"):
         recent.add_column(column)
     for a in rt.audit(latest=8):
         recent.add_row(str(a["seq"]), a["code"], a["monitor"] or "-", a["event_id"] or "-",
                        (a["task_key"] or "-")[:12])
-    return Group(grid, recent)
+    return Group(grid, workers, recent)

@@ -4,6 +4,7 @@ Nothing here is reachable from event content; the CLI and the Python API are
 its only callers.
 """
 
+from .. import tracing
 from ..steps.batching import read_back
 from ..errors import Blocked, InvalidRecord, Refused
 from ..rules.events import check_name
@@ -77,8 +78,27 @@ def approve_many(rt, items, by, audit_code="approved"):
     """
     check_name("by", by)
     items = _full_keys(items)
-    now = rt.clock.now()
     tasks = {t.key: t for t in Task.select().where(Task.key.in_([k for k, _ in items]))}
+    # A signoff.approve span per known task, in the trace of the event that made it.
+    spans = {i: tracing.begin("signoff.approve", tasks[key], task_key=key,
+                              monitor=tasks[key].monitor)
+             for i, (key, _) in enumerate(items) if key in tasks} if tracing.enabled() else {}
+    try:
+        out = _approve(rt, items, tasks, by, audit_code, spans)
+    except Exception as exc:  # e.g. host_unavailable: the whole call is refused
+        for span in spans.values():
+            tracing.end(span, code=getattr(exc, "code", type(exc).__name__))
+        raise
+    for i, span in spans.items():
+        refused = isinstance(out[i], Refused)
+        tracing.end(span, code=out[i].code if refused else audit_code,
+                    status=None if refused else out[i]["status"])
+    return out
+
+
+def _approve(rt, items, tasks, by, audit_code, spans):
+    """``approve_many`` once its tasks are read: the checks, then one transaction."""
+    now = rt.clock.now()
     out, ready = [], []
     for key, reviewed in items:
         try:
@@ -97,7 +117,8 @@ def approve_many(rt, items, by, audit_code="approved"):
     for i in ready:
         task = tasks[items[i][0]]
         try:
-            _check_source(rt, host, task, monitors.get(task.monitor), context, now)
+            with tracing.current(spans.get(i)):
+                _check_source(rt, host, task, monitors.get(task.monitor), context, now)
             moves.append(i)
         except Refused as exc:
             out[i] = exc

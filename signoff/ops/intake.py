@@ -9,6 +9,7 @@ memory.
 import weakref
 from dataclasses import dataclass
 
+from .. import tracing
 from ..errors import InvalidEvent, Refused
 from ..rules.events import read_events
 from ..models import Audit, db, insert_rows
@@ -85,14 +86,20 @@ def _store(rt, monitor_id, chunk):
     now = rt.clock.now()
     good = [(n, ev) for n, ev in chunk if not isinstance(ev, InvalidEvent)]
     bad = [(n, ev) for n, ev in chunk if isinstance(ev, InvalidEvent)]
+    # One trace per event: its signoff.enqueue span's context is kept on its delivery.
+    spans = ([tracing.begin("signoff.enqueue", event_id=ev.event_id, monitor=monitor_id)
+              for _, ev in good] if tracing.enabled() else [])
+    traces = [tracing.carrier(s) for s in spans]
     if len(good) == 1 and not bad:
         # One row is one statement, atomic and committed by itself (every engine
         # runs in autocommit mode outside a transaction; inside one it joins it):
         # no BEGIN and COMMIT, two round trips on PostgreSQL, for each event a
         # webhook or agent sends alone.
-        ids = new_deliveries([(monitor_id, good[0][1])], now)
+        ids = new_deliveries([(monitor_id, good[0][1])], now, traces)
     else:
-        ids = _store_batch(monitor_id, good, bad, now)
+        ids = _store_batch(monitor_id, good, bad, now, traces)
+    for span, delivery in zip(spans, ids):
+        tracing.end(span, delivery=delivery)
     if good:
         rt.wakers.wake("ingest", len(good))
     by_line = {n: ev for n, ev in bad}
@@ -104,11 +111,11 @@ def _store(rt, monitor_id, chunk):
             yield LineResult(n, ev.event_id, True, id_of[n], None, None)
 
 
-def _store_batch(monitor_id, good, bad, now):
+def _store_batch(monitor_id, good, bad, now, traces):
     with db.atomic():
         ids = []
         if good:
-            ids = new_deliveries([(monitor_id, ev) for _, ev in good], now)
+            ids = new_deliveries([(monitor_id, ev) for _, ev in good], now, traces)
         if bad:
             # One row per bad line, and nothing from the line itself.
             insert_rows(Audit, [{"at": now, "monitor": monitor_id, "event_id": None,
@@ -118,16 +125,17 @@ def _store_batch(monitor_id, good, bad, now):
 
 # -- for callers that validated events themselves (signoff serve) -------------
 
-def store_validated(rt, items, within=None):
+def store_validated(rt, items, within=None, traces=None):
     """Store ``(monitor_id, Event)`` pairs as deliveries in one transaction.
 
     ``within(ids)`` runs inside that transaction with the new delivery ids (in
     order), so the caller's own rows commit or vanish with the deliveries. The
-    queue is woken after the commit. Returns the delivery ids.
+    queue is woken after the commit. ``traces``: each item's trace carrier, if
+    traced. Returns the delivery ids.
     """
     now = rt.clock.now()
     with db.atomic():
-        ids = new_deliveries(items, now)
+        ids = new_deliveries(items, now, traces)
         if within is not None:
             within(ids)
     if ids:

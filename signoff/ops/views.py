@@ -14,6 +14,7 @@ from . import gaps
 from .approval import get_task
 from ..models import Attempt, Audit, DeadLetter, Delivery, Task
 from .retention import purged_at
+from ..state import heartbeats
 
 
 def delivery_row(d):
@@ -198,6 +199,7 @@ def stats(now):
         "stale_event_gaps": stale,
         "observation_gaps": gaps.summary(stale_events=stale),
         "lease_expiries": Attempt.select().where(Attempt.code == "lease_expired").count(),
+        "workers": heartbeats.summary(now),
     }
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from peewee import JOIN, InterfaceError, OperationalError, fn
 from starlette.responses import JSONResponse
 
+from .. import tracing
 from ..ops import intake
 from ..errors import InvalidEvent
 from ..rules.events import MAX_LINE_BYTES, Event, check_label, parse_line
@@ -50,6 +51,7 @@ class Accept:
         ``digest`` is None for an answer older than the digests; the event id decides.
         """
         return self.event.event_id != event_id or (digest is not None and digest != self.digest)
+    trace: dict | None = None  # the signoff.webhook span's carrier, kept on the delivery
 
 
 @dataclass(frozen=True)
@@ -98,9 +100,21 @@ def make_endpoint(rt, commits):
         return JSONResponse(body, status_code=STATUS[answer or code])
 
     async def hook(request):
+        # The span continues the sender's trace (its traceparent header), if it sent one.
+        span = tracing.begin("signoff.webhook", tracing.incoming(request.headers))
+        response = None
+        try:
+            response = await answer(request, span)
+            return response
+        finally:
+            tracing.end(span, http_status=response and response.status_code)
+
+    async def answer(request, span):
         monitor_id = request.path_params["monitor"]
         exists, monitor_secrets = secrets.current(monitor_id)
         known = monitor_id if exists else None  # a name nobody bound is never stored
+        if exists:
+            tracing.annotate(span, monitor=monitor_id)  # a monitor's id, not what the path says
         body = await read_body(request)
         if body is None:
             return await refuse(known, "too_large")
@@ -124,9 +138,11 @@ def make_endpoint(rt, commits):
                 await commits.submit(Refusal(monitor_id, REUSED))
                 return JSONResponse(first, status_code=200)
             return await refuse(monitor_id, "invalid_event", exc.reason)
-        job = Accept(monitor_id, webhook_id, event, body_digest(body))
-        status, answer = await commits.submit(job)
-        return JSONResponse(answer, status_code=status)
+        tracing.annotate(span, event_id=event.event_id)
+        status, body = await commits.submit(Accept(monitor_id, webhook_id, event, body_digest(body),
+                                                   tracing.carrier(span)))
+        tracing.annotate(span, delivery=body.get("delivery"))
+        return JSONResponse(body, status_code=status)
 
     return hook
 
@@ -186,7 +202,8 @@ def _write_batch(rt, jobs):
                   if j.differs(*winners[(j.monitor, j.webhook_id)])]
         _count_refusals([j for j in jobs if isinstance(j, Refusal)] + reused, now)
 
-    intake.store_validated(rt, [(j.monitor, j.event) for j in fresh], within=within)
+    intake.store_validated(rt, [(j.monitor, j.event) for j in fresh], within=within,
+                           traces=[j.trace for j in fresh])
     out = []
     for job in jobs:
         if isinstance(job, Refusal):

@@ -9,8 +9,10 @@ from peewee import fn
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 
-from ..models import Attempt, Notification, Task, WebhookRefusal, db
+from ..models import Attempt, Notification, Task, WebhookRefusal
+from ..ops.health import probe_database, probe_queue
 from ..ops.views import stats
+from ..state.heartbeats import LIVE_S
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -69,6 +71,12 @@ class SignoffCollector:
                         .group_by(WebhookRefusal.code).tuples()):
             refusals.add_metric([code], n)
         yield refusals
+        yield GaugeMetricFamily("signoff_workers", f"Workers whose loop beat within {LIVE_S:g} s.",
+                                value=s["workers"]["live"])
+        if s["workers"]["freshest_age_s"] is not None:  # absent with no worker at all
+            yield GaugeMetricFamily("signoff_worker_heartbeat_age_seconds",
+                                    "Age of the freshest worker heartbeat.",
+                                    value=s["workers"]["freshest_age_s"])
         yield _gauge_by("signoff_notifications", "task.ready notifications by status.", "status",
                         dict(Notification.select(Notification.status, fn.COUNT(Notification.task_key))
                              .group_by(Notification.status).tuples()))
@@ -92,16 +100,13 @@ def render(registry):
 
 
 def health(rt):
-    """``(ok, {"database": ..., "queue": ...})``: each "ok" or what failed."""
+    """``(ok, {"database": ..., "queue": ...})``: each "ok" or "error: CODE".
+
+    Only the code: the page answers without a login, and a message would name
+    the servers.
+    """
     report = {}
-    try:
-        db.execute_sql("SELECT 1").fetchone()
-        report["database"] = "ok"
-    except Exception as exc:  # any failure is what the probe reports
-        report["database"] = f"error: {type(exc).__name__}"
-    try:
-        rt.queue.pending_count()
-        report["queue"] = "ok"
-    except Exception as exc:
-        report["queue"] = f"error: {type(exc).__name__}"
+    for name, failure in (("database", probe_database(rt.database)),
+                          ("queue", probe_queue(rt.queue))):
+        report[name] = "ok" if failure is None else f"error: {failure[0]}"
     return all(v == "ok" for v in report.values()), report

@@ -273,10 +273,17 @@ def cancel_tasks(which, now):
 
 # -- births: each row's first status, and the writes that are not moves -----------
 
-def new_deliveries(items, now):
-    """Insert ``queued`` deliveries for ``(monitor id, Event)`` pairs; their ids, in order."""
+def new_deliveries(items, now, traces=None):
+    """Insert ``queued`` deliveries for ``(monitor id, Event)`` pairs; their ids, in order.
+
+    ``traces``: the trace carrier of each (see ``tracing.carrier``), kept on its row.
+    """
     rows = [dict(ev.as_dict(), monitor=monitor_id, status=D.QUEUED, next_at=now,
                  accepted_at=now, updated_at=now, failures={}) for monitor_id, ev in items]
+    if traces and any(traces):  # untraced rows leave the columns alone
+        for row, trace in zip(rows, traces):
+            row.update(traceparent=(trace or {}).get("traceparent"),
+                       tracestate=(trace or {}).get("tracestate"))
     return [r[0] for r in insert_rows(Delivery, rows, returning=("id",))]
 
 

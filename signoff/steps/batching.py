@@ -22,11 +22,13 @@ window has passed starts a new batch; a closed batch never changes.
 
 import logging
 
+from .. import tracing
 from ..rules.canonical import digest
 from ..errors import Blocked, InvalidRecord
 from ..rules.gate import gate
 from ..state.lifecycle import audit, link_batched, new_tasks
-from ..models import (BatchMember, Monitor, MonitorBatching, RecordBatch, db, insert_rows)
+from ..models import (BatchMember, Delivery, Monitor, MonitorBatching, RecordBatch, db,
+                      insert_rows)
 from ..rules.records import check_material, check_record
 from ..rules.retry import decide
 from ..storage import lock_name, lock_rows
@@ -105,14 +107,27 @@ def close_due(rt):
     closed = 0
     for batch in due:
         try:
-            closed += _close(rt, batch)
+            # A batch's task starts a trace of its own, linked to the traces of its events.
+            with tracing.span("signoff.batch", links=_member_traces(batch),
+                              monitor=batch.monitor) as span:
+                closed += _close(rt, batch, tracing.carrier(span))
         except Exception as exc:  # a failed close is an attempt; the batch stays open
             log.warning("closing batch %s failed: %s", batch.id, type(exc).__name__)
             _failed(rt, batch, type(exc).__name__)
     return closed
 
 
-def _close(rt, batch):
+def _member_traces(batch):
+    """The trace carriers kept on the deliveries of ``batch``'s events (none when off)."""
+    if not tracing.enabled():
+        return ()
+    events = BatchMember.select(BatchMember.event_id).where(BatchMember.batch == batch.id)
+    return list(Delivery.select(Delivery.traceparent, Delivery.tracestate).where(
+        Delivery.monitor == batch.monitor, Delivery.event_id.in_(events),
+        Delivery.traceparent.is_null(False)))
+
+
+def _close(rt, batch, trace):
     members = list(BatchMember.select().where(BatchMember.batch == batch.id)
                    .order_by(BatchMember.record_id, BatchMember.version))
     monitor = Monitor.get_or_none(Monitor.id == batch.monitor)
@@ -138,7 +153,7 @@ def _close(rt, batch):
     task = {"key": key, "monitor": monitor.id, "record_id": f"batch:{batch.id}",
             "version": len(records), "record": records, "result": result,
             "digest": digest(result), "approval_deadline": deadline, "created_at": now,
-            "updated_at": now}
+            "updated_at": now, **trace}
     return _commit(batch, members, now, task=task, kept=[m for m, _ in kept])
 
 

@@ -8,6 +8,7 @@ batch is written in one transaction, each write fenced by the lease token.
 from dataclasses import dataclass, field
 
 from . import batching
+from .. import tracing
 from ..rules.canonical import canonical, digest, task_key
 from ..errors import Blocked, InvalidEvent
 from ..rules.events import validate
@@ -60,11 +61,17 @@ def ingest_batch(rt, owner):
     outcomes = []
     for row in batch.rows:
         now = batch.keep_lease()
-        if batch.context_error is not None:
-            outcome = failed(rt, row, "read", batch.context_error, now)
-        else:
-            outcome = examine(rt, batch.host, row, batch.monitors.get(row.monitor),
-                              batch.context, consumed, now)
+        # One span per delivery, in the trace that accepted its event (tracing.py).
+        with tracing.span("signoff.ingest", row, delivery=row.id,
+                          event_id=row.event_id, monitor=row.monitor) as span:
+            if batch.context_error is not None:
+                outcome = failed(rt, row, "read", batch.context_error, now)
+            else:
+                outcome = examine(rt, batch.host, row, batch.monitors.get(row.monitor),
+                                  batch.context, consumed, now)
+            tracing.annotate(span, code=outcome.code, task_key=outcome.task_key)
+            if outcome.task is not None and span is not None:
+                outcome.task.update(tracing.carrier(span))  # approve and submit continue it
         if outcome.consume:
             consumed[(row.monitor, row.event_id)] = outcome.task_key
         outcomes.append(outcome)

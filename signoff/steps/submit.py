@@ -10,6 +10,7 @@ the same key. A new key is never minted.
 
 from dataclasses import dataclass
 
+from .. import tracing
 from ..rules.canonical import canonical, digest
 from ..errors import Blocked
 from ..rules.gate import SUBMIT_ACTIONS, gate
@@ -49,13 +50,17 @@ def submit_batch(rt, owner):
     if batch is None:
         return 0, False
     tasks, host, outcomes = batch.rows, batch.host, {}
+    # One span per task, in the trace of the event that made it (tracing.py).
+    spans = {t.key: tracing.begin("signoff.submit", t, task_key=t.key,
+                                  monitor=t.monitor) for t in tasks} if tracing.enabled() else {}
     for task in tasks:
         now = batch.keep_lease()
-        if batch.context_error is not None:
-            outcomes[task.key] = failed(rt, task, batch.context_error, now)
-        else:
-            outcomes[task.key] = precheck(rt, host, task, batch.monitors.get(task.monitor),
-                                          batch.context)
+        with tracing.current(spans.get(task.key)):
+            if batch.context_error is not None:
+                outcomes[task.key] = failed(rt, task, batch.context_error, now)
+            else:
+                outcomes[task.key] = precheck(rt, host, task, batch.monitors.get(task.monitor),
+                                              batch.context)
     to_write = [t for t in tasks if outcomes[t.key].kind == "write"]
     if to_write:
         marked = _mark_write_possible(rt, batch.token, to_write)
@@ -70,8 +75,11 @@ def submit_batch(rt, owner):
                                              unwritten=not task.write_possible)
                 continue
             task.write_possible = True
-            outcomes[task.key] = write(rt, host, task)
+            with tracing.current(spans.get(task.key)):
+                outcomes[task.key] = write(rt, host, task)
     write_outcomes(rt, batch.token, owner, tasks, outcomes)
+    for key, span in spans.items():
+        tracing.end(span, status=outcomes[key].kind, code=outcomes[key].code)
     return len(tasks), batch.full
 
 
@@ -82,29 +90,35 @@ def precheck(rt, host, task, monitor, context):
         return Outcome("park", refusal, "gate")
     if digest(task.result) != task.approved_digest:
         return Outcome("blocked", "approval_mismatch", "verify")
-    try:
-        receipt = host.receipt(task.key)
-    except Blocked as exc:
-        return Outcome("blocked", exc.code, "confirm")
-    except Exception as exc:
-        return failed(rt, task, exc, rt.clock.now())
-    if receipt is None:
-        return Outcome("write", "write")
-    return confirm(receipt, task)
+    with tracing.span("signoff.receipt", task_key=task.key) as span:
+        try:
+            receipt = host.receipt(task.key)
+        except Blocked as exc:
+            return Outcome("blocked", exc.code, "confirm")
+        except Exception as exc:
+            return failed(rt, task, exc, rt.clock.now())
+        outcome = Outcome("write", "write") if receipt is None else confirm(receipt, task)
+        tracing.annotate(span, status="none" if receipt is None else "found",
+                         code=None if receipt is None else outcome.code)
+        return outcome
 
 
 def write(rt, host, task):
     """Submit under the task's key and read the receipt back."""
     try:
         host.submit(task.key, task.record, task.result)
-        receipt = host.receipt(task.key)
+        with tracing.span("signoff.receipt", task_key=task.key) as span:
+            receipt = host.receipt(task.key)
+            outcome = None if receipt is None else confirm(receipt, task)
+            tracing.annotate(span, status="none" if receipt is None else "found",
+                             code=outcome and outcome.code)
     except Blocked as exc:
         return Outcome("blocked", exc.code)
     except Exception as exc:
         return failed(rt, task, exc, rt.clock.now())
-    if receipt is None:
+    if outcome is None:
         return failed(rt, task, None, rt.clock.now(), code="no_receipt")
-    return confirm(receipt, task)
+    return outcome
 
 
 def confirm(receipt, task):

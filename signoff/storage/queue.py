@@ -11,7 +11,7 @@ import threading
 from huey import PostgresHuey, RedisHuey, SqliteHuey
 
 from ..errors import ConfigError, StorageError
-from .engines import SCHEMA_LOCK
+from .engines import CONNECT_TIMEOUT_S, SCHEMA_LOCK
 from .urls import kind_of, postgres_dsn
 
 
@@ -49,7 +49,10 @@ def make_queue(config, create=False):
         return SqliteHuey(name=name, filename=str(path), fsync=False, results=False,
                           timeout=30, create_tables=fresh)
     if kind == "redis":
-        return RedisHuey(name=name, url=url, results=False)
+        # Connects bounded as PostgreSQL's are: a server that is down fails a call, never hangs it.
+        from redis import ConnectionPool
+        pool = ConnectionPool.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT_S)
+        return RedisHuey(name=name, connection_pool=pool, results=False)
     if kind == "postgresql":
         queue = PostgresHuey(name=name, dsn=postgres_dsn(url), results=False,
                              create_tables=False, connection=QueueConnections(postgres_dsn(url)))
@@ -94,7 +97,8 @@ class QueueConnections:
 
     def __call__(self):
         import psycopg
-        conn = psycopg.connect(self.url, connect_timeout=5, application_name="signoff-queue")
+        conn = psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT_S,
+                               application_name="signoff-queue")
         with self._lock:
             self._opened = [(c, t) for c, t in self._opened if not c.closed]
             self._opened.append((conn, threading.current_thread()))

@@ -1,0 +1,135 @@
+"""Every option of every command can be set in the environment (SIGNOFF_<COMMAND>_<OPTION>)."""
+
+import click
+import pytest
+from click.core import ParameterSource
+from click.testing import CliRunner
+from test_docs import command_paths
+
+from signoff.cli import main
+from signoff.config import BACKEND_ENV
+
+pytestmark = pytest.mark.backend_independent
+
+
+def command_at(path):
+    command = main
+    for name in path:
+        command = command.commands[name]
+    return command
+
+
+def options():
+    """``(command path, option, variable)`` for every option of every command and group."""
+    for path in [(), *command_paths(main)]:
+        command = command_at(path)
+        for param in command.params:
+            if isinstance(param, click.Option) and param.name != "version":
+                # The contract's naming, spelled out here rather than asked of click.
+                parts = ["SIGNOFF", *path, param.name]
+                yield path, param, "_".join(parts).upper().replace("-", "_")
+
+
+OPTIONS = list(options())
+
+
+def contexts(path):
+    """Real click contexts from the root down to ``path``, as a run would make them."""
+    ctx = click.Context(main, info_name="signoff", auto_envvar_prefix="SIGNOFF")
+    for name in path:
+        ctx = click.Context(ctx.command.commands[name], info_name=name, parent=ctx)
+    return ctx
+
+
+def sample(param):
+    """A value the option accepts, as the environment would hold it, and what it means."""
+    if param.is_flag and not param.multiple:
+        return "true", True
+    if param.multiple:
+        return "a b", ("a", "b")
+    kind = param.type
+    if isinstance(kind, click.Choice):
+        return kind.choices[-1], kind.choices[-1]
+    if isinstance(kind, (click.IntRange, click.types.IntParamType)):
+        return "7", 7
+    if kind.name == "seconds":
+        return "7.5", 7.5
+    if isinstance(kind, click.File):
+        return None, None
+    return "some-value", "some-value"
+
+
+def test_the_walk_reaches_every_kind_of_option():
+    names = {v for _, _, v in OPTIONS}
+    assert {"SIGNOFF_HOME", "SIGNOFF_WORKER_WORKERS", "SIGNOFF_TASKS_LIST_LIMIT",
+            "SIGNOFF_MONITOR_SECRET_ADD_SECRET", "SIGNOFF_WORKER_DRAIN",
+            "SIGNOFF_STATS_JSON"} <= names
+    assert len(OPTIONS) > 60
+
+
+@pytest.mark.parametrize("path,param,variable", OPTIONS,
+                         ids=[v for _, _, v in OPTIONS])
+def test_every_option_reads_its_variable_and_help_names_it(path, param, variable, monkeypatch):
+    runner = CliRunner()
+    shown = runner.invoke(main, [*path, "--help"], terminal_width=240)
+    assert shown.exit_code == 0, shown.output
+    assert f"env var: {variable}" in shown.output
+    raw, meant = sample(param)
+    if raw is None:
+        return  # a file: named in --help, read as a path like any string
+    monkeypatch.setenv(variable, raw)
+    ctx = contexts(path)
+    value, source = param.consume_value(ctx, {})
+    assert source is ParameterSource.ENVIRONMENT
+    assert param.type_cast_value(ctx, value) == meant
+    # A flag given on the command line wins over the environment.
+    value, source = param.consume_value(ctx, {param.name: meant})
+    assert source is ParameterSource.COMMANDLINE
+
+
+def test_no_option_reads_a_backend_override_or_a_name_of_another_meaning():
+    taken = set(BACKEND_ENV.values())
+    clashes = [v for _, _, v in OPTIONS if v in taken]
+    assert not clashes
+    homes = [(path, p.name) for path, p, v in OPTIONS if v == "SIGNOFF_HOME"]
+    assert homes == [((), "home")]
+    assert len({v for _, _, v in OPTIONS}) == len(OPTIONS)  # one variable, one option
+
+
+def test_version_and_help_are_never_read_from_the_environment(tmp_path):
+    result = CliRunner().invoke(main, ["--home", str(tmp_path / "none"), "stats", "--json"],
+                                env={"SIGNOFF_VERSION": "1", "SIGNOFF_HELP": "1",
+                                     "SIGNOFF_STATS_HELP": "1"})
+    assert result.exit_code == 1
+    assert '"error": "no_home"' in result.output
+    assert ", version" not in result.output and "Usage" not in result.output
+
+
+def test_the_environment_sets_an_option_and_the_command_line_wins(tmp_path):
+    runner = CliRunner()
+    home = str(tmp_path / "home")
+    assert runner.invoke(main, ["--home", home, "init"]).exit_code == 0
+    bound = runner.invoke(main, ["--home", home, "monitor", "bind", "--document", "doc-demo"],
+                          env={"SIGNOFF_MONITOR_BIND_MONITOR_ID": "from-env",
+                               "SIGNOFF_MONITOR_BIND_JSON": "1"})
+    assert bound.exit_code == 0, bound.output
+    assert '"id": "from-env"' in bound.output
+    listed = runner.invoke(main, ["--home", home, "monitor", "bind", "--document", "doc-demo",
+                                  "--id", "from-flag", "--json"],
+                           env={"SIGNOFF_MONITOR_BIND_MONITOR_ID": "from-env"})
+    assert listed.exit_code == 0, listed.output
+    assert '"id": "from-flag"' in listed.output
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_bad_value_from_the_environment_is_a_usage_error_naming_the_variable(tmp_path,
+                                                                              as_json):
+    args = ["--home", str(tmp_path), "worker", *(["--json"] if as_json else [])]
+    result = CliRunner().invoke(main, args, env={"SIGNOFF_WORKER_WORKERS": "three"})
+    assert result.exit_code == 2
+    assert "SIGNOFF_WORKER_WORKERS" in result.output and "'three'" in result.output
+    # The same value on the command line is named as the flag, not the variable.
+    result = CliRunner().invoke(main, ["--home", str(tmp_path), "worker", "--workers", "three"],
+                                env={"SIGNOFF_WORKER_WORKERS": "2"})
+    assert result.exit_code == 2
+    assert "'--workers'" in result.output and "SIGNOFF_WORKER_WORKERS" not in result.output
