@@ -27,7 +27,7 @@ def task_row(t):
     return {"key": t["key"], "monitor": t["monitor"], "record_id": t["record_id"],
             "version": t["version"], "status": t["status"], "code": t["code"],
             "parked": t["parked"], "outcome_unknown": t["outcome_unknown"],
-            "attempts": t["attempts"], "updated_at": t["updated_at"]}
+            "attempts": t["attempts"], "updated_at": t["updated_at"], "digest": t["digest"]}
 
 
 # name -> (model, row function, columns read, order oldest first, status column)
@@ -37,7 +37,7 @@ LISTINGS = {
                Delivery.last_code), (Delivery.id,), Delivery.status),
     "tasks": (Task, task_row, (Task.key, Task.monitor, Task.record_id, Task.version,
               Task.status, Task.code, Task.parked, Task.outcome_unknown, Task.attempts,
-              Task.updated_at), (Task.created_at, Task.key), Task.status),
+              Task.updated_at, Task.digest), (Task.created_at, Task.key), Task.status),
     # Audit and dead-letter rows are shown with their column names as they are.
     "audit": (Audit, dict, (Audit.seq, Audit.at, Audit.monitor, Audit.event_id,
               Audit.task_key, Audit.code), (Audit.seq,), None),
