@@ -20,17 +20,18 @@ INT64 = click.IntRange(-INT64_MAX - 1, INT64_MAX)  # what every database column 
 
 
 class Seconds(click.ParamType):
-    """A number of seconds: finite (``inf`` and ``nan`` are not durations)."""
+    """A finite duration (``inf`` and ``nan`` are not durations), in seconds unless ``unit`` says."""
 
     name = "seconds"
 
-    def __init__(self, min=None):
+    def __init__(self, min=None, unit="seconds"):
         self.number = click.FLOAT if min is None else click.FloatRange(min=min)
+        self.name = unit
 
     def convert(self, value, param, ctx):
         rv = self.number.convert(value, param, ctx)
         if not math.isfinite(rv):
-            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+            self.fail(f"{value!r} is not a finite number of {self.name}", param, ctx)
         return rv
 
 
@@ -720,7 +721,8 @@ def stats(obj, as_json):
 
 
 @command(main)
-@click.option("--older-than", "older_than", type=Seconds(min=0), default=None, metavar="DAYS",
+@click.option("--older-than", "older_than", type=Seconds(min=0, unit="days"), default=None,
+              metavar="DAYS",
               help="Days since a task finished (default: [retention] finished_days, 30).")
 @click.option("--dry-run", is_flag=True, help="Only count what would be purged.")
 def purge(obj, as_json, older_than, dry_run):
