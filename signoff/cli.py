@@ -601,10 +601,17 @@ POLICY_COLUMNS = ["policy", "monitor", "active", "expires_at", "max_per_hour", "
 @click.option("--ttl", type=SECONDS, default=None, help="Seconds (default: until the monitor ends).")
 @click.option("--max-per-hour", type=click.IntRange(min=1, max=INT64_MAX), default=None)
 @click.option("--by", default="operator", show_default=True)
-def policy_add(obj, as_json, monitor_id, ttl, max_per_hour, by):
-    """Approve the monitor's ready tasks that pass acceptance, until it ends."""
-    p = obj.open().add_policy(monitor_id, ttl, max_per_hour, by)
-    emit(p, as_json, lambda p: table([p], POLICY_COLUMNS, short=("digest",)))
+@click.option("--include-waiting", is_flag=True,
+              help="Approve the tasks already waiting too (default: only those ready from now on).")
+def policy_add(obj, as_json, monitor_id, ttl, max_per_hour, by, include_waiting):
+    """Approve the monitor's tasks that become ready and pass acceptance, until it ends.
+
+    One active policy per monitor.
+    """
+    p = obj.open().add_policy(monitor_id, ttl, max_per_hour, by, include_waiting)
+    emit(p, as_json, lambda p: table([p], POLICY_COLUMNS, short=("digest",)) + "\n" + (
+        f"covers the {p['waiting_included']} task(s) waiting" if include_waiting else
+        f"{p['waiting_left']} task(s) waiting are left to people (--include-waiting covers them)"))
 
 
 @command(policy, "list")
