@@ -669,7 +669,8 @@ def reviewer_list(obj, as_json):
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=8080, show_default=True)
 @click.option("--secure-cookies/--no-secure-cookies", default=None,
               help="Mark the session cookie Secure (behind HTTPS; default from [serve]).")
-def serve(obj, as_json, bind_host, port, secure_cookies):
+@click.option("--access-log", is_flag=True, help="Log one line per request on stderr.")
+def serve(obj, as_json, bind_host, port, secure_cookies, access_log):
     """Serve webhooks, the review pages, /healthz and /metrics until SIGTERM."""
     from .errors import ConfigError
     try:
@@ -677,7 +678,8 @@ def serve(obj, as_json, bind_host, port, secure_cookies):
     except ImportError as exc:
         raise ConfigError("missing_extra", f"signoff serve needs the serve extra "
                           f"(pip install 'signoff[serve]'): {exc}") from None
-    summary = run(obj.home, host=bind_host, port=port, secure_cookies=secure_cookies)
+    summary = run(obj.home, host=bind_host, port=port, secure_cookies=secure_cookies,
+                  access_log=access_log)
     emit(summary, as_json, lambda s: f"serve stopped ({s['stopped']})")
 
 
@@ -710,7 +712,7 @@ def dlq_replay(obj, as_json, letter_id):
 def audit(obj, as_json, limit):
     """The audit log, newest first: identifiers and codes, never content."""
     _listing(obj, as_json, "audit", limit, ["seq", "at", "monitor", "event_id", "task_key",
-                                             "code"], short=("task_key",))
+                                             "code", "reviewer"], short=("task_key",))
 
 
 @command(main)

@@ -224,9 +224,9 @@ RELEASED = {"lease_owner": None, "lease_until": None, "lease_token": None}
 
 
 def audit(now, code, monitor=None, event_id=None, task_key=None):
-    """Append one audit row: identifiers and a code, never content."""
-    Audit.insert(at=now, code=code, monitor=monitor, event_id=event_id,
-                 task_key=task_key).execute()
+    """Append one audit row: identifiers and a code, never content; returns its ``seq``."""
+    return Audit.insert(at=now, code=code, monitor=monitor, event_id=event_id,
+                        task_key=task_key).execute()
 
 
 def record_attempts(rows):

@@ -34,7 +34,7 @@ log = logging.getLogger("signoff.storage")
 
 # Bumped whenever a table, column or index changes; `signoff init` records it
 # (and brings an older schema up to date).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Indexes of older versions that `init` drops: version 2 made each claim index
 # end in the claim's tie-break, so every engine claims in the same order.
 # Version 3 indexed the times retention prunes webhook answers and refusals by.

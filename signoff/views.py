@@ -11,7 +11,7 @@ from peewee import Case, fn
 
 from . import batching, gaps
 from .approval import get_task
-from .models import Attempt, Audit, DeadLetter, Delivery, Task
+from .models import Attempt, Audit, AuditReviewer, DeadLetter, Delivery, Task
 from .retention import purged_at
 
 
@@ -38,9 +38,11 @@ LISTINGS = {
     "tasks": (Task, task_row, (Task.key, Task.monitor, Task.record_id, Task.version,
               Task.status, Task.code, Task.parked, Task.outcome_unknown, Task.attempts,
               Task.updated_at, Task.digest), (Task.created_at, Task.key), Task.status),
-    # Audit and dead-letter rows are shown with their column names as they are.
+    # Audit and dead-letter rows are shown with their column names as they are
+    # (an audit row's reviewer, for logins, is kept beside it).
     "audit": (Audit, dict, (Audit.seq, Audit.at, Audit.monitor, Audit.event_id,
-              Audit.task_key, Audit.code), (Audit.seq,), None),
+              Audit.task_key, Audit.code, AuditReviewer.select(AuditReviewer.reviewer).where(
+                  AuditReviewer.seq == Audit.seq).alias("reviewer")), (Audit.seq,), None),
     "dead_letters": (DeadLetter, dict, (
         DeadLetter.id, DeadLetter.kind, DeadLetter.ref, DeadLetter.step, DeadLetter.code,
         DeadLetter.attempts, DeadLetter.first_at, DeadLetter.last_at, DeadLetter.replayed),

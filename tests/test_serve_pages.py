@@ -52,11 +52,12 @@ def csrf(page):
     return re.search(r'name="csrf_token" value="([0-9a-f]+)"', page).group(1)
 
 
-def post_login(client, name, token):
+def post_login(client, name, token, **fields):
     """Open the login page (its CSRF cookie and field), then post the form."""
     page = client.get("/login").text
     login_csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
-    return client.post("/login", data={"name": name, "token": token, "csrf_token": login_csrf})
+    return client.post("/login", data={"name": name, "token": token, "csrf_token": login_csrf,
+                                       **fields})
 
 
 def ready_keys(rt):
@@ -71,9 +72,10 @@ def test_without_a_session_pages_redirect_and_posts_answer_401(site):
     rt, server, tokens, login = site
     key = ready_keys(rt)[0]
     with httpx.Client(base_url=server.url, timeout=30) as c:
-        for path in ("/", f"/tasks/{key}", "/dead-letters"):
+        for path, back in (("/", ""), (f"/tasks/{key}", f"?next=%2Ftasks%2F{key}"),
+                           ("/dead-letters", "?next=%2Fdead-letters")):
             r = c.get(path)
-            assert (r.status_code, r.headers["location"]) == (303, "/login")
+            assert (r.status_code, r.headers["location"]) == (303, "/login" + back)
         r = c.post(f"/tasks/{key}/approve", data={"digest": rt.task(key)["digest"]})
         assert r.status_code == 401
         assert post_login(c, "alice", "sor_wrong").status_code == 401
@@ -319,3 +321,24 @@ def test_what_was_not_observed_is_on_the_review_page(site):
     assert page.status_code == 200 and "None." not in page.text
     assert "default → default-2" in page.text and gap["observed"] in page.text
     assert "evt-7" in page.text and "comment-7" in page.text
+
+
+def test_login_returns_to_the_page_asked_for_and_only_on_this_site(site):
+    rt, server, tokens, login = site
+    key = ready_keys(rt)[0]
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        # A notification's link, opened without a session.
+        r = c.get(f"/tasks/{key}?from=notification")
+        assert r.status_code == 303
+        form = c.get(r.headers["location"]).text
+        assert f'name="next" value="/tasks/{key}?from=notification"' in form
+        r = post_login(c, "alice", tokens["alice"], next=f"/tasks/{key}?from=notification")
+        assert (r.status_code, r.headers["location"]) == (303, f"/tasks/{key}?from=notification")
+        assert c.get(r.headers["location"]).status_code == 200
+    for hostile in ("https://evil.example/", "//evil.example/x", "/\\evil.example",
+                    "javascript:alert(1)", "/x\r\nSet-Cookie: a=b", "tasks/x"):
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            assert 'name="next"' not in c.get("/login", params={"next": hostile}).text
+            r = post_login(c, "alice", tokens["alice"], next=hostile)
+            assert (r.status_code, r.headers["location"]) == (303, "/"), hostile
+

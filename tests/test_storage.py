@@ -287,12 +287,14 @@ def test_init_records_the_schema_version_and_a_worker_refuses_another(rt, home):
 V3_INDEXES = {"webhook_answer": "webhook_answer_at", "webhook_refusal": "webhook_refusal_minute"}
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_init_brings_an_older_schema_up_to_date(rt, home, clock, version):
     # Put back what such a home has: version 1's claim indexes had no tie-break,
-    # and before version 3 retention's times were not indexed.
+    # before version 3 retention's times were not indexed, and before version 4
+    # logins had no reviewer beside their audit rows.
     database = rt.database
-    for index in V3_INDEXES.values():
+    database.execute_sql('DROP TABLE "audit_reviewer"')
+    for index in V3_INDEXES.values() if version < 3 else ():
         database.execute_sql(f'DROP INDEX "{index}"')
     if version == 1:
         for table, columns in (("delivery", "status, next_at"), ("task", "status, next_at")):
@@ -310,7 +312,8 @@ def test_init_brings_an_older_schema_up_to_date(rt, home, clock, version):
             f"SELECT version FROM {storage.SCHEMA_TABLE}").fetchall()
         names = {i.name for table in ("delivery", "task", *V3_INDEXES)
                  for i in again.database.get_indexes(table)}
-    assert found == storage.SCHEMA_VERSION == 3
+        tables = again.database.get_tables()
+    assert found == storage.SCHEMA_VERSION == 4 and "audit_reviewer" in tables
     assert {"delivery_status_next_at_id", "task_status_next_at_created_at_key",
             *V3_INDEXES.values()} <= names
     assert not names & set(storage.RETIRED_INDEXES)
