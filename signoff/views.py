@@ -11,6 +11,7 @@ from peewee import Case, fn
 
 from . import batching, gaps
 from .approval import get_task
+from .errors import Refused
 from .models import Attempt, Audit, AuditReviewer, DeadLetter, Delivery, Task
 from .retention import purged_at
 
@@ -99,6 +100,23 @@ def dead_letters(limit=None, newest_first=False):
     return rows("dead_letters", None, limit, newest_first)
 
 
+def delivery_detail(delivery_id):
+    """One delivery as ``events`` shows it, with its event's fields and attempt history."""
+    d = Delivery.get_or_none(Delivery.id == delivery_id)
+    if d is None:
+        raise Refused("unknown_delivery", f"no delivery {delivery_id}")
+    return dict(delivery_row(d.__data__), name=d.name, document=d.document,
+                record_id=d.record_id, occurred=d.occurred, accepted_at=d.accepted_at,
+                updated_at=d.updated_at, history=_history("delivery", str(d.id)))
+
+
+def _history(kind, ref):
+    """The attempts at a delivery or task, oldest first."""
+    return [{"at": a.at, "step": a.step, "code": a.code, "worker": a.worker}
+            for a in Attempt.select().where(Attempt.kind == kind, Attempt.ref == ref)
+            .order_by(Attempt.id)]
+
+
 def describe(t):
     """A plain-words reading of a task's state, for people."""
     if t.status == "uncertain" and t.parked:
@@ -120,9 +138,7 @@ def task_detail(key):
     """
     t = get_task(key)
     key = t.key
-    history = [{"at": a.at, "step": a.step, "code": a.code, "worker": a.worker}
-               for a in Attempt.select().where(Attempt.kind == "task", Attempt.ref == key)
-               .order_by(Attempt.id)]
+    history = _history("task", key)
     events = [{"at": a.at, "code": a.code, "event_id": a.event_id}
               for a in Audit.select().where(Audit.task_key == key).order_by(Audit.seq)]
     previous = list(t.previous_drafts or [])

@@ -20,7 +20,8 @@ from starlette.templating import Jinja2Templates
 from .. import gaps
 from ..errors import Blocked, Refused
 from ..models import Task
-from ..views import describe
+from ..output import visible
+from ..views import delivery_detail, describe
 from . import reviewers
 
 COOKIE = "signoff_session"
@@ -28,11 +29,40 @@ LOGIN_COOKIE = "signoff_login"
 LOGIN_FORM_TTL_S = 3600
 PAGE_LIMIT = 200
 MAX_PATH = 2000  # the longest path login returns to
+# Long text (a record, a draft): this much is shown, the rest up to TEXT_LIMIT
+# behind a <details>; past that the page says how much it leaves out.
+TEXT_SHOWN = 2000
+TEXT_LIMIT = 100_000
+LIST_LIMIT = 50  # sources, batch records, earlier drafts shown at most
+HEADINGS = {"ready": "Waiting for approval", "approved": "Approved", "uncertain": "Outcome uncertain",
+            "done": "Done: submitted and confirmed", "rejected": "Rejected", "blocked": "Blocked",
+            "expired": "Expired: not approved in time", "cancelled": "Cancelled", "dead": "Given up"}
 STATUSES = ("ready", "approved", "uncertain", "done", "rejected", "blocked", "expired",
             "cancelled", "dead")
-REFUSAL_STATUS = {"unknown_task": 404, "unknown_dead_letter": 404, "host_unavailable": 503}
+REFUSAL_STATUS = {"unknown_task": 404, "unknown_dead_letter": 404, "unknown_delivery": 404,
+                  "host_unavailable": 503}
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 STYLE = (Path(__file__).parent / "templates" / "style.css").read_text(encoding="utf-8")
+
+
+def fold(text):
+    """Long text for a page: ``{head, rest, left_out}``, hidden characters made visible.
+
+    ``head`` is shown, ``rest`` goes behind a ``<details>``, and ``left_out``
+    characters are not on the page at all, so no text makes a page unbounded.
+    """
+    text = visible(text) if isinstance(text, str) else ""
+    return {"head": text[:TEXT_SHOWN], "rest": text[TEXT_SHOWN:TEXT_LIMIT],
+            "left_out": max(0, len(text) - TEXT_LIMIT)}
+
+
+def clip(value, limit=500):
+    """One line of a page, at most ``limit`` characters."""
+    text = "" if value is None else str(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+TEMPLATES.env.filters.update(fold=fold, clip=clip)
 
 
 class Pages:
@@ -165,22 +195,41 @@ class Pages:
         except Exception as exc:  # a host bug shows on the page instead of failing it
             problem = type(exc).__name__
         timeline = sorted([(a["at"], "audit", a["code"], a.get("event_id") or "") for a in t["audit"]]
-                          + [(h["at"], "attempt " + h["step"], h["code"], h["worker"] or "")
-                             for h in t["history"]])
+                          + attempt_rows(t["history"]))
+        records = t["record"] if isinstance(t["record"], list) else [t["record"] or {}]
+        draft = (t["result"] or {}).get("draft")
         return {"t": t, "current": current, "current_problem": problem,
                 "changed": current is not None and current != t["record"],
-                "timeline": timeline, "host_factory": self.rt.config.host_factory,
+                "heading": HEADINGS.get(t["status"], t["status"]),
+                "timeline": timeline[-PAGE_LIMIT:], "timeline_left_out": len(timeline) - PAGE_LIMIT,
+                "host_factory": self.rt.config.host_factory,
                 "may_be_written": t["status"] == "uncertain" or t["outcome_unknown"],
-                "previous_drafts": t.get("previous_drafts") or [],
-                "draft_changes": t.get("draft_changes")}
+                "records": records[:LIST_LIMIT], "records_left_out": len(records) - LIST_LIMIT,
+                "draft_whole": fold(draft)["left_out"] == 0,
+                "previous_drafts": (t.get("previous_drafts") or [])[-LIST_LIMIT:],
+                "draft_changes": t.get("draft_changes"), "list_limit": LIST_LIMIT}
+
+    async def delivery(self, request):
+        """``GET /deliveries/{id}``: one delivery, its attempts, and its task if it made one."""
+        viewer = await self.viewer(request)
+        if viewer is None:
+            return to_login(request)
+        try:
+            d = await run_in_threadpool(delivery_detail, request.path_params["delivery"])
+        except Refused as exc:
+            return self._refused(request, viewer, exc)
+        return self.render(request, "delivery.html", viewer=viewer, d=d,
+                           timeline=attempt_rows(d["history"][-PAGE_LIMIT:]))
 
     async def dead_letters(self, request):
         """``GET /dead-letters``."""
         viewer = await self.viewer(request)
         if viewer is None:
             return to_login(request)
-        letters = await run_in_threadpool(self.rt.dead_letters)
-        return self.render(request, "dead_letters.html", viewer=viewer, letters=letters[-PAGE_LIMIT:])
+        letters = await run_in_threadpool(lambda: self.rt.dead_letters(limit=PAGE_LIMIT,
+                                                                       newest_first=True))
+        return self.render(request, "dead_letters.html", viewer=viewer, letters=letters,
+                           limit=PAGE_LIMIT)
 
     async def gaps(self, request):
         """``GET /gaps``: what was not observed (resume gaps and stale events)."""
@@ -188,7 +237,7 @@ class Pages:
         if viewer is None:
             return to_login(request)
         listing = await run_in_threadpool(self.rt.gaps)
-        return self.render(request, "gaps.html", viewer=viewer, **listing)
+        return self.render(request, "gaps.html", viewer=viewer, limit=PAGE_LIMIT, **listing)
 
     async def style(self, request):
         """``GET /style.css`` (no inline styles, so the CSP can forbid them)."""
@@ -264,6 +313,11 @@ class Pages:
     def _refused(self, request, viewer, exc, key=""):
         return self.render(request, "outcome.html", status_code=REFUSAL_STATUS.get(exc.code, 409),
                            viewer=viewer, title="Refused", results=[(key, exc.code, exc.message)])
+
+
+def attempt_rows(history):
+    """Attempt history as timeline rows: ``(at, "attempt STEP", code, worker)``."""
+    return [(h["at"], "attempt " + h["step"], h["code"], h["worker"] or "") for h in history]
 
 
 def return_path(value):
