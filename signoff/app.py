@@ -220,9 +220,10 @@ class Signoff:
         return redraft.redraft(self, key)
 
     @_own_database
-    def add_policy(self, monitor_id, ttl_s=None, max_per_hour=None, by="operator"):
+    def add_policy(self, monitor_id, ttl_s=None, max_per_hour=None, by="operator",
+                   include_waiting=False):
         """Add a standing approval policy for a monitor (see ``policy.add``)."""
-        return policy.add(self, monitor_id, ttl_s, max_per_hour, by)
+        return policy.add(self, monitor_id, ttl_s, max_per_hour, by, include_waiting)
 
     @_own_database
     def policies(self):

@@ -21,17 +21,18 @@ INT64 = click.IntRange(-INT64_MAX - 1, INT64_MAX)  # what every database column 
 
 
 class Seconds(click.ParamType):
-    """A number of seconds: finite (``inf`` and ``nan`` are not durations)."""
+    """A finite duration (``inf`` and ``nan`` are not durations), in seconds unless ``unit`` says."""
 
     name = "seconds"
 
-    def __init__(self, min=None):
+    def __init__(self, min=None, unit="seconds"):
         self.number = click.FLOAT if min is None else click.FloatRange(min=min)
+        self.name = unit
 
     def convert(self, value, param, ctx):
         rv = self.number.convert(value, param, ctx)
         if not math.isfinite(rv):
-            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+            self.fail(f"{value!r} is not a finite number of {self.name}", param, ctx)
         return rv
 
 
@@ -668,10 +669,17 @@ POLICY_COLUMNS = ["policy", "monitor", "active", "expires_at", "max_per_hour", "
 @click.option("--ttl", type=SECONDS, default=None, help="Seconds (default: until the monitor ends).")
 @click.option("--max-per-hour", type=click.IntRange(min=1, max=INT64_MAX), default=None)
 @click.option("--by", default="operator", show_default=True)
-def policy_add(obj, as_json, monitor_id, ttl, max_per_hour, by):
-    """Approve the monitor's ready tasks that pass acceptance, until it ends."""
-    p = obj.open().add_policy(monitor_id, ttl, max_per_hour, by)
-    emit(p, as_json, lambda p: table([p], POLICY_COLUMNS, short=("digest",)))
+@click.option("--include-waiting", is_flag=True,
+              help="Approve the tasks already waiting too (default: only those ready from now on).")
+def policy_add(obj, as_json, monitor_id, ttl, max_per_hour, by, include_waiting):
+    """Approve the monitor's tasks that become ready and pass acceptance, until it ends.
+
+    One active policy per monitor.
+    """
+    p = obj.open().add_policy(monitor_id, ttl, max_per_hour, by, include_waiting)
+    emit(p, as_json, lambda p: table([p], POLICY_COLUMNS, short=("digest",)) + "\n" + (
+        f"covers the {p['waiting_included']} task(s) waiting" if include_waiting else
+        f"{p['waiting_left']} task(s) waiting are left to people (--include-waiting covers them)"))
 
 
 @command(policy, "list")
@@ -729,7 +737,8 @@ def reviewer_list(obj, as_json):
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=8080, show_default=True)
 @click.option("--secure-cookies/--no-secure-cookies", default=None,
               help="Mark the session cookie Secure (behind HTTPS; default from [serve]).")
-def serve(obj, as_json, bind_host, port, secure_cookies):
+@click.option("--access-log", is_flag=True, help="Log one line per request on stderr.")
+def serve(obj, as_json, bind_host, port, secure_cookies, access_log):
     """Serve webhooks, the review pages, /healthz and /metrics until SIGTERM."""
     from .errors import ConfigError
     try:
@@ -737,7 +746,8 @@ def serve(obj, as_json, bind_host, port, secure_cookies):
     except ImportError as exc:
         raise ConfigError("missing_extra", f"signoff serve needs the serve extra "
                           f"(pip install 'signoff[serve]'): {exc}") from None
-    summary = run(obj.home, host=bind_host, port=port, secure_cookies=secure_cookies)
+    summary = run(obj.home, host=bind_host, port=port, secure_cookies=secure_cookies,
+                  access_log=access_log)
     emit(summary, as_json, lambda s: f"serve stopped ({s['stopped']})")
 
 
@@ -770,7 +780,7 @@ def dlq_replay(obj, as_json, letter_id):
 def audit(obj, as_json, limit):
     """The audit log, newest first: identifiers and codes, never content."""
     _listing(obj, as_json, "audit", limit, ["seq", "at", "monitor", "event_id", "task_key",
-                                             "code"], short=("task_key",))
+                                             "code", "reviewer"], short=("task_key",))
 
 
 @command(main)
@@ -808,7 +818,8 @@ def healthcheck(obj, as_json, max_age):
 
 
 @command(main)
-@click.option("--older-than", "older_than", type=Seconds(min=0), default=None, metavar="DAYS",
+@click.option("--older-than", "older_than", type=Seconds(min=0, unit="days"), default=None,
+              metavar="DAYS",
               help="Days since a task finished (default: [retention] finished_days, 30).")
 @click.option("--dry-run", is_flag=True, help="Only count what would be purged.")
 def purge(obj, as_json, older_than, dry_run):

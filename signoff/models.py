@@ -352,6 +352,13 @@ class Reviewer(BaseModel):
     created_at = DoubleField()
 
 
+class AuditReviewer(BaseModel):
+    """The reviewer an audit row is about (a login): only ever a known reviewer's name."""
+
+    seq = BigIntegerField(primary_key=True)  # the audit row's
+    reviewer = CharField()
+
+
 class ReviewSession(BaseModel):
     """A logged-in browser: the sha256 of its cookie, whose session it is, until when."""
 
@@ -384,5 +391,5 @@ class Cursor(BaseModel):
 
 
 # signoff serve's tables are part of the one schema every home has.
-MODELS += [WebhookSecret, WebhookAnswer, WebhookDigest, WebhookRefusal, Reviewer, ReviewSession,
-           Notification, Cursor]
+MODELS += [WebhookSecret, WebhookAnswer, WebhookDigest, WebhookRefusal, Reviewer, AuditReviewer,
+           ReviewSession, Notification, Cursor]

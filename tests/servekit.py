@@ -67,8 +67,10 @@ class Server:
         raise AssertionError(f"signoff serve did not start: {self.stderr()}")
 
     def stderr(self):
-        self.log.flush()
-        return open(self.log.name, encoding="utf-8", errors="replace").read()
+        if not self.log.closed:
+            self.log.flush()
+        with open(self.log.name, encoding="utf-8", errors="replace") as f:
+            return f.read()
 
     def stop(self, timeout=30):
         """SIGTERM and wait; returns the exit code."""

@@ -6,7 +6,7 @@ from click.core import ParameterSource
 from click.testing import CliRunner
 from test_docs import command_paths
 
-from signoff.cli import main
+from signoff.cli import Seconds, main
 from signoff.config import BACKEND_ENV
 
 pytestmark = pytest.mark.backend_independent
@@ -52,7 +52,7 @@ def sample(param):
         return kind.choices[-1], kind.choices[-1]
     if isinstance(kind, (click.IntRange, click.types.IntParamType)):
         return "7", 7
-    if kind.name == "seconds":
+    if isinstance(kind, Seconds):  # seconds or days
         return "7.5", 7.5
     if isinstance(kind, click.File):
         return None, None

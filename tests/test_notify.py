@@ -129,3 +129,32 @@ def test_drain_waits_for_a_notification_still_to_be_retried(home, receiver):
     assert len(receiver.received) == 2  # the failed try and the retry, before the exit
     assert [n.status for n in Notification.select()] == ["sent"]
     rt.close()
+
+
+def test_notifications_start_when_they_are_configured_never_for_older_ready_tasks(
+        home, receiver):
+    rt = make_home(home)  # no [notify] yet
+    rt.enqueue_events([event(1)])
+    rt.run_until_idle()
+    [old] = rt.tasks("ready")
+    secret = secrets.generate()
+    with open(home / "signoff.toml", "a", encoding="utf-8") as f:
+        f.write(f'\n[notify]\nurl = "{receiver.url}"\nsecret = "{secret}"\n')
+    worker = start_worker(home, env=child_env())
+    try:
+        rt.host().put_record("comment-2", document="doc-demo", text="a new comment")
+        rt.enqueue_events([event(2)])
+        new = wait_for(lambda: [t for t in rt.tasks("ready") if t["key"] != old["key"]],
+                       what="the new task")[0]
+        wait_for(lambda: Notification.select().where(Notification.status == "sent").exists(),
+                 what="a notification sent")
+        # The pump reads the audit log in order: the older task, were it announced,
+        # would have been collected first.
+        sent = [json.loads(body)["key"] for _, body in receiver.received]
+        assert sent == [new["key"]]
+        assert [n.task_key for n in Notification.select()] == [new["key"]]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=60)
+    assert worker.returncode == 0, err.decode()
+    rt.close()

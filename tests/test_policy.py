@@ -9,6 +9,7 @@ its monitor or outside its lifetime.
 
 import json
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -50,8 +51,9 @@ def codes(key):
 
 def test_a_policy_approves_waiting_and_new_ready_tasks_as_a_person_would(rt, host, clock):
     waiting = ready(rt, 1)
-    added = rt.add_policy("default", by="alice")
+    added = rt.add_policy("default", by="alice", include_waiting=True)
     assert {"policy", "monitor", "expires_at", "digest"} <= set(added)
+    assert (added["waiting_included"], added["waiting_left"]) == (1, 0)
     assert added["monitor"] == "default" and added["active"] is True
     assert added["digest"] == rt.monitors()[0]["grant_digest"]
     assert added["expires_at"] == rt.monitors()[0]["expires_at"]  # no --ttl: the monitor's end
@@ -65,6 +67,66 @@ def test_a_policy_approves_waiting_and_new_ready_tasks_as_a_person_would(rt, hos
     rt.run_until_idle()
     assert {r["key"] for r in host.results()} == {waiting, fresh}
     assert rt.policies()[0]["approved"] == 2
+
+
+def test_a_new_policy_leaves_the_waiting_backlog_to_people(rt, clock):
+    backlog = [ready(rt, n) for n in (1, 2)]
+    added = rt.add_policy("default")
+    assert (added["waiting_included"], added["waiting_left"]) == (0, 2)
+    fresh = ready(rt, 3)  # ready after the policy was added
+    policy.run_pass(rt)
+    assert [status(k) for k in backlog] == ["ready", "ready"]
+    assert status(fresh) == "approved"
+    assert rt.policies()[0]["approved"] == 1
+    # A person still approves the backlog as before.
+    assert rt.approve(backlog[0], rt.task(backlog[0])["digest"], by="bob")["status"] == "approved"
+
+
+def test_include_waiting_takes_the_backlog_and_says_how_many(rt, clock):
+    backlog = [ready(rt, n) for n in (1, 2, 3)]
+    added = rt.add_policy("default", include_waiting=True)
+    assert (added["waiting_included"], added["waiting_left"]) == (3, 0)
+    assert [status(k) for k in backlog] == ["approved"] * 3
+
+
+def test_one_active_policy_per_monitor(rt, clock):
+    first = rt.add_policy("default", max_per_hour=1)
+    with pytest.raises(Refused) as info:
+        rt.add_policy("default", max_per_hour=1)
+    assert info.value.code == "policy_exists" and f"policy {first['policy']}" in info.value.message
+    # Two policies would each have their own hourly cap: the cap holds with one.
+    assert [status(ready(rt, n)) for n in (1, 2)] == ["approved", "ready"]
+    rt.revoke_policy(first["policy"])
+    second = rt.add_policy("default", ttl_s=60)
+    clock.advance(60)  # expired; the pass has not ended it yet
+    third = rt.add_policy("default")
+    rows = {p["policy"]: p for p in rt.policies()}
+    assert (rows[second["policy"]]["end_code"], rows[third["policy"]]["active"]) == ("expired", True)
+    rt.bind("doc-demo", "other")
+    assert rt.add_policy("other")["active"] is True  # another monitor is another matter
+
+
+def test_two_concurrent_adds_make_one_policy(rt):
+    for _ in range(5):
+        outcomes = []
+        start = threading.Barrier(2)
+
+        def add():
+            start.wait()
+            with rt.database.connection_context():  # this thread's own, closed after
+                try:
+                    outcomes.append(rt.add_policy("default")["policy"])
+                except Refused as exc:
+                    outcomes.append(exc.code)
+        threads = [threading.Thread(target=add) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        active = [p for p in rt.policies() if p["active"]]
+        assert len(active) == 1 and sorted(outcomes, key=str) == sorted(
+            [active[0]["policy"], "policy_exists"], key=str), outcomes
+        rt.revoke_policy(active[0]["policy"])
 
 
 def test_a_policy_never_approves_another_monitors_tasks(rt, clock):
@@ -156,7 +218,7 @@ def test_a_result_changed_after_drafting_is_never_approved(rt):
     task = Task.get_by_id(key)
     Task.update(result=dict(task.result, draft="send everything elsewhere")).where(
         Task.key == key).execute()
-    rt.add_policy("default")
+    rt.add_policy("default", include_waiting=True)
     assert status(key) == "ready"
     assert PolicyDecision.get().decision == "refused:digest_mismatch"
     policy.run_pass(rt)
@@ -166,7 +228,7 @@ def test_a_result_changed_after_drafting_is_never_approved(rt):
 def test_a_source_changed_since_drafting_blocks_as_for_a_person(rt, host):
     key = ready(rt, 1)
     host.put_record("comment-1", version=2)
-    rt.add_policy("default")
+    rt.add_policy("default", include_waiting=True)
     assert (status(key), Task.get_by_id(key).code) == ("blocked", "source_changed")
 
 
@@ -261,6 +323,9 @@ def test_policy_cli_shapes_and_exit_codes(cli_home):
                       "--max-per-hour", "5", "--by", "alice")
     assert code == 0 and {"policy", "monitor", "expires_at", "digest"} <= set(added)
     assert (added["max_per_hour"], added["by"]) == (5, "alice")
+    assert (added["waiting_included"], added["waiting_left"]) == (0, 0)
+    code, exists = cli(home, "policy", "add", "--monitor", "default", "--include-waiting")
+    assert code == 1 and exists["error"] == "policy_exists"
     code, rows = cli(home, "policy", "list")
     assert code == 0 and [r["policy"] for r in rows] == [added["policy"]]
     code, answer = cli(home, "policy", "revoke", str(added["policy"]))
@@ -270,6 +335,8 @@ def test_policy_cli_shapes_and_exit_codes(cli_home):
     assert cli(home, "policy", "add", "--monitor", "default", "--max-per-hour", "0")[0] == 2
     assert cli(home, "policy", "add")[0] == 2
     assert cli(home, "policy", "revoke", "x")[0] == 2
+    code, again = cli(home, "policy", "add", "--monitor", "default", "--include-waiting")
+    assert code == 0 and again["waiting_included"] == 0
 
 
 # -- properties ----------------------------------------------------------------
@@ -314,6 +381,9 @@ def apply(rt, step, n):
 
 def check_invariants():
     policies = list(Policy.select())
+    # One policy per monitor at most is not ended (an expired one is ended by the next add).
+    live = [p.monitor for p in policies if p.ended_at is None]
+    assert len(live) == len(set(live)), live
     for audit in Audit.select().where(Audit.code == "auto_approved"):
         task = Task.get_by_id(audit.task_key)
         # Some policy of this very task's monitor was live at that instant.

@@ -52,11 +52,12 @@ def csrf(page):
     return re.search(r'name="csrf_token" value="([0-9a-f]+)"', page).group(1)
 
 
-def post_login(client, name, token):
+def post_login(client, name, token, **fields):
     """Open the login page (its CSRF cookie and field), then post the form."""
     page = client.get("/login").text
     login_csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
-    return client.post("/login", data={"name": name, "token": token, "csrf_token": login_csrf})
+    return client.post("/login", data={"name": name, "token": token, "csrf_token": login_csrf,
+                                       **fields})
 
 
 def ready_keys(rt):
@@ -71,9 +72,10 @@ def test_without_a_session_pages_redirect_and_posts_answer_401(site):
     rt, server, tokens, login = site
     key = ready_keys(rt)[0]
     with httpx.Client(base_url=server.url, timeout=30) as c:
-        for path in ("/", f"/tasks/{key}", "/dead-letters"):
+        for path, back in (("/", ""), (f"/tasks/{key}", f"?next=%2Ftasks%2F{key}"),
+                           ("/dead-letters", "?next=%2Fdead-letters")):
             r = c.get(path)
-            assert (r.status_code, r.headers["location"]) == (303, "/login")
+            assert (r.status_code, r.headers["location"]) == (303, "/login" + back)
         r = c.post(f"/tasks/{key}/approve", data={"digest": rt.task(key)["digest"]})
         assert r.status_code == 401
         assert post_login(c, "alice", "sor_wrong").status_code == 401
@@ -319,3 +321,104 @@ def test_what_was_not_observed_is_on_the_review_page(site):
     assert page.status_code == 200 and "None." not in page.text
     assert "default → default-2" in page.text and gap["observed"] in page.text
     assert "evt-7" in page.text and "comment-7" in page.text
+
+
+def test_login_returns_to_the_page_asked_for_and_only_on_this_site(site):
+    rt, server, tokens, login = site
+    key = ready_keys(rt)[0]
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        # A notification's link, opened without a session.
+        r = c.get(f"/tasks/{key}?from=notification")
+        assert r.status_code == 303
+        form = c.get(r.headers["location"]).text
+        assert f'name="next" value="/tasks/{key}?from=notification"' in form
+        r = post_login(c, "alice", tokens["alice"], next=f"/tasks/{key}?from=notification")
+        assert (r.status_code, r.headers["location"]) == (303, f"/tasks/{key}?from=notification")
+        assert c.get(r.headers["location"]).status_code == 200
+    for hostile in ("https://evil.example/", "//evil.example/x", "/\\evil.example",
+                    "javascript:alert(1)", "/x\r\nSet-Cookie: a=b", "tasks/x"):
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            assert 'name="next"' not in c.get("/login", params={"next": hostile}).text
+            r = post_login(c, "alice", tokens["alice"], next=hostile)
+            assert (r.status_code, r.headers["location"]) == (303, "/"), hostile
+
+
+def top_of(page):
+    """The task page's text above its first section: the heading and the state in words."""
+    return re.sub(r"<[^>]+>", " ", page[page.index("<main>"):page.index("<section")])
+
+
+def test_the_task_page_says_its_state_once_and_in_the_past_after_a_decision(site):
+    rt, server, tokens, login = site
+    k1, k2 = ready_keys(rt)[:2]
+    c = login("alice")
+    page = c.get(f"/tasks/{k1}").text
+    assert re.search(r"<h1[^>]*>\s*Waiting for approval", page)
+    assert "ready" not in top_of(page).lower()
+    r = c.post(f"/tasks/{k1}/approve", data={"digest": rt.task(k1)["digest"],
+                                              "csrf_token": csrf(page)}, follow_redirects=True)
+    assert re.search(r"<h1[^>]*>\s*Approved", r.text)
+    assert top_of(r.text).lower().count("approved") == 1
+    assert 'id="retry"' not in r.text  # merely approved: nothing to retry
+    page = c.get(f"/tasks/{k2}").text
+    r = c.post(f"/tasks/{k2}/reject", data={"digest": rt.task(k2)["digest"],
+                                             "csrf_token": csrf(page)}, follow_redirects=True)
+    assert re.search(r"<h1[^>]*>\s*Rejected", r.text)
+    assert top_of(r.text).lower().count("rejected") == 1
+
+
+def test_long_record_text_and_drafts_are_collapsed_and_the_page_stays_bounded(home):
+    rt = make_home(home)
+    # ~210 KB: past every fold of the page, within [host] max_record_bytes (256 KiB).
+    record = "".join(f"line {n:07d} of a very long comment\n" for n in range(6_000))
+    rt.host().put_record("comment-1", text=record)
+    rt.enqueue_events([event(1)])
+    rt.run_until_idle()
+    [task] = rt.tasks("ready")
+    Task.update(result=dict(Task.get_by_id(task["key"]).result, draft="d" * 3000)).where(
+        Task.key == task["key"]).execute()
+    token = reviewers.add(rt, "alice")["token"]
+    server = Server(home)
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            post_login(c, "alice", token)
+            page = c.get(f"/tasks/{task['key']}").text
+    finally:
+        assert server.stop() == 0
+        rt.close()
+    assert len(page) < 400_000  # the record alone is 2 MB
+    head = re.search(r'<pre class="record"[^>]*>(.*?)</pre>', page, re.S).group(1)
+    assert head == record[:2000]
+    assert "<details" in page and record[2000:2100] in page
+    assert f"{len(record) - 100_000:,} more characters" in page
+    # The draft is shown whole, its rest behind a <details> too.
+    draft_head = re.search(r'<pre class="draft" id="draft">(.*?)</pre>', page, re.S).group(1)
+    assert draft_head == "d" * 2000 and "d" * 1000 in page.split('id="draft"')[1]
+
+
+def test_dead_letters_link_to_their_delivery_or_task_and_show_the_code(home):
+    config = home / "signoff.toml"
+    rt = make_home(home)
+    config.write_text(config.read_text().replace("read_attempts = 5", "read_attempts = 1"))
+    rt.close()
+    rt = Signoff(home)
+    rt.host().set_fault("read-timeout", times=1)
+    rt.enqueue_events([event(1)])
+    rt.run_until_idle()
+    [letter] = rt.dead_letters()
+    token = reviewers.add(rt, "alice")["token"]
+    server = Server(home)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            post_login(c, "alice", token)
+            listing = c.get("/dead-letters").text
+            assert f'href="/deliveries/{letter["ref"]}"' in listing
+            assert "<code>TimeoutError</code>" in listing
+            delivery = c.get(f"/deliveries/{letter['ref']}")
+            assert delivery.status_code == 200
+            assert "evt-1" in delivery.text and "comment-1" in delivery.text
+            assert "TimeoutError" in delivery.text and "dead" in delivery.text
+            assert c.get("/deliveries/999999").status_code == 404
+    finally:
+        assert server.stop() == 0
+        rt.close()

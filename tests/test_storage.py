@@ -338,8 +338,10 @@ OLD_SUSPECT = {"delivery": "last_code", "task": "code"}
 def put_back_version(database, version):
     """Make a current schema look as a home of ``version`` has it."""
     # Before version 4 a suspect was marked in the message column, with its own
-    # partial index on that, there was no suspect column and no webhook body digests.
+    # partial index on that, there was no suspect column, no webhook body digests and
+    # no reviewer beside the login audit rows.
     database.execute_sql('DROP TABLE "webhook_digest"')
+    database.execute_sql('DROP TABLE "audit_reviewer"')
     for table, index in V4_INDEXES.items():
         database.execute_sql(f'DROP INDEX "{index}"')
         database.execute_sql(f'ALTER TABLE "{table}" DROP COLUMN suspect')
@@ -380,7 +382,7 @@ def test_init_brings_an_older_schema_up_to_date(rt, home, clock, version):
                  for i in again.database.get_indexes(table)}
         with storage.bind(again.database):
             marked = [(d.event_id, d.suspect) for d in Delivery.select().order_by(Delivery.id)]
-        assert "webhook_digest" in again.database.get_tables()
+        assert {"webhook_digest", "audit_reviewer"} <= set(again.database.get_tables())
     assert found == storage.SCHEMA_VERSION == 4
     assert {"delivery_status_next_at_id", "task_status_next_at_created_at_key",
             *V3_INDEXES.values(), *V4_INDEXES.values()} <= names

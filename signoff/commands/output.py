@@ -24,6 +24,17 @@ def safe(text):
                    for ch in text)
 
 
+def visible(text):
+    """Multi-line ``text`` with each character ``safe`` escapes shown as ``⟨U+XXXX⟩``.
+
+    Line breaks and tabs stay. Meant for text a person reads before deciding
+    (a record, a draft): a bidi override or a zero-width character must be
+    seen, not obeyed.
+    """
+    return "".join(f"⟨U+{ord(ch):04X}⟩" if ch not in "\n\t"
+                   and unicodedata.category(ch) in UNSHOWABLE else ch for ch in text)
+
+
 def _escape(ch):
     code = ord(ch)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

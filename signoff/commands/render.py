@@ -2,7 +2,7 @@
 
 import time
 
-from .output import fmt, safe
+from .output import fmt, safe, visible
 
 
 def _clock(at):
@@ -10,22 +10,26 @@ def _clock(at):
 
 
 def render_task(t):
-    """``tasks show`` for people: the state in words, then the timeline.
+    """``tasks show`` for people: the state in words, what is approved, then the timeline.
 
     Every stored value goes through ``fmt``, which escapes what could forge a
-    line (a name with a newline, a bidi override in a record id).
+    line (a name with a newline, a bidi override in a record id). The record
+    text and the draft keep their lines, indented under a label so that no
+    line of theirs can pass for one of ours, with hidden characters shown.
     """
+    result = t["result"] if isinstance(t.get("result"), dict) else {}
     lines = [
         f"task      {fmt(t['key'])}",
         f"state     {fmt(t['state'])}",
         f"record    {fmt(t['record_id'])} v{fmt(t['version'])} (monitor {fmt(t['monitor'])})",
-        f"result    {'(purged by retention)' if t.get('purged') else fmt(t['result'])}",
+        f"sources   {fmt(result.get('sources'))}",
         f"digest    {fmt(t['digest'])}",
         f"approved  {fmt(t['approved_digest'])} by {fmt(t['approved_by'])}",
         f"attempts  {fmt(t['attempts'])}   outcome_unknown {fmt(t['outcome_unknown'])}",
     ]
     if t.get("superseded_by"):
         lines.append(f"replaced  by task {fmt(t['superseded_by'])} (a newer record version)")
+    lines += _texts(t, result)
     lines += _draft_history(t)
     lines += ["", "timeline:"]
     entries = [(a["at"], f"audit    {fmt(a['code'])}") for a in t["audit"]]
@@ -36,6 +40,26 @@ def render_task(t):
     if not entries:
         lines.append("  (nothing yet)")
     return "\n".join(lines)
+
+
+def _texts(t, result):
+    """The record text (each record's, for a batch) and the draft, labelled."""
+    if t.get("purged"):
+        return ["", "record text and draft: (purged by retention)"]
+    records = t["record"] if isinstance(t["record"], list) else [t["record"]]
+    lines = []
+    for record in records:
+        record = record if isinstance(record, dict) else {}
+        label = ("record text" if len(records) == 1 else
+                 f"record {fmt(record.get('id'))} v{fmt(record.get('version'))} text")
+        lines += ["", *_labelled(label, record.get("text"))]
+    return lines + ["", *_labelled("draft", result.get("draft"))]
+
+
+def _labelled(label, text):
+    if not isinstance(text, str):
+        return [f"{label}: {fmt(text)}"]
+    return [f"{label}:", *(f"  {line}" for line in visible(text).split("\n"))]
 
 
 def _draft_history(t):

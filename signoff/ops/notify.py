@@ -11,6 +11,11 @@ is spent the row goes to the dead letters (kind ``notification``), from where
 itself on every pass, since on PostgreSQL a transaction can commit a lower
 sequence number after a higher one; the outbox key makes that harmless.
 
+Notifications start when they are configured: the first pass of a home with
+no cursor (a worker runs it before it takes any work) puts the cursor at the
+end of the audit log, and neither the cursor nor its look-back ever reads
+behind that start, so tasks that were ready before are not announced.
+
     [notify]
     url = "https://chat.example/hooks/signoff"
     secret = "whsec_..."
@@ -37,6 +42,7 @@ from ..rules.retry import backoff
 from ..storage import log_failed_pass
 
 CURSOR = "notify"
+START = "notify_start"  # where the cursor started: nothing before it is ever collected
 LOOKBACK = 200  # audit rows re-read behind the cursor (see the module docstring)
 COLLECT_LIMIT = 500
 SEND_LIMIT = 20
@@ -94,18 +100,21 @@ def collect(now):
     """Move new ``ready`` audit rows into the outbox; returns how many rows were added."""
     with db.atomic():
         cursor = Cursor.get_or_none(Cursor.name == CURSOR)
-        seen = cursor.seq if cursor else 0
         top = Audit.select(fn.MAX(Audit.seq)).scalar() or 0
-        if top <= seen and cursor is not None:
+        if cursor is None:  # notifications were just configured: start at the end
+            for name in (CURSOR, START):
+                Cursor.insert(name=name, seq=top).on_conflict_ignore().execute()
             return 0
+        seen = cursor.seq
+        if top <= seen:
+            return 0
+        start = Cursor.select(Cursor.seq).where(Cursor.name == START).scalar() or 0
         rows = list(Audit.select(Audit.seq, Audit.task_key)
-                    .where(Audit.seq > max(0, seen - LOOKBACK), Audit.seq <= top,
+                    .where(Audit.seq > max(start, seen - LOOKBACK), Audit.seq <= top,
                            Audit.code == "ready", Audit.task_key.is_null(False))
                     .order_by(Audit.seq).limit(COLLECT_LIMIT))
         new_seq = rows[-1].seq if len(rows) == COLLECT_LIMIT else top
-        if cursor is None:
-            Cursor.insert(name=CURSOR, seq=new_seq).on_conflict_ignore().execute()
-        elif not Cursor.update(seq=new_seq).where(Cursor.name == CURSOR, Cursor.seq == seen).execute():
+        if not Cursor.update(seq=new_seq).where(Cursor.name == CURSOR, Cursor.seq == seen).execute():
             return 0  # another pump moved the cursor first
         keys = list({r.task_key for r in rows})
         ready = [k for (k,) in Task.select(Task.key).where(Task.key.in_(keys or [""]),
@@ -239,10 +248,18 @@ class Pump:
 
 
 def start(rt):
-    """Start the notification pump when ``[notify] url`` is set; returns it or ``None``."""
+    """Start the notification pump when ``[notify] url`` is set; returns it or ``None``.
+
+    Its first collection runs here, before the worker takes any work, so that a
+    home's first one starts the cursor before a new task can become ready.
+    """
     settings = notify_settings(rt.home)
     if settings is None:
         return None
+    try:
+        collect(rt.clock.now())
+    except Exception:
+        log_failed_pass(log, "first notification pass", "the pump runs it again")
     pump = Pump(rt, settings)
     pump._thread.start()
     return pump

@@ -7,9 +7,15 @@ checks of a person's approval (``approval.approve_many``: the gate, a re-read of
 the source, acceptance, the digest of the drafted result), with
 ``approved_by = policy:<id>`` and the audit code ``auto_approved``.
 
+A monitor has one active policy at most (a second ``add`` is refused with
+``policy_exists``; adds for one monitor queue on its row, so two at once make
+one). A policy covers the tasks that become ready after it is added; the
+monitor's waiting backlog only when added with ``include_waiting``.
+
 Each policy decides about a task once (a ``PolicyDecision`` row): ``approved``,
-``capped`` (past ``max_per_hour`` in the last hour: the task waits for a person)
-or ``refused:<code>``. The decisions are written before the approvals, in the
+``capped`` (past ``max_per_hour`` in the last hour: the task waits for a person),
+``refused:<code>``, or ``backlog`` (ready before the policy, which was added
+without ``include_waiting``: written at the add, left to people). The decisions are written before the approvals, in the
 transaction that counts the hour's approvals, so concurrent passes never exceed
 the cap. A decision ``approved`` whose task is still ``ready`` (a pass that died
 between the two) is approved again by the next pass.
@@ -22,7 +28,7 @@ approves nothing more, and the tasks it approved whose write has not started
 
 import logging
 
-from peewee import fn
+from peewee import Value, fn
 
 from .approval import approve_many
 from ..rules.canonical import digest
@@ -45,8 +51,14 @@ def tag(policy_id):
     return f"policy:{policy_id}"
 
 
-def add(rt, monitor_id, ttl_s=None, max_per_hour=None, by="operator"):
-    """Add a standing approval policy for an active monitor, bound to its grant."""
+def add(rt, monitor_id, ttl_s=None, max_per_hour=None, by="operator", include_waiting=False):
+    """Add a standing approval policy for an active monitor, bound to its grant.
+
+    It approves the tasks that become ready from now on, and with
+    ``include_waiting`` the ones waiting already too. The answer is the policy's
+    row plus ``waiting_included`` / ``waiting_left``: the ready tasks it takes
+    on / leaves to people.
+    """
     try:
         check_label("by", by)
     except InvalidEvent as exc:
@@ -59,17 +71,40 @@ def add(rt, monitor_id, ttl_s=None, max_per_hour=None, by="operator"):
     if monitor is None:
         raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
     now = rt.clock.now()
-    refusal = gate(monitor, rt.host().context(), now)
+    context = rt.host().context()
+    refusal = gate(monitor, context, now)
     if refusal:
         raise Refused(refusal, f"the monitor's gate refused: {refusal}")
     ends = monitor.expires_at if ttl_s is None else min(now + ttl_s, monitor.expires_at)
     with db.atomic():
+        # Adds for one monitor queue here, so only one of two at once finds none active.
+        lock_rows(Monitor.select().where(Monitor.id == monitor.id)).get()
+        _end_or_refuse(monitor, context, now)
         policy = Policy.create(monitor=monitor.id, grant_digest=monitor.grant_digest,
                                expires_at=ends, max_per_hour=max_per_hour, created_by=by,
                                created_at=now)
         audit(now, "policy_added", monitor.id)
-    run_pass(rt, [monitor.id])  # the tasks already waiting need not wait for a worker
-    return row(Policy.get_by_id(policy.id))
+        waiting = Task.select(Task.key).where(Task.monitor == monitor.id, Task.status == "ready")
+        count = waiting.count()
+        if not include_waiting:
+            PolicyDecision.insert_from(
+                waiting.select(Value(policy.id), Task.key, Value("backlog"), Value(now)),
+                [PolicyDecision.policy, PolicyDecision.task_key, PolicyDecision.decision,
+                 PolicyDecision.at]).execute()
+    run_pass(rt, [monitor.id])  # the tasks it takes on need not wait for a worker
+    return dict(row(Policy.get_by_id(policy.id)),
+                waiting_included=count if include_waiting else 0,
+                waiting_left=0 if include_waiting else count)
+
+
+def _end_or_refuse(monitor, context, now):
+    """End the monitor's policies that are over; refuse ``policy_exists`` for a live one."""
+    for other in Policy.select().where(Policy.monitor == monitor.id, Policy.ended_at.is_null()):
+        code = _end_code(other, monitor, context, now)
+        if not code:
+            raise Refused("policy_exists", f"policy {other.id} is active on monitor "
+                          f"{monitor.id!r}: revoke it first (signoff policy revoke {other.id})")
+        _end(other, code, now)
 
 
 def revoke(rt, policy_id):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..errors import InvalidEvent, Refused
 from ..rules.events import check_label
 from ..state.lifecycle import audit
-from ..models import Reviewer, ReviewSession, db
+from ..models import AuditReviewer, Reviewer, ReviewSession, db
 
 SESSION_TTL_S = 12 * 3600
 
@@ -79,18 +79,28 @@ def listing():
 
 
 def log_in(name, token, now):
-    """A new session token for ``name`` if ``token`` is theirs, else ``None``."""
+    """``(session token or None, reviewer)`` for one login, audited ``login`` / ``login_failed``.
+
+    ``reviewer`` is ``name`` when it is a reviewer's, else ``None``: only a known
+    name is kept with the audit row, so a token pasted into the name field is
+    never stored. The token itself never is.
+    """
     reviewer = Reviewer.get_or_none(Reviewer.name == name) if isinstance(name, str) else None
     given = _hash(token if isinstance(token, str) else "")
     # Compare even for an unknown name, so timing does not tell names apart.
     expected = reviewer.token_hash if reviewer is not None else _hash("")
-    if not hmac.compare_digest(given, expected) or reviewer is None:
-        return None
-    session = secrets.token_urlsafe(32)
-    ReviewSession.delete().where(ReviewSession.expires_at <= now).execute()  # housekeeping
-    ReviewSession.create(token_hash=_hash(session), reviewer=reviewer.name, created_at=now,
-                         expires_at=now + SESSION_TTL_S)
-    return session
+    matched = hmac.compare_digest(given, expected) and reviewer is not None
+    known = reviewer.name if reviewer is not None else None
+    session = secrets.token_urlsafe(32) if matched else None
+    with db.atomic():
+        seq = audit(now, "login" if matched else "login_failed")
+        if known is not None:
+            AuditReviewer.create(seq=seq, reviewer=known)
+        if matched:
+            ReviewSession.delete().where(ReviewSession.expires_at <= now).execute()  # housekeeping
+            ReviewSession.create(token_hash=_hash(session), reviewer=known, created_at=now,
+                                 expires_at=now + SESSION_TTL_S)
+    return session, known
 
 
 def viewer_for(session_token, now):

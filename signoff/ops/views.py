@@ -12,7 +12,8 @@ from peewee import Case, fn
 from ..steps import batching
 from . import gaps
 from .approval import get_task
-from ..models import Attempt, Audit, DeadLetter, Delivery, Task
+from ..errors import Refused
+from ..models import Attempt, Audit, AuditReviewer, DeadLetter, Delivery, Task
 from .retention import purged_at
 from ..state import heartbeats
 
@@ -29,7 +30,7 @@ def task_row(t):
     return {"key": t["key"], "monitor": t["monitor"], "record_id": t["record_id"],
             "version": t["version"], "status": t["status"], "code": t["code"],
             "parked": t["parked"], "outcome_unknown": t["outcome_unknown"],
-            "attempts": t["attempts"], "updated_at": t["updated_at"]}
+            "attempts": t["attempts"], "updated_at": t["updated_at"], "digest": t["digest"]}
 
 
 # name -> (model, row function, columns read, order oldest first, status column)
@@ -39,10 +40,12 @@ LISTINGS = {
                Delivery.last_code), (Delivery.id,), Delivery.status),
     "tasks": (Task, task_row, (Task.key, Task.monitor, Task.record_id, Task.version,
               Task.status, Task.code, Task.parked, Task.outcome_unknown, Task.attempts,
-              Task.updated_at), (Task.created_at, Task.key), Task.status),
-    # Audit and dead-letter rows are shown with their column names as they are.
+              Task.updated_at, Task.digest), (Task.created_at, Task.key), Task.status),
+    # Audit and dead-letter rows are shown with their column names as they are
+    # (an audit row's reviewer, for logins, is kept beside it).
     "audit": (Audit, dict, (Audit.seq, Audit.at, Audit.monitor, Audit.event_id,
-              Audit.task_key, Audit.code), (Audit.seq,), None),
+              Audit.task_key, Audit.code, AuditReviewer.select(AuditReviewer.reviewer).where(
+                  AuditReviewer.seq == Audit.seq).alias("reviewer")), (Audit.seq,), None),
     "dead_letters": (DeadLetter, dict, (
         DeadLetter.id, DeadLetter.kind, DeadLetter.ref, DeadLetter.step, DeadLetter.code,
         DeadLetter.attempts, DeadLetter.first_at, DeadLetter.last_at, DeadLetter.replayed),
@@ -99,6 +102,23 @@ def dead_letters(limit=None, newest_first=False):
     return rows("dead_letters", None, limit, newest_first)
 
 
+def delivery_detail(delivery_id):
+    """One delivery as ``events`` shows it, with its event's fields and attempt history."""
+    d = Delivery.get_or_none(Delivery.id == delivery_id)
+    if d is None:
+        raise Refused("unknown_delivery", f"no delivery {delivery_id}")
+    return dict(delivery_row(d.__data__), name=d.name, document=d.document,
+                record_id=d.record_id, occurred=d.occurred, accepted_at=d.accepted_at,
+                updated_at=d.updated_at, history=_history("delivery", str(d.id)))
+
+
+def _history(kind, ref):
+    """The attempts at a delivery or task, oldest first."""
+    return [{"at": a.at, "step": a.step, "code": a.code, "worker": a.worker}
+            for a in Attempt.select().where(Attempt.kind == kind, Attempt.ref == ref)
+            .order_by(Attempt.id)]
+
+
 def describe(t):
     """A plain-words reading of a task's state, for people."""
     if t.status == "uncertain" and t.parked:
@@ -120,9 +140,7 @@ def task_detail(key):
     """
     t = get_task(key)
     key = t.key
-    history = [{"at": a.at, "step": a.step, "code": a.code, "worker": a.worker}
-               for a in Attempt.select().where(Attempt.kind == "task", Attempt.ref == key)
-               .order_by(Attempt.id)]
+    history = _history("task", key)
     events = [{"at": a.at, "code": a.code, "event_id": a.event_id}
               for a in Audit.select().where(Audit.task_key == key).order_by(Audit.seq)]
     previous = list(t.previous_drafts or [])

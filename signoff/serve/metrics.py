@@ -87,10 +87,11 @@ def _oldest_ready(now):
     return max(0.0, now - oldest) if oldest is not None else 0.0
 
 
-def registry_for(rt):
-    """A registry holding only the signoff collector (no process or GC metrics)."""
+def registry_for(rt, *collectors):
+    """A registry holding the signoff collector and ``collectors`` (no process or GC metrics)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SignoffCollector(rt))
+    for collector in (SignoffCollector(rt), *collectors):
+        registry.register(collector)
     return registry
 
 

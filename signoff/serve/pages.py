@@ -10,6 +10,7 @@ work runs in the thread pool, off the event loop.
 import hmac
 import secrets
 from pathlib import Path
+from urllib.parse import urlencode, urlsplit
 
 from peewee import fn
 from starlette.concurrency import run_in_threadpool
@@ -19,25 +20,57 @@ from starlette.templating import Jinja2Templates
 from ..ops import gaps
 from ..errors import Blocked, Refused
 from ..models import Task
-from ..ops.views import describe
+from ..commands.output import visible
+from ..ops.views import delivery_detail, describe
 from ..ops import reviewers
 
 COOKIE = "signoff_session"
 LOGIN_COOKIE = "signoff_login"
 LOGIN_FORM_TTL_S = 3600
 PAGE_LIMIT = 200
+MAX_PATH = 2000  # the longest path login returns to
+# Long text (a record, a draft): this much is shown, the rest up to TEXT_LIMIT
+# behind a <details>; past that the page says how much it leaves out.
+TEXT_SHOWN = 2000
+TEXT_LIMIT = 100_000
+LIST_LIMIT = 50  # sources, batch records, earlier drafts shown at most
+HEADINGS = {"ready": "Waiting for approval", "approved": "Approved", "uncertain": "Outcome uncertain",
+            "done": "Done: submitted and confirmed", "rejected": "Rejected", "blocked": "Blocked",
+            "expired": "Expired: not approved in time", "cancelled": "Cancelled", "dead": "Given up"}
 STATUSES = ("ready", "approved", "uncertain", "done", "rejected", "blocked", "expired",
             "cancelled", "dead")
-REFUSAL_STATUS = {"unknown_task": 404, "unknown_dead_letter": 404, "host_unavailable": 503}
+REFUSAL_STATUS = {"unknown_task": 404, "unknown_dead_letter": 404, "unknown_delivery": 404,
+                  "host_unavailable": 503}
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 STYLE = (Path(__file__).parent / "templates" / "style.css").read_text(encoding="utf-8")
+
+
+def fold(text):
+    """Long text for a page: ``{head, rest, left_out}``, hidden characters made visible.
+
+    ``head`` is shown, ``rest`` goes behind a ``<details>``, and ``left_out``
+    characters are not on the page at all, so no text makes a page unbounded.
+    """
+    text = visible(text) if isinstance(text, str) else ""
+    return {"head": text[:TEXT_SHOWN], "rest": text[TEXT_SHOWN:TEXT_LIMIT],
+            "left_out": max(0, len(text) - TEXT_LIMIT)}
+
+
+def clip(value, limit=500):
+    """One line of a page, at most ``limit`` characters."""
+    text = "" if value is None else str(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+TEMPLATES.env.filters.update(fold=fold, clip=clip)
 
 
 class Pages:
     """The page and form endpoints of one ``signoff serve``."""
 
-    def __init__(self, rt, secure_cookies=False):
+    def __init__(self, rt, logins, secure_cookies=False):
         self.rt = rt
+        self.logins = logins  # the throttle and counts of failed logins (logins.py)
         self.secure_cookies = secure_cookies
 
     # -- sessions ----------------------------------------------------------
@@ -51,33 +84,46 @@ class Pages:
         """A template rendered with the common context."""
         return TEMPLATES.TemplateResponse(request, name, context, status_code=status_code)
 
-    def _login_form(self, request, status_code=200, failed=False):
+    def _login_form(self, request, back, status_code=200, failed=False, wait_s=0):
         # Before a session exists, CSRF is a double-submit: a random value in
         # a strict cookie and in the form, which another site can set neither of.
         value = secrets.token_urlsafe(24)
         response = self.render(request, "login.html", status_code=status_code, viewer=None,
-                               failed=failed, login_csrf=value)
+                               failed=failed, wait_s=wait_s, login_csrf=value, back=back)
         response.set_cookie(LOGIN_COOKIE, value, max_age=LOGIN_FORM_TTL_S, httponly=True,
                             samesite="strict", secure=self.secure_cookies, path="/login")
+        if wait_s:
+            response.headers["retry-after"] = str(wait_s)
         return response
 
     async def login_page(self, request):
-        """``GET /login``."""
-        return self._login_form(request)
+        """``GET /login`` (``?next=PATH``: where to go once logged in)."""
+        return self._login_form(request, return_path(request.query_params.get("next")))
 
     async def login(self, request):
-        """``POST /login``: fields ``name``, ``token``, ``csrf_token``; sets the session cookie."""
+        """``POST /login``: ``name``, ``token``, ``csrf_token`` (and ``next``); sets the session.
+
+        Failed logins are throttled per client address and per reviewer (``logins.py``).
+        """
         form = await request.form()
+        back = return_path(form.get("next"))
         expected, given = request.cookies.get(LOGIN_COOKIE) or "", form.get("csrf_token") or ""
         if not expected or not hmac.compare_digest(expected.encode(), str(given).encode()):
             return self.render(request, "outcome.html", status_code=403, viewer=None,
                                title="Refused", results=[("", "bad_csrf_token",
                                                           "open the login page again")])
-        session = await run_in_threadpool(reviewers.log_in, form.get("name"), form.get("token"),
-                                          self.rt.clock.now())
+        name = form.get("name") if isinstance(form.get("name"), str) else None
+        client = request.client.host if request.client else "-"
+        wait_s = self.logins.wait_s(name, client)
+        if wait_s:
+            return self._login_form(request, back, status_code=429, wait_s=wait_s)
+        session, reviewer = await run_in_threadpool(reviewers.log_in, name, form.get("token"),
+                                                    self.rt.clock.now())
         if session is None:
-            return self._login_form(request, status_code=401, failed=True)
-        response = RedirectResponse("/", status_code=303)
+            self.logins.failed(reviewer, client)
+            return self._login_form(request, back, status_code=401, failed=True)
+        self.logins.succeeded()
+        response = RedirectResponse(back or "/", status_code=303)
         response.set_cookie(COOKIE, session, max_age=reviewers.SESSION_TTL_S, httponly=True,
                             samesite="strict", secure=self.secure_cookies, path="/")
         return response
@@ -115,7 +161,7 @@ class Pages:
         """``GET /``: tasks of one status (``?status=``, ``?monitor=``, ``?parked=1``)."""
         viewer = await self.viewer(request)
         if viewer is None:
-            return RedirectResponse("/login", status_code=303)
+            return to_login(request)
         q = request.query_params
         status = q.get("status", "ready")
         status = status if status in STATUSES or status == "all" else "ready"
@@ -130,7 +176,7 @@ class Pages:
         """``GET /tasks/{key}``: everything an approver needs to decide."""
         viewer = await self.viewer(request)
         if viewer is None:
-            return RedirectResponse("/login", status_code=303)
+            return to_login(request)
         try:
             view = await run_in_threadpool(self._task_view, request.path_params["key"])
         except Refused as exc:
@@ -149,30 +195,49 @@ class Pages:
         except Exception as exc:  # a host bug shows on the page instead of failing it
             problem = type(exc).__name__
         timeline = sorted([(a["at"], "audit", a["code"], a.get("event_id") or "") for a in t["audit"]]
-                          + [(h["at"], "attempt " + h["step"], h["code"], h["worker"] or "")
-                             for h in t["history"]])
+                          + attempt_rows(t["history"]))
+        records = t["record"] if isinstance(t["record"], list) else [t["record"] or {}]
+        draft = (t["result"] or {}).get("draft")
         return {"t": t, "current": current, "current_problem": problem,
                 "changed": current is not None and current != t["record"],
-                "timeline": timeline, "host_factory": self.rt.config.host_factory,
+                "heading": HEADINGS.get(t["status"], t["status"]),
+                "timeline": timeline[-PAGE_LIMIT:], "timeline_left_out": len(timeline) - PAGE_LIMIT,
+                "host_factory": self.rt.config.host_factory,
                 "may_be_written": t["status"] == "uncertain" or t["outcome_unknown"],
-                "previous_drafts": t.get("previous_drafts") or [],
-                "draft_changes": t.get("draft_changes")}
+                "records": records[:LIST_LIMIT], "records_left_out": len(records) - LIST_LIMIT,
+                "draft_whole": fold(draft)["left_out"] == 0,
+                "previous_drafts": (t.get("previous_drafts") or [])[-LIST_LIMIT:],
+                "draft_changes": t.get("draft_changes"), "list_limit": LIST_LIMIT}
+
+    async def delivery(self, request):
+        """``GET /deliveries/{id}``: one delivery, its attempts, and its task if it made one."""
+        viewer = await self.viewer(request)
+        if viewer is None:
+            return to_login(request)
+        try:
+            d = await run_in_threadpool(delivery_detail, request.path_params["delivery"])
+        except Refused as exc:
+            return self._refused(request, viewer, exc)
+        return self.render(request, "delivery.html", viewer=viewer, d=d,
+                           timeline=attempt_rows(d["history"][-PAGE_LIMIT:]))
 
     async def dead_letters(self, request):
         """``GET /dead-letters``."""
         viewer = await self.viewer(request)
         if viewer is None:
-            return RedirectResponse("/login", status_code=303)
-        letters = await run_in_threadpool(self.rt.dead_letters)
-        return self.render(request, "dead_letters.html", viewer=viewer, letters=letters[-PAGE_LIMIT:])
+            return to_login(request)
+        letters = await run_in_threadpool(lambda: self.rt.dead_letters(limit=PAGE_LIMIT,
+                                                                       newest_first=True))
+        return self.render(request, "dead_letters.html", viewer=viewer, letters=letters,
+                           limit=PAGE_LIMIT)
 
     async def gaps(self, request):
         """``GET /gaps``: what was not observed (resume gaps and stale events)."""
         viewer = await self.viewer(request)
         if viewer is None:
-            return RedirectResponse("/login", status_code=303)
+            return to_login(request)
         listing = await run_in_threadpool(self.rt.gaps)
-        return self.render(request, "gaps.html", viewer=viewer, **listing)
+        return self.render(request, "gaps.html", viewer=viewer, limit=PAGE_LIMIT, **listing)
 
     async def style(self, request):
         """``GET /style.css`` (no inline styles, so the CSP can forbid them)."""
@@ -248,6 +313,33 @@ class Pages:
     def _refused(self, request, viewer, exc, key=""):
         return self.render(request, "outcome.html", status_code=REFUSAL_STATUS.get(exc.code, 409),
                            viewer=viewer, title="Refused", results=[(key, exc.code, exc.message)])
+
+
+def attempt_rows(history):
+    """Attempt history as timeline rows: ``(at, "attempt STEP", code, worker)``."""
+    return [(h["at"], "attempt " + h["step"], h["code"], h["worker"] or "") for h in history]
+
+
+def return_path(value):
+    """``value`` when it is a path on this site to go back to after login, else ``None``.
+
+    Only a relative path is followed, never a URL: ``//host`` and ``/\\host``
+    (which browsers read as another host), schemes and control characters are not.
+    """
+    if (not isinstance(value, str) or not value.startswith("/") or len(value) > MAX_PATH
+            or value.startswith("//") or "\\" in value
+            or not value.isascii() or not value.isprintable()):
+        return None
+    parts = urlsplit(value)
+    return value if not parts.scheme and not parts.netloc else None
+
+
+def to_login(request):
+    """The redirect of a page asked for without a session: to the login, and back after."""
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    if here == "/" or return_path(here) is None:
+        return RedirectResponse("/login", status_code=303)
+    return RedirectResponse("/login?" + urlencode({"next": here}), status_code=303)
 
 
 def _task_rows(status, monitor, parked):

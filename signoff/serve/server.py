@@ -5,6 +5,7 @@ the requests in flight (up to ``GRACEFUL_S``), then the app's shutdown writes
 what the group commit still holds.
 """
 
+import copy
 import json
 import logging
 import signal
@@ -14,10 +15,14 @@ import sys
 import uvicorn
 
 from ..app import Signoff
+from .logins import Logins
 from .settings import serve_settings
 from .web import build_app
 
 GRACEFUL_S = 30
+# uvicorn's logging, with the access lines on stderr instead of standard output.
+LOG_CONFIG = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+LOG_CONFIG["handlers"]["access"]["stream"] = "ext://sys.stderr"
 
 
 def bind_socket(host, port):
@@ -34,16 +39,24 @@ def bind_socket(host, port):
 
 
 def run(home=None, host="127.0.0.1", port=8080, secure_cookies=None, access_log=False):
-    """Serve ``home`` until SIGTERM/SIGINT; prints one JSON line once listening."""
+    """Serve ``home`` until SIGTERM/SIGINT; prints one JSON line once listening.
+
+    With ``access_log`` uvicorn logs one line per request on stderr (standard
+    output carries only the JSON lines).
+    """
     rt = Signoff(home)
     settings = serve_settings(rt.home)
     secure = settings["secure_cookies"] if secure_cookies is None else secure_cookies
-    app = build_app(rt, secure_cookies=secure)
+    logins = Logins(settings["login_failures"], float(settings["login_window_s"]))
+    app = build_app(rt, secure_cookies=secure, logins=logins)
     sock = bind_socket(host, port)
     actual = sock.getsockname()[1]
     config = uvicorn.Config(app, lifespan="on", access_log=access_log, log_level="warning",
-                            server_header=False, timeout_graceful_shutdown=GRACEFUL_S,
-                            proxy_headers=True, forwarded_allow_ips=settings["trusted_proxies"])
+                            log_config=LOG_CONFIG, server_header=False,
+                            timeout_graceful_shutdown=GRACEFUL_S, proxy_headers=True,
+                            forwarded_allow_ips=settings["trusted_proxies"])
+    if access_log:  # log_level quiets uvicorn's own lines, not the access lines asked for
+        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     shown = f"[{host}]" if ":" in host else host

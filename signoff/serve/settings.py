@@ -3,6 +3,8 @@
     [serve]
     secure_cookies = false        # true behind an HTTPS reverse proxy
     trusted_proxies = "127.0.0.1" # whose X-Forwarded-* headers uvicorn believes
+    login_failures = 5            # failed logins per client address or reviewer ...
+    login_window_s = 60.0         # ... within this many seconds, then 429 until it passes
 """
 
 import tomllib
@@ -10,7 +12,8 @@ import tomllib
 from ..config import CONFIG_NAME
 from ..errors import ConfigError
 
-DEFAULTS = {"secure_cookies": False, "trusted_proxies": "127.0.0.1"}
+DEFAULTS = {"secure_cookies": False, "trusted_proxies": "127.0.0.1", "login_failures": 5,
+            "login_window_s": 60.0}
 
 
 def read_table(home, name):
@@ -36,4 +39,10 @@ def serve_settings(home):
     if not isinstance(out["secure_cookies"], bool) or not isinstance(out["trusted_proxies"], str):
         raise ConfigError("bad_config", "serve.secure_cookies must be a boolean and "
                           "serve.trusted_proxies a string")
+    failures, window = out["login_failures"], out["login_window_s"]
+    if type(failures) is not int or not 1 <= failures <= 1000:
+        raise ConfigError("bad_config", "serve.login_failures must be an integer from 1 to 1000")
+    if type(window) not in (int, float) or not 0 < window <= 86400:
+        raise ConfigError("bad_config", "serve.login_window_s must be a number of seconds "
+                          "above 0, at most 86400")
     return out

@@ -12,6 +12,7 @@ from starlette.routing import Route
 from . import metrics
 from .groupcommit import GroupCommit
 from .hooks import make_endpoint, write_batch
+from .logins import Logins
 from .pages import TEMPLATES, Pages
 
 SECURITY_HEADERS = {
@@ -58,12 +59,16 @@ async def _database_down(request, exc):
                         status_code=503)
 
 
-def build_app(rt, secure_cookies=False, window_s=None):
-    """The Starlette app serving one signoff home (``rt``, a ``Signoff``)."""
+def build_app(rt, secure_cookies=False, window_s=None, logins=None):
+    """The Starlette app serving one signoff home (``rt``, a ``Signoff``).
+
+    ``logins`` is the login throttle (a ``Logins``; by default its defaults).
+    """
     commits = GroupCommit(lambda jobs: write_batch(rt, jobs),
                           **({} if window_s is None else {"window_s": window_s}))
-    pages = Pages(rt, secure_cookies=secure_cookies)
-    registry = metrics.registry_for(rt)
+    logins = logins or Logins()
+    pages = Pages(rt, logins, secure_cookies=secure_cookies)
+    registry = metrics.registry_for(rt, logins)
 
     async def healthz(request):
         ok, report = await run_in_threadpool(metrics.health, rt)
@@ -92,6 +97,7 @@ def build_app(rt, secure_cookies=False, window_s=None):
         Route("/tasks/{key}/approve", pages.approve, methods=["POST"]),
         Route("/tasks/{key}/reject", pages.reject, methods=["POST"]),
         Route("/tasks/{key}/retry", pages.retry, methods=["POST"]),
+        Route("/deliveries/{delivery:int}", pages.delivery, methods=["GET"]),
         Route("/dead-letters", pages.dead_letters, methods=["GET"]),
         Route("/gaps", pages.gaps, methods=["GET"]),
         Route("/dead-letters/{letter:int}/replay", pages.replay, methods=["POST"]),

@@ -358,9 +358,9 @@ def strip_tasks(keys, where):
 
 
 def audit(now, code, monitor=None, event_id=None, task_key=None):
-    """Append one audit row: identifiers and a code, never content."""
-    Audit.insert(at=now, code=code, monitor=monitor, event_id=event_id,
-                 task_key=task_key).execute()
+    """Append one audit row: identifiers and a code, never content; returns its ``seq``."""
+    return Audit.insert(at=now, code=code, monitor=monitor, event_id=event_id,
+                        task_key=task_key).execute()
 
 
 def record_attempts(rows):
