@@ -3,7 +3,8 @@
 import functools
 import threading
 
-from .ops import approval, deadletters, gaps, intake, monitors, policy, redraft, views
+from .ops import (approval, deadletters, gaps, intake, monitors, policy, redraft, subscriptions,
+                  views)
 from .steps import ingest, reaper, submit
 from . import storage, tracing
 from .clock import Clock
@@ -137,6 +138,16 @@ class Signoff:
     def monitors(self):
         """Every monitor."""
         return monitors.listing()
+
+    @_own_database
+    def subscriptions(self):
+        """Every MCP Events subscription signoff asked for (never its secret)."""
+        return subscriptions.listing()
+
+    @_own_database
+    def tend_subscriptions(self):
+        """One pass of the subscription chore: refresh, resubscribe, unsubscribe what is due."""
+        return storage.retrying(self.database, lambda: subscriptions.tend(self))
 
     @_own_database
     def enqueue(self, stream, monitor_id="default", progress=None):

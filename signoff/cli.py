@@ -257,8 +257,18 @@ def host():
 @click.option("--tenant")
 @click.option("--text")
 def host_record(obj, as_json, record_id, **changes):
-    """Insert or update a record; options not given keep their value."""
-    emit(obj.reference_host().put_record(record_id, **changes), as_json)
+    """Insert or update a record; options not given keep their value.
+
+    A new record is published as `comment.created` when `host mcp --events` serves this home.
+    """
+    from .hosts.reference import EVENTS_FILENAME
+    reference = obj.reference_host()
+    new = not reference.has_record(record_id)
+    record = reference.put_record(record_id, **changes)
+    store = reference.path.parent / EVENTS_FILENAME
+    if new and store.exists():
+        _mcp_module("hostserver").publish_created(store, record)
+    emit(record, as_json)
 
 
 @command(host, "material")
@@ -301,10 +311,37 @@ def host_results(obj, as_json):
 
 
 @command(host, "mcp")
-def host_mcp(obj, as_json):
-    """Serve the reference host as an MCP stdio server (for `signoff.hosts.mcp:McpHost`)."""
+@click.option("--http", "over_http", is_flag=True,
+              help="Serve streamable HTTP on 127.0.0.1 instead of stdio.")
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=0, show_default=True,
+              help="With --http (0: a free port; the URL is printed as JSON).")
+@click.option("--events", is_flag=True,
+              help="With --http: offer MCP Events (comment.created, published by `host record`).")
+@click.option("--loopback-callbacks", is_flag=True,
+              help="With --events: deliver only to this machine, plain http allowed (tests, demo).")
+def host_mcp(obj, as_json, over_http, port, events, loopback_callbacks):
+    """Serve the reference host as an MCP server (for `signoff.hosts.mcp:McpHost`)."""
+    if (events or loopback_callbacks or port) and not over_http:
+        raise click.UsageError("--port, --events and --loopback-callbacks need --http")
+    if loopback_callbacks and not events:
+        raise click.UsageError("--loopback-callbacks needs --events")
     reference = obj.reference_host()  # no home: refused before the SDK is imported
-    _mcp_module("hostserver").serve(reference)
+    server = _mcp_module("hostserver")
+    if over_http:
+        server.serve_http(reference, reference.path.parent, port, events, loopback_callbacks)
+    else:
+        server.serve(reference)
+
+
+def _serve_module():
+    """``signoff.serve.server``, or a one-line refusal when the ``serve`` extra is missing."""
+    from .errors import ConfigError
+    try:
+        from .serve import server
+    except ImportError as exc:
+        raise ConfigError("missing_extra", f"signoff serve needs the serve extra "
+                          f"(pip install 'signoff[serve]'): {exc}") from None
+    return server
 
 
 def _mcp_module(name):
@@ -331,7 +368,8 @@ MONITOR_COLUMNS = ["id", "document", "event_names", "active", "expires_at", "win
 @command(monitor, "bind")
 @click.option("--id", "monitor_id", default="default", show_default=True)
 @click.option("--document", required=True)
-@click.option("--event", "events", multiple=True, help="Event name (repeatable).")
+@click.option("--event", "events", multiple=True,
+              help="Event name (repeatable; default comment.created, or the subscribed event).")
 @click.option("--ttl", type=SECONDS, default=24 * 3600, show_default=True, help="Seconds.")
 @click.option("--window", type=SECONDS, default=60, show_default=True, help="Seconds.")
 @click.option("--approval-ttl", type=SECONDS, default=None, help="Seconds.")
@@ -339,9 +377,8 @@ MONITOR_COLUMNS = ["id", "document", "event_names", "active", "expires_at", "win
               help="Seconds: gather the document's records arriving within it into one task.")
 def monitor_bind(obj, as_json, monitor_id, document, events, ttl, window, approval_ttl,
                  batch_window):
-    """Bind a monitor from the host's current grant."""
-    from .ops.monitors import DEFAULT_EVENTS
-    m = obj.open().bind(document, monitor_id, event_names=list(events or DEFAULT_EVENTS),
+    """Bind a monitor from the host's current grant (subscribing it when the host offers events)."""
+    m = obj.open().bind(document, monitor_id, event_names=list(events) or None,
                         ttl_s=ttl, window_s=window, approval_ttl_s=approval_ttl,
                         batch_window_s=batch_window)
     emit(m, as_json, lambda m: table([m], MONITOR_COLUMNS, short=("grant_digest",)))
@@ -740,14 +777,8 @@ def reviewer_list(obj, as_json):
 @click.option("--access-log", is_flag=True, help="Log one line per request on stderr.")
 def serve(obj, as_json, bind_host, port, secure_cookies, access_log):
     """Serve webhooks, the review pages, /healthz and /metrics until SIGTERM."""
-    from .errors import ConfigError
-    try:
-        from .serve.server import run
-    except ImportError as exc:
-        raise ConfigError("missing_extra", f"signoff serve needs the serve extra "
-                          f"(pip install 'signoff[serve]'): {exc}") from None
-    summary = run(obj.home, host=bind_host, port=port, secure_cookies=secure_cookies,
-                  access_log=access_log)
+    summary = _serve_module().run(obj.home, host=bind_host, port=port,
+                                  secure_cookies=secure_cookies, access_log=access_log)
     emit(summary, as_json, lambda s: f"serve stopped ({s['stopped']})")
 
 
@@ -781,6 +812,17 @@ def audit(obj, as_json, limit):
     """The audit log, newest first: identifiers and codes, never content."""
     _listing(obj, as_json, "audit", limit, ["seq", "at", "monitor", "event_id", "task_key",
                                              "code", "reviewer"], short=("task_key",))
+
+
+SUBSCRIPTION_COLUMNS = ["monitor", "event", "subscription_id", "state", "refresh_before",
+                        "last_delivery_at"]
+
+
+@command(main)
+def subscriptions(obj, as_json):
+    """MCP Events subscriptions of monitors: state, expiry, last delivery (never the secret)."""
+    emit(obj.open().subscriptions(), as_json,
+         lambda rows: table(rows, SUBSCRIPTION_COLUMNS))
 
 
 @command(main)
@@ -863,12 +905,19 @@ def watch(obj, as_json, interval):
               help="Run in this folder (kept) instead of a temporary one.")
 @click.option("--mcp", "over_mcp", is_flag=True,
               help="Reach the host over MCP (`signoff host mcp`), and kill its server once.")
-def demo(obj, as_json, keep, over_mcp):
+@click.option("--events", "pushed", is_flag=True,
+              help="The host pushes events over MCP Events to `signoff serve` (needs the serve "
+                   "and mcp extras); serve is killed once after a write.")
+def demo(obj, as_json, keep, over_mcp, pushed):
     """The whole story in a fresh home, with a real worker killed and restarted."""
     from .demo import run_demo
-    if over_mcp:
+    if over_mcp and pushed:
+        raise click.UsageError("give at most one of --mcp and --events")
+    if over_mcp or pushed:
         _mcp_module("session")  # a one-line refusal when the extra is missing
-    report = run_demo(main, keep, as_json, mcp=over_mcp)
+    if pushed:
+        _serve_module()
+    report = run_demo(main, keep, as_json, mcp=over_mcp, events=pushed)
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False, indent=2))
     sys.exit(0 if report["passed"] else 1)

@@ -216,6 +216,9 @@ class Gap(BaseModel):
     ended_at = DoubleField()  # the resume
     mode = CharField()  # new_only or replay
     replayed = IntegerField(default=0)  # records the host named as changed, queued as events
+    # resume: ``previous`` ended and ``monitor`` resumed it; lapse: the MCP Events
+    # subscription of ``monitor`` (= ``previous``) lapsed and was subscribed again.
+    kind = CharField(default="resume")
 
 
 class MonitorBatching(BaseModel):
@@ -393,3 +396,63 @@ class Cursor(BaseModel):
 # signoff serve's tables are part of the one schema every home has.
 MODELS += [WebhookSecret, WebhookAnswer, WebhookDigest, WebhookRefusal, Reviewer, AuditReviewer,
            ReviewSession, Notification, Cursor]
+
+
+# -- MCP Events: subscriptions signoff asked a host's MCP server for ------------
+
+class Subscription(BaseModel):
+    """One ``events/subscribe`` signoff made for a monitor (ops/subscriptions.py).
+
+    Written as ``pending`` before the server is asked (its callback
+    verification arrives before the answer), ``active`` once it answered.
+    ``name``, ``arguments``, ``url`` and ``secret`` are what was sent: the
+    server names the subscription by them, so a refresh and an unsubscribe
+    send them again. The secret is never listed, logged or audited.
+    """
+
+    id = BigAutoField()
+    monitor = CharField(index=True)
+    name = Text()  # the server's event name
+    arguments = JSON()  # with the monitor's document filled in
+    field_map = JSON()  # where the event's fields are in a delivery
+    url = Text()  # the callback: <public_url>/hooks/<monitor>
+    secret = Text()
+    ttl_s = DoubleField()
+    subscription_id = Text(null=True)  # the server's id, once known
+    status = Text()  # lifecycle.SubscriptionStatus: pending, active, lapsed, ended
+    refresh_before = DoubleField(null=True)  # when the server drops it unless refreshed
+    subscribed_at = DoubleField(null=True)  # the last subscribe the server answered
+    last_delivery_at = DoubleField(null=True)
+    lapsed_at = DoubleField(null=True)
+    ended_at = DoubleField(null=True)
+    end_code = Text(null=True)  # cancelled, expired, scope_changed, subscribe_failed, ...
+    unsubscribed = BooleanField(default=False)  # the server said it is gone (or never held it)
+    # The worker chore that refreshes, resubscribes and unsubscribes: due at
+    # next_at, claimed by writing a lease token (and moving next_at on).
+    next_at = DoubleField(default=0.0)
+    lease_token = Text(null=True)
+    attempts = IntegerField(default=0)  # failed tries since the last success
+    last_code = Text(null=True)
+    created_at = DoubleField()
+    updated_at = DoubleField()
+
+    class Meta:
+        indexes = ((("next_at",), False),)
+
+
+class EventDeliveryCount(BaseModel):
+    """Requests that came through a subscription, counted by what they were answered."""
+
+    code = CharField(primary_key=True)  # accepted, duplicate, verified, or the refusal
+    count = BigIntegerField(default=0)
+
+    @classmethod
+    def add(cls, counts):
+        """Add ``{code: n}`` to the counts."""
+        for code, n in sorted(counts.items()):
+            (cls.insert(code=code, count=n)
+             .on_conflict(conflict_target=[cls.code], update={cls.count: cls.count + EXCLUDED.count})
+             .execute())
+
+
+MODELS += [Subscription, EventDeliveryCount]

@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 
 from .steps import batching
-from .ops import notify, policy, retention
+from .ops import notify, policy, retention, subscriptions
 from . import storage
 from .app import Signoff
 from .config import load_config, resolve_home
@@ -31,18 +31,20 @@ UNREACHABLE_S = 30.0  # how long `--drain` waits for a database it cannot reach
 log = logging.getLogger("signoff.worker")
 
 
-def can_progress(notifying=False):
+def can_progress(notifying=False, tending_at=None):
     """True while some delivery or task can still move without a human.
 
     Parked tasks, ready tasks and approval deadlines do not count: they wait
     for a person or for a cause to be fixed. An open batch does: it closes on its own.
-    So does, when this worker sends them (``notifying``), a notification not yet sent.
+    So does, when this worker sends them (``notifying``), a notification not yet sent,
+    and, when it tends subscriptions (``tending_at``: now), subscription work due now.
     """
     return (Delivery.select().where(Delivery.status.in_(list(DELIVERY_PENDING))).exists()
             or Task.select().where(Task.status.in_(list(TASK_ACTIVE)),
                                    Task.parked == False).exists()  # noqa: E712
             or batching.holds_drain()
-            or (notifying and notify.outbox_busy()))
+            or (notifying and notify.outbox_busy())
+            or (tending_at is not None and subscriptions.due_now(tending_at)))
 
 
 def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
@@ -80,7 +82,9 @@ def _open(home, clock):
 
 def _loop(rt, workers, drain):
     storage.prepare_worker(rt.database)
-    logging.getLogger("huey").setLevel(logging.WARNING)
+    # One INFO line per queue poll or MCP request would bury the worker's own lines.
+    for chatty in ("huey", "httpx", "httpx2"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     consumer = rt.queue.create_consumer(workers=workers, worker_type="thread", periodic=False,
                                         max_delay=IDLE_POLL_S, initial_delay=0.05,
                                         shutdown_timeout=rt.config.lease_ttl_s)
@@ -94,6 +98,7 @@ def _loop(rt, workers, drain):
     started = time.monotonic()
     reaped = _reap(rt)
     notifier = notify.start(rt)  # task.ready notifications, when [notify] url is set
+    tender = subscriptions.start(rt)  # when the host's MCP server offers events
     consumer.start()
     heartbeat = heartbeats.Heartbeat(rt.clock, workers)
     _safe(heartbeat.beat, None)
@@ -101,7 +106,8 @@ def _loop(rt, workers, drain):
         signal.signal(signum, on_signal)
     log.info("worker started: %d threads, lease %.0fs, home %s", workers,
              rt.config.lease_ttl_s, rt.home)
-    health_at, drained = time.monotonic() + HEALTH_INTERVAL_S, _Drain(rt, notifier is not None)
+    health_at = time.monotonic() + HEALTH_INTERVAL_S
+    drained = _Drain(rt, notifier is not None, tender is not None)
     chores_at = time.monotonic()
     try:
         while not stop.wait(REAP_INTERVAL_S if not drain else IDLE_POLL_S):
@@ -118,8 +124,9 @@ def _loop(rt, workers, drain):
                 health_at = time.monotonic() + HEALTH_INTERVAL_S
     finally:
         consumer.stop(graceful=True)
-        if notifier is not None:
-            notifier.stop()
+        for helper in (notifier, tender):
+            if helper is not None:
+                helper.stop()
         _safe(heartbeat.stop, None)
     log.info("worker stopped (%s)", reason["why"])
     return {"stopped": reason["why"], "seconds": round(time.monotonic() - started, 3),
@@ -144,13 +151,14 @@ class _Drain:
     with ``database_unavailable`` instead of waiting forever.
     """
 
-    def __init__(self, rt, notifying):
-        self.rt, self.notifying = rt, notifying
+    def __init__(self, rt, notifying, tending):
+        self.rt, self.notifying, self.tending = rt, notifying, tending
         self.idle, self.reached_at = 0, time.monotonic()
 
     def now(self):
+        tending_at = self.rt.clock.now() if self.tending else None
         progress = _safe(lambda: storage.retrying(
-            self.rt.database, lambda: can_progress(self.notifying), 0), None)
+            self.rt.database, lambda: can_progress(self.notifying, tending_at), 0), None)
         if progress is None:  # not known: the database did not answer
             self.idle = 0
             if time.monotonic() - self.reached_at > UNREACHABLE_S:

@@ -44,11 +44,11 @@ def signed(secret, body, msg_id, at=None):
 
 
 class Server:
-    """``signoff serve --port 0`` as a child process; ``url`` once it listens."""
+    """``signoff serve --port 0`` (or ``port``) as a child process; ``url`` once it listens."""
 
-    def __init__(self, home, *args, env=None):
+    def __init__(self, home, *args, env=None, port=0):
         self.log = open(home.parent / f"serve-{time.monotonic_ns()}.log", "wb")
-        self.proc = subprocess.Popen(signoff_cmd(home, "serve", "--port", "0", *args),
+        self.proc = subprocess.Popen(signoff_cmd(home, "serve", "--port", str(port), *args),
                                      env=env or child_env(), stdout=subprocess.PIPE,
                                      stderr=self.log)
         self.url = self._wait_listening()

@@ -62,8 +62,8 @@ def test_resume_new_only_records_the_gap_and_leaves_old_tasks_as_they_ended(watc
     assert rt.task(old_task["key"])["status"] == "cancelled"
     assert Delivery.select().count() == 1  # nothing was queued from the gap
     assert rt.gaps()["resume_gaps"] == [gap]
-    assert rt.stats()["observation_gaps"] == {"resume_gaps": 1, "not_observed_s": HOUR,
-                                              "stale_events": 0}
+    assert rt.stats()["observation_gaps"] == {"resume_gaps": 1, "lapse_gaps": 0,
+                                              "not_observed_s": HOUR, "stale_events": 0}
     deliver(rt, "default-2", 2)  # new events flow to the new monitor
     assert {t["monitor"] for t in rt.tasks(status="ready")} == {"default-2"}
 
@@ -176,7 +176,7 @@ def test_resume_and_gaps_cli(tmp_path):
     again = cli(home, "monitor", "resume", "default", "--as", "c", "--new-only", "--json")
     assert again.exit_code == 1 and json.loads(again.stdout)["error"] == "already_resumed"
     listed = json.loads(cli(home, "gaps", "--json").stdout)
-    assert set(listed) == {"resume_gaps", "stale_events", "not_observed_s"}
+    assert set(listed) == {"resume_gaps", "lapse_gaps", "stale_events", "not_observed_s"}
     assert [g["gap"] for g in listed["resume_gaps"]] == [answer["gap"]["gap"]]
     human = cli(home, "gaps").output
     assert "not observed" in human and "no change" not in human.lower()

@@ -403,7 +403,7 @@ def test_plugin_and_config_errors_say_what_to_do(rt, home):
 # (an attempt's or a task's code), or printed as a warning.
 CODE_PATTERNS = [re.compile(pattern) for pattern in (
     r'(?<!\w)(?:Refused|Blocked|ConfigError|NoHome|StorageError|AttemptFailed|fail|error_result'
-    r'|refuse\(\w+,|Outcome\("(?:final|blocked)",)\(?\s*"([a-z_]+)"',
+    r'|refuse\((?:\w+,\s*){1,2}|Outcome\("(?:final|blocked)",)\(?\s*"([a-z_]+)"',
     r'"error":\s*"([a-z_]+)"',
     r'(?<![\w.])audit\(\w+,\s*"([a-z_]+)"',
     r'(?<!\w)(?:audit_code|code|last_code)="([a-z_]+)"',

@@ -47,11 +47,11 @@ MAP = {"record_id": "data.comment_id", "document": "data.doc"}
 
 
 class EventsServer:
-    """``events_server.py --port 0`` as a child process; ``url`` and ``admin`` once it listens."""
+    """``events_server.py`` as a child process; ``url`` and ``admin`` once it listens."""
 
-    def __init__(self, db):
+    def __init__(self, db, port=0):
         self.proc = subprocess.Popen([sys.executable, str(PLUGINS / "events_server.py"),
-                                      "--port", "0", "--db", str(db)],
+                                      "--port", str(port), "--db", str(db)],
                                      env=child_env(), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         line = self.proc.stdout.readline()

@@ -105,6 +105,7 @@ def render_stats(s):
         f"gaps        {s['stale_event_gaps']} stale event(s), {s['lease_expiries']} lease expiry(ies)",
         _not_observed(s.get("observation_gaps")),
         "workers     " + render_workers(s["workers"]),
+        _subscribed(s["subscriptions"]),
     ])
 
 
@@ -129,10 +130,19 @@ def render_health(report):
     return "\n".join(lines)
 
 
+def _subscribed(sub):
+    if not any(sub["states"].values()):
+        return "subscribed  no MCP Events subscription"
+    states = _pairs({k: v for k, v in sub["states"].items() if v})
+    waiting = f", {sub['unsubscribe_pending']} to unsubscribe" if sub["unsubscribe_pending"] else ""
+    return f"subscribed  {states}{waiting}; requests {_pairs(sub['requests'])}"
+
+
 def _not_observed(g):
-    if not g or not g["resume_gaps"]:
+    if not g or not (g["resume_gaps"] or g["lapse_gaps"]):
         return "unobserved  no resume gap recorded"
-    return (f"unobserved  {g['resume_gaps']} resume gap(s), {g['not_observed_s']:.0f}s "
+    lapses = f", {g['lapse_gaps']} lapsed subscription(s)" if g["lapse_gaps"] else ""
+    return (f"unobserved  {g['resume_gaps']} resume gap(s){lapses}, {g['not_observed_s']:.0f}s "
             "not observed (see `signoff gaps`)")
 
 
@@ -156,5 +166,12 @@ def render_gaps(g):
         lines.append(f"  {fmt(float(r['occurred']))}  {r['monitor']}  {r['event_id']}  "
                      f"{r['record_id']}: not observed in time")
     if not stale["latest"]:
+        lines.append("  (none recorded)")
+    lapses = g["lapse_gaps"]
+    lines.append(f"lapsed subscriptions ({len(lapses)}):")
+    for r in lapses:
+        lines.append(f"  {fmt(r['from'])} → {fmt(r['to'])}  {r['monitor']}  {r['document']}  "
+                     f"{r['mode']}: {r['observed']}")
+    if not lapses:
         lines.append("  (none recorded)")
     return "\n".join(lines)

@@ -46,7 +46,7 @@ class StepFailed(Exception):
         self.got = got
 
 
-def run_demo(cli, keep=None, as_json=False, mcp=False):
+def run_demo(cli, keep=None, as_json=False, mcp=False, events=False):
     """Run the demo; return the report (``report["passed"]`` is the verdict).
 
     ``cli``: the click group the steps run (``signoff.cli.main``).
@@ -57,6 +57,7 @@ def run_demo(cli, keep=None, as_json=False, mcp=False):
     ``as_json``: step lines go to standard error, so the caller can print the
     report as the only document on standard output.
     ``mcp``: the host is reached over MCP (see ``signoff.demo.mcp``).
+    ``events``: the host pushes its events over MCP Events (``signoff.demo.events``).
     """
     started = time.monotonic()
     if keep is not None:
@@ -65,6 +66,8 @@ def run_demo(cli, keep=None, as_json=False, mcp=False):
         home, temporary = Path(tempfile.mkdtemp(prefix="signoff-demo-")), True
     if mcp:
         from .mcp import McpDemo as story_class
+    elif events:
+        from .events import EventsDemo as story_class
     else:
         story_class = Demo
     demo = story_class(cli, home, as_json)
@@ -191,16 +194,20 @@ class Demo:
 
     # -- workers --------------------------------------------------------------
 
+    def child_env(self):
+        """The environment of the demo's processes: this signoff importable."""
+        env = dict(os.environ)
+        package_root = str(Path(__file__).resolve().parent.parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        return env
+
     def start_worker(self, *args):
         n = len(self.workers) + 1
         log = private_file(self.home / f"worker-{n}.log", "wb")
         self.logs.append(log)
-        env = dict(os.environ)
-        package_root = str(Path(__file__).resolve().parent.parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         proc = subprocess.Popen(
             [sys.executable, "-m", "signoff", "--home", str(self.home), "worker", *args],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.child_env())
         self.workers.append(proc)
         return proc
 
@@ -270,6 +277,15 @@ class Demo:
         self.step("event → ready", "ready", self.first_event)
         self.step("finish before approval → needs_approval", "needs_approval",
                   lambda: self.refused("tasks", "retry", self.key))
+        self.lost_ack_and_kill()
+        self.step("same event again → duplicate", "duplicate", self.duplicate)
+        self.step("results on the host → 1", 1, self.results)
+        self.step("cancel the monitor", "inactive", self.cancel)
+        self.step("new event → cancelled", "cancelled", self.after_cancel)
+        self.finished = True
+
+    def lost_ack_and_kill(self):
+        """The ready task approved, its acknowledgement lost, the worker killed and replaced."""
         self.step("arm lose-ack", {"lose-ack": 1},
                   lambda: self.ok("host", "fault", "lose-ack", "--times", "1")["faults"])
         self.step("approve with the task's digest → approved", "approved",
@@ -279,11 +295,6 @@ class Demo:
         self.step("kill -9 the worker", "killed", self.kill)
         self.step("new worker --drain → done (receipt read under the same key)", "done",
                   self.recover)
-        self.step("same event again → duplicate", "duplicate", self.duplicate)
-        self.step("results on the host → 1", 1, self.results)
-        self.step("cancel the monitor", "inactive", self.cancel)
-        self.step("new event → cancelled", "cancelled", self.after_cancel)
-        self.finished = True
 
     def fresh_home(self):
         if self.home.exists() and (not self.home.is_dir() or any(self.home.iterdir())):

@@ -2,9 +2,10 @@
 
 ``[host] factory = "signoff.hosts.mcp:McpHost"`` with ``[host.options]``:
 ``command``/``args``/``env`` (stdio) or ``url`` (streamable HTTP), ``timeout_s``,
-``tools`` (the server's tool and argument names for each contract call) and
-``transient_codes``. signoff makes one host per worker thread, so each host
-object keeps one session of its own.
+``tools`` (the server's tool and argument names for each contract call),
+``transient_codes`` and, for a server that offers MCP Events, ``events`` (what
+a monitor subscribes to; docs/events.md). signoff makes one host per worker
+thread, so each host object keeps one session of its own.
 
 The task key signoff passes to ``submit`` and ``receipt`` is the only
 idempotency key sent: the mapping renames arguments but never fills one from
@@ -25,6 +26,9 @@ CONTRACT = {"context": (), "get": ("record_id",), "read_material": ("document",)
 DEFAULT_TOOLS = {"context": "get_context", "get": "get_record",
                  "read_material": "read_material", "submit": "submit_result",
                  "receipt": "get_receipt"}
+# The optional host method behind replays (monitor resume --replay, a lapsed
+# subscription): only when the ``tools`` table names the server's tool for it.
+OPTIONAL = {"changes": ("document", "since")}
 CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
@@ -36,8 +40,9 @@ class McpHost:
     """The host contract over one MCP session (stdio or streamable HTTP)."""
 
     def __init__(self, home, command=None, args=(), env=None, url=None, timeout_s=10,
-                 tools=None, transient_codes=("timeout", "unavailable")):
+                 tools=None, transient_codes=("timeout", "unavailable"), events=None):
         try:
+            from ..mcp.events import events_settings
             from ..mcp.session import McpSession, stdio_params
         except ImportError as exc:
             raise ConfigError("plugin_import", f"McpHost needs the signoff[mcp] extra: {exc}") from None
@@ -47,6 +52,13 @@ class McpHost:
         timeout_s = _positive(timeout_s)
         if (command is None) == (url is None):
             raise ConfigError("bad_config", "host.options: give exactly one of command and url")
+        if events is not None and url is None:
+            # Deliveries are webhooks from a server that runs on its own, not a child process.
+            raise ConfigError("bad_config", "host.options.events needs a url (streamable HTTP)")
+        # What its monitors subscribe to (ops/subscriptions.py looks for this attribute).
+        self.events_settings = None if events is None else events_settings(events)
+        if "changes" in self.tools:
+            self.changes = self._changes  # a host without it has no ``changes`` at all
         if url is not None:
             self.session = McpSession(url=_string(url, "url"), timeout_s=timeout_s)
         else:
@@ -77,6 +89,15 @@ class McpHost:
     def receipt(self, key):
         """What the server holds under ``key``, or ``None``."""
         return self._call("receipt", key=key)
+
+    def _changes(self, document, since):
+        """Ids of the records of ``document`` changed since ``since`` (Unix seconds)."""
+        return self._call("changes", document=document, since=since)
+
+    def events_client(self):
+        """An ``EventsClient`` on this host's session (``events`` must be configured)."""
+        from ..mcp.events import EventsClient
+        return EventsClient(self.session, self.events_settings.subscribe_timeout_s)
 
     def close(self):
         """End the session and stop a stdio server."""
@@ -143,17 +164,18 @@ def tool_map(tools):
     configuration errors.
     """
     tools = _table(tools, "tools", values=dict)
-    unknown = set(tools) - set(CONTRACT)
+    unknown = set(tools) - set(CONTRACT) - set(OPTIONAL)
     if unknown:
         raise ConfigError("bad_config", f"host.options.tools: unknown call {sorted(unknown)[0]!r}; "
-                                        f"known: {', '.join(CONTRACT)}")
+                                        f"known: {', '.join([*CONTRACT, *OPTIONAL])}")
     mapping = {}
-    for op, params in CONTRACT.items():
+    wanted = dict(CONTRACT, **{op: params for op, params in OPTIONAL.items() if op in tools})
+    for op, params in wanted.items():
         entry = tools.get(op, {})
         extra = set(entry) - {"name", "args"}
         if extra:
             raise ConfigError("bad_config", f"host.options.tools.{op}: unknown key {sorted(extra)[0]!r}")
-        name = _string(entry.get("name", DEFAULT_TOOLS[op]), f"tools.{op}.name")
+        name = _string(entry.get("name", DEFAULT_TOOLS.get(op)), f"tools.{op}.name")
         renames = _table(entry.get("args"), f"tools.{op}.args", values=str)
         if set(renames) - set(params):
             bad = sorted(set(renames) - set(params))[0]

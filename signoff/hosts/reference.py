@@ -15,6 +15,8 @@ from ..rules.canonical import canonical
 from ..errors import Blocked, Refused, StorageError
 
 FILENAME = "host.db"
+# MCP Events subscriptions and outbox, kept when `signoff host mcp --http --events` serves.
+EVENTS_FILENAME = "host-events.db"
 FAULTS = ("read-timeout", "lose-ack", "bad-receipt", "crash-after-write")
 ALWAYS = -1  # a fault that stays on until cleared
 
@@ -141,6 +143,11 @@ class ReferenceHost:
         return [rid for rid, body in rows if json.loads(body)["tenant"] == grant["tenant"]]
 
     # -- administration (the `signoff host` commands) ------------------------
+
+    def has_record(self, record_id):
+        """True when a record ``record_id`` exists (whatever the grant says)."""
+        return self.conn.execute("SELECT 1 FROM records WHERE id = ?",
+                                 (record_id,)).fetchone() is not None
 
     def put_record(self, record_id, document=None, version=None, status=None, kind=None,
                    tenant=None, text=None):

@@ -19,6 +19,7 @@ and ``signoff[serve]`` extras.
 
 import json
 import math
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import jsonschema
@@ -30,6 +31,7 @@ from ..ops.secrets import signed_by_one_of
 from .session import McpCallError
 
 SUBSCRIBE_TIMEOUT_S = 30.0
+TTL_S = 24 * 60 * 60.0  # asked for; servers clamp it (1 h to 7 days is common)
 MAX_DELIVERY_BYTES = 256 * 1024  # the draft's limit on one delivery body
 MAX_LIST_PAGES = 100  # a server that pages forever is not followed forever
 MAX_CHALLENGE = 1024
@@ -115,6 +117,65 @@ class EventsClient:
         except McpCallError as exc:
             if exc.code != NOT_FOUND:
                 raise Refused("unsubscribe_failed", _reason(exc)) from None
+
+
+@dataclass(frozen=True)
+class EventsSettings:
+    """``[host.options.events]``: the event a monitor on this host subscribes to.
+
+    ``arguments`` may say ``{document}`` in its strings: the monitor's document
+    goes there. ``field_map`` is the ``map`` table (see ``map_delivery``).
+    """
+
+    name: str
+    arguments: dict
+    field_map: dict
+    ttl_s: float = TTL_S
+    subscribe_timeout_s: float = SUBSCRIBE_TIMEOUT_S
+
+    def arguments_for(self, document):
+        """The subscribe arguments of a monitor watching ``document``."""
+        return _filled(self.arguments, document)
+
+
+def _filled(value, document):
+    if isinstance(value, str):
+        return value.replace("{document}", document)
+    if isinstance(value, dict):
+        return {k: _filled(v, document) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_filled(v, document) for v in value]
+    return value
+
+
+SETTINGS_KEYS = ("name", "arguments", "map", "ttl_s", "subscribe_timeout_s")
+
+
+def events_settings(table):
+    """``EventsSettings`` from the ``[host.options.events]`` table; ``bad_config`` if wrong."""
+    if not isinstance(table, dict):
+        raise ConfigError("bad_config", "host.options.events must be a table")
+    unknown = sorted(set(table) - set(SETTINGS_KEYS))
+    if unknown:
+        raise ConfigError("bad_config", f"host.options.events: unknown key {unknown[0]!r}; "
+                                        f"known: {', '.join(SETTINGS_KEYS)}")
+    name = table.get("name")
+    try:
+        check_label("name", name)
+    except InvalidEvent as exc:
+        raise ConfigError("bad_config", f"host.options.events.{exc.reason}") from None
+    arguments = table.get("arguments", {})
+    if not isinstance(arguments, dict):
+        raise ConfigError("bad_config", "host.options.events.arguments must be a table")
+    field_map = check_map(table.get("map"))
+    seconds = {}
+    for key, default in (("ttl_s", TTL_S), ("subscribe_timeout_s", SUBSCRIBE_TIMEOUT_S)):
+        value = table.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ConfigError("bad_config", f"host.options.events.{key} must be a positive "
+                                            "number of seconds")
+        seconds[key] = float(value)
+    return EventsSettings(name, arguments, dict(field_map), **seconds)
 
 
 def check_arguments(name, schema, arguments):

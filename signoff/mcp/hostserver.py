@@ -1,4 +1,4 @@
-"""``signoff host mcp``: the home's reference host as an MCP stdio server.
+"""``signoff host mcp``: the home's reference host as an MCP server (stdio or HTTP).
 
 Five tools, named as ``McpHost`` calls them by default: ``get_context``,
 ``get_record``, ``read_material``, ``submit_result``, ``get_receipt``.
@@ -8,13 +8,33 @@ from a key. A submit retried with the same key and result returns the
 original outcome; another result under the key is ``idempotency_conflict``.
 The reference host's fault switches work through it (``crash-after-write``
 kills this server process right after the write commits).
+
+Over streamable HTTP (``--http``) it can also offer MCP Events (``--events``,
+with the ``mcp-webhook-events`` package): one event, ``comment.created``,
+subscribed per document (``{"document": ...}``), whose data is the new
+record's ``{record_id, document}``. ``signoff host record`` publishes it when
+it adds a record, into the events store in the home; this server delivers
+what is due every half second, with the package's retries.
 """
 
+import ipaddress
+import json
+import logging
+import os
+import socket
 import threading
+import time
 from typing import Any
 
 from ..errors import Blocked
+from ..hosts.reference import EVENTS_FILENAME
 from .strict import StrictServer, error_result, key_refusal
+
+EVENT = "comment.created"
+DELIVER_EVERY_S = 0.5
+LOOPBACK_NAMES = ("localhost",)
+
+log = logging.getLogger("signoff.hostserver")
 
 INSTRUCTIONS = ("The signoff reference host: records, materials, results and the current grant. "
                 "Results are written once per idempotency key.")
@@ -91,3 +111,80 @@ def _receipt(host, key):
 def serve(host):
     """Serve ``host`` on standard input and output until EOF."""
     build(host).run("stdio")
+
+
+# -- over HTTP, with MCP Events ----------------------------------------------------
+
+def definitions():
+    """The events this server offers: ``comment.created`` per document."""
+    from mcp_webhook_events import EventDefinition
+    return [EventDefinition(
+        name=EVENT, description="A review comment (a record) was added to a document.",
+        input_schema={"type": "object", "properties": {"document": {"type": "string"}},
+                      "required": ["document"], "additionalProperties": False},
+        payload_schema={"type": "object", "required": ["record_id", "document"],
+                        "properties": {"record_id": {"type": "string"},
+                                       "document": {"type": "string"}}})]
+
+
+def publish_created(store, record):
+    """Queue ``comment.created`` for ``record`` to the subscriptions in ``store``; how many."""
+    from mcp_webhook_events import McpEvents
+    events = McpEvents(None, store=str(store), definitions=definitions())
+    return events.publish(EVENT, {"record_id": record["id"], "document": record["document"]})
+
+
+def _callbacks(loopback):
+    """Where deliveries may go: HTTPS to public addresses only, or with ``loopback``
+    (tests and the demo) only to this machine, plain HTTP allowed."""
+    from mcp_webhook_events import CallbackError, SafeHttp
+
+    class Callbacks(SafeHttp):
+        def check_url(self, url):
+            parts = super().check_url(url)
+            if loopback and not _is_loopback(parts.hostname):
+                raise CallbackError("insecure_url")
+            return parts
+
+    return Callbacks(allow_insecure_for_tests=loopback)
+
+
+def _is_loopback(hostname):
+    try:
+        return ipaddress.ip_address(hostname).is_loopback
+    except ValueError:
+        return hostname in LOOPBACK_NAMES
+
+
+def serve_http(host, home, port=0, events=False, loopback_callbacks=False):
+    """Serve ``host`` over streamable HTTP on 127.0.0.1 until stopped.
+
+    Prints one JSON line (``{"url", "events", "pid"}``) once listening. With
+    ``events``, MCP Events too, its subscriptions and outbox in the home.
+    """
+    import uvicorn
+    server = build(host)
+    if events:
+        from mcp_webhook_events import McpEvents
+        offered = McpEvents(server, store=str(home / EVENTS_FILENAME), definitions=definitions(),
+                            http=_callbacks(loopback_callbacks))
+        offered.install()
+        threading.Thread(target=_deliver_forever, args=(offered,), name="deliver",
+                         daemon=True).start()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(128)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+    print(json.dumps({"url": url, "events": events, "pid": os.getpid()}), flush=True)
+    app = server.streamable_http_app(host="127.0.0.1")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+
+
+def _deliver_forever(offered):
+    while True:
+        try:
+            offered.deliver_pending()
+        except Exception:  # the next pass tries again; the outbox keeps what is due
+            log.exception("delivering events failed")
+        time.sleep(DELIVER_EVERY_S)

@@ -1,7 +1,9 @@
 """Resume after a cancel or an expiry, and the observation gaps (docs/policies-and-batches.md).
 
 Between the end of a monitor and its resume nothing watched the document: that
-span is a gap, recorded and shown, never reported as "no changes". ``--replay``
+span is a gap, recorded and shown, never reported as "no changes". So is the
+time an MCP Events subscription had lapsed before it was subscribed again
+(a lapse gap, replayed the same way when the host can say what changed). ``--replay``
 asks the host which records changed in the gap (the optional host method
 ``changes(document, since) -> [record_id]``) and queues one event per record;
 ``--new-only`` queues nothing. Either way the gap stays on record. Stale events
@@ -19,11 +21,12 @@ from ..rules.canonical import digest
 from ..errors import InvalidEvent, Refused
 from ..rules.events import check_label
 from ..state.lifecycle import audit
-from ..models import Delivery, Gap, Monitor, db
+from ..models import Delivery, Gap, Monitor
 from .monitors import DAY_S, bind, check_id
 from ..rules.retry import TRANSIENT
 
 MODES = ("new_only", "replay")
+RESUME, LAPSE = "resume", "lapse"  # what made a gap (Gap.kind)
 LATEST_STALE = 20
 
 
@@ -35,26 +38,58 @@ def resume(rt, monitor_id, new_id, mode, ttl_s=DAY_S):
     old = Monitor.get_or_none(Monitor.id == monitor_id)
     if old is None:
         raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
-    if Gap.select().where(Gap.previous == monitor_id).exists():
+    if Gap.select().where(Gap.previous == monitor_id, Gap.kind == RESUME).exists():
         raise Refused("already_resumed", f"monitor {monitor_id!r} was resumed already")
     now = rt.clock.now()
     ended = _end_of(old, now)
     if ended is None:
         raise Refused("monitor_active", f"monitor {monitor_id!r} is still active: cancel it first")
     changed = _changed_records(rt, old.document, ended) if mode == "replay" else []
-    with db.atomic():
-        monitor = bind(rt, old.document, new_id, event_names=old.event_names, ttl_s=ttl_s,
-                       window_s=old.window_s, approval_ttl_s=old.approval_ttl_s,
-                       batch_window_s=windows([old.id]).get(old.id))
+    made = {}
+
+    def record_gap():
+        # In bind's transaction: the monitor, the gap and the replayed deliveries together.
         gap = Gap.create(monitor=new_id, previous=old.id, document=old.document,
                          started_at=ended, ended_at=now, mode=mode, replayed=len(changed))
         audit(now, "gap", new_id)
-        events = [{"event_id": replay_event_id(gap.id, rid), "name": old.event_names[0],
-                   "document": old.document, "record_id": rid, "occurred": int(now)}
-                  for rid in changed]
-        lines = rt.enqueue_events(events, new_id) if events else []
-    return {"monitor": monitor, "gap": gap_row(gap),
-            "replayed": [{"event_id": line.event_id, "delivery": line.delivery} for line in lines]}
+        made.update(gap=gap, lines=_replay(rt, gap, new_id, old.event_names[0], old.document,
+                                           changed, now))
+
+    monitor = bind(rt, old.document, new_id, event_names=old.event_names, ttl_s=ttl_s,
+                   window_s=old.window_s, approval_ttl_s=old.approval_ttl_s,
+                   batch_window_s=windows([old.id]).get(old.id), within=record_gap)
+    return {"monitor": monitor, "gap": gap_row(made["gap"]),
+            "replayed": [{"event_id": line.event_id, "delivery": line.delivery}
+                         for line in made["lines"]]}
+
+
+def _replay(rt, gap, monitor_id, name, document, changed, now):
+    """Queue one event per record named as changed in ``gap``; the line results."""
+    events = [{"event_id": replay_event_id(gap.id, rid), "name": name, "document": document,
+               "record_id": rid, "occurred": int(now)} for rid in changed]
+    return rt.enqueue_events(events, monitor_id) if events else []
+
+
+def changed_or_none(rt, document, since):
+    """The records ``document`` changed since ``since`` per the host; ``None`` if it cannot say."""
+    if not callable(getattr(rt.host(), "changes", None)):
+        return None
+    return _changed_records(rt, document, since)
+
+
+def record_lapse(rt, monitor, started_at, now, changed):
+    """Record the gap of a subscription that lapsed and was subscribed again.
+
+    ``changed``: what ``changed_or_none`` said (asked before the transaction);
+    those records are queued as events. Runs in the caller's transaction.
+    """
+    gap = Gap.create(monitor=monitor.id, previous=monitor.id, document=monitor.document,
+                     started_at=started_at, ended_at=now, kind=LAPSE,
+                     mode="new_only" if changed is None else "replay",
+                     replayed=len(changed or []))
+    audit(now, "gap", monitor.id)
+    _replay(rt, gap, monitor.id, monitor.event_names[0], monitor.document, changed or [], now)
+    return gap
 
 
 def replay_event_id(gap_id, record_id):
@@ -93,8 +128,8 @@ def _changed_records(rt, document, since):
 
 
 def gap_row(gap):
-    """A resume gap as ``signoff gaps`` shows it."""
-    return {"gap": gap.id, "kind": "resume", "monitor": gap.monitor, "previous": gap.previous,
+    """A resume or lapse gap as ``signoff gaps`` shows it."""
+    return {"gap": gap.id, "kind": gap.kind, "monitor": gap.monitor, "previous": gap.previous,
             "document": gap.document, "from": gap.started_at, "to": gap.ended_at,
             "seconds": round(gap.ended_at - gap.started_at, 3), "mode": gap.mode,
             "replayed": gap.replayed, "observed": _observed(gap)}
@@ -102,6 +137,8 @@ def gap_row(gap):
 
 def _observed(gap):
     # Quiet is not "no changes": what nobody watched is said to be unobserved.
+    if gap.kind == LAPSE and gap.mode != "replay":
+        return "not observed; the subscription had lapsed and the host cannot say what changed"
     if gap.mode == "replay":
         return (f"not observed; the host named {gap.replayed} record(s) changed since, "
                 "queued again as events")
@@ -115,19 +152,24 @@ def listing():
                "record_id": d.record_id, "occurred": d.occurred, "at": d.updated_at,
                "observed": "not observed; the event arrived outside its freshness window"}
               for d in stale.order_by(Delivery.id.desc()).limit(LATEST_STALE)]
-    return {"resume_gaps": [gap_row(g) for g in Gap.select().order_by(Gap.id)],
+    rows = [gap_row(g) for g in Gap.select().order_by(Gap.id)]
+    return {"resume_gaps": [g for g in rows if g["kind"] == RESUME],
+            "lapse_gaps": [g for g in rows if g["kind"] == LAPSE],
             "stale_events": {"total": stale.count(), "latest": latest},
             "not_observed_s": summary()["not_observed_s"]}
 
 
 def summary(stale_events=None):
-    """The counts ``stats`` shows: resume gaps, their seconds, stale events.
+    """The counts ``stats`` shows: resume and lapse gaps, their seconds, stale events.
 
     ``stale_events`` is the count when the caller has it already (a scan of
     every delivery otherwise).
     """
-    count, seconds = Gap.select(fn.COUNT(Gap.id), fn.SUM(Gap.ended_at - Gap.started_at)).tuples().get()
+    counts, seconds = dict.fromkeys((RESUME, LAPSE), 0), 0.0
+    for kind, n, spent in Gap.select(Gap.kind, fn.COUNT(Gap.id),
+                                     fn.SUM(Gap.ended_at - Gap.started_at)).group_by(Gap.kind).tuples():
+        counts[kind], seconds = n, seconds + (spent or 0.0)
     stale = (Delivery.select().where(Delivery.outcome == "stale_event").count()
              if stale_events is None else stale_events)
-    return {"resume_gaps": count, "not_observed_s": round(seconds or 0.0, 3),
-            "stale_events": stale}
+    return {"resume_gaps": counts[RESUME], "lapse_gaps": counts[LAPSE],
+            "not_observed_s": round(seconds, 3), "stale_events": stale}

@@ -1,5 +1,6 @@
 """Monitors: bind one from the host's current grant, cancel it, list them."""
 
+from . import subscriptions
 from ..steps import batching
 from ..rules.canonical import digest
 from ..errors import Refused
@@ -25,24 +26,23 @@ def check_id(monitor_id):
         raise Refused("invalid_name", f"monitor id {monitor_id!r}: must be {ID_RULE}")
 
 
-def bind(rt, document, monitor_id="default", event_names=DEFAULT_EVENTS, ttl_s=DAY_S,
-         window_s=60, approval_ttl_s=None, batch_window_s=None):
+def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, window_s=60,
+         approval_ttl_s=None, batch_window_s=None, within=None):
     """Bind a monitor from the host's current grant context.
 
     An id that exists already (active or cancelled) is refused: a cancelled
-    monitor is never reactivated, and a changed grant needs a new monitor.
+    monitor is never reactivated, and a changed grant needs a new monitor. On
+    a host whose MCP server offers events the monitor is subscribed first
+    (``subscriptions.subscribe``); ``event_names`` then defaults to the
+    subscribed event's name. ``within()`` runs in the transaction that writes
+    the monitor.
     """
-    check_id(monitor_id)
-    try:
-        for label, value in [("document", document)] + [
-                ("event", name) for name in event_names]:
-            check_label(label, value)
-    except InvalidEvent as exc:
-        raise Refused("invalid_monitor", exc.reason) from None
-    for name, value in (("ttl", ttl_s), ("window", window_s), ("approval-ttl", approval_ttl_s),
-                        ("batch-window", batch_window_s)):
-        if value is not None and not value > 0:
-            raise Refused("invalid_monitor", f"{name}: must be a positive number of seconds")
+    events = subscriptions.settings_of(rt)
+    if event_names is None:
+        event_names = [events.name] if events is not None else list(DEFAULT_EVENTS)
+    _check_options(monitor_id, document, event_names, events,
+                   {"ttl": ttl_s, "window": window_s, "approval-ttl": approval_ttl_s,
+                    "batch-window": batch_window_s})
     context = rt.host().context()
     actions = context.get("actions", []) if isinstance(context, dict) else []
     if not {"read", "draft"} <= set(actions):
@@ -51,24 +51,53 @@ def bind(rt, document, monitor_id="default", event_names=DEFAULT_EVENTS, ttl_s=D
     if not isinstance(docs, list) or document not in docs:
         # Refused now, not at the first event: such a monitor could never act.
         raise Refused("access", f"the current grant does not cover document {document!r}")
-    now = rt.clock.now()
-    with db.atomic():
-        existing = Monitor.get_or_none(Monitor.id == monitor_id)
-        if existing is not None:
-            code = "monitor_exists" if existing.active else "cancelled"
-            raise Refused(code, f"monitor {monitor_id!r} exists already"
-                          + ("" if existing.active else " and is cancelled; bind a new id"))
-        Monitor.create(id=monitor_id, document=document, event_names=list(event_names),
-                       expires_at=now + ttl_s, window_s=window_s, approval_ttl_s=approval_ttl_s,
-                       grant_digest=digest(context), active=True, created_at=now)
-        if batch_window_s is not None:
-            batching.set_window(monitor_id, batch_window_s)
-        audit(now, "bound", monitor_id)
-    return row(Monitor.get_by_id(monitor_id))
+
+    def create():
+        now = rt.clock.now()
+        with db.atomic():
+            _refuse_existing(monitor_id)
+            Monitor.create(id=monitor_id, document=document, event_names=list(event_names),
+                           expires_at=now + ttl_s, window_s=window_s,
+                           approval_ttl_s=approval_ttl_s, grant_digest=digest(context),
+                           active=True, created_at=now)
+            if batch_window_s is not None:
+                batching.set_window(monitor_id, batch_window_s)
+            audit(now, "bound", monitor_id)
+            if within is not None:
+                within()
+        return row(Monitor.get_by_id(monitor_id))
+
+    if events is None:
+        return create()
+    _refuse_existing(monitor_id)  # before asking the server for anything
+    return subscriptions.subscribe(rt, events, monitor_id, document, create)
+
+
+def _check_options(monitor_id, document, event_names, events, durations):
+    # The id rule keeps it a plain path segment, as a subscription's callback URL needs too.
+    check_id(monitor_id)
+    try:
+        for label, value in [("document", document)] + [
+                ("event", name) for name in event_names]:
+            check_label(label, value)
+    except InvalidEvent as exc:
+        raise Refused("invalid_monitor", exc.reason) from None
+    for name, value in durations.items():
+        if value is not None and not value > 0:
+            raise Refused("invalid_monitor", f"{name}: must be a positive number of seconds")
+
+
+def _refuse_existing(monitor_id):
+    existing = Monitor.get_or_none(Monitor.id == monitor_id)
+    if existing is not None:
+        code = "monitor_exists" if existing.active else "cancelled"
+        raise Refused(code, f"monitor {monitor_id!r} exists already"
+                      + ("" if existing.active else " and is cancelled; bind a new id"))
 
 
 def cancel(rt, monitor_id):
-    """Stop intake and end the monitor's open tasks (see ``lifecycle.cancel_tasks``).
+    """Stop intake, end the monitor's open tasks (see ``lifecycle.cancel_tasks``) and its
+    MCP Events subscription (answered 410 from now on; the worker unsubscribes it).
 
     Answers the monitor with ``tasks_cancelled`` and ``writes_in_flight``: the
     cancelled tasks a worker was writing at that moment, each of which ends
@@ -87,6 +116,7 @@ def _cancel(monitor_id, now):
             raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
         Monitor.update(active=False, cancelled_at=now).where(
             Monitor.id == monitor_id, Monitor.active == True).execute()  # noqa: E712
+        subscriptions.end_for_monitor(monitor_id, now, "cancelled")
         ended = cancel_tasks(Task.monitor == monitor_id, now)
         audit(now, "cancelled", monitor_id)
     return ended

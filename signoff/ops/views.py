@@ -10,7 +10,7 @@ import difflib
 from peewee import Case, fn
 
 from ..steps import batching
-from . import gaps
+from . import gaps, subscriptions
 from .approval import get_task
 from ..errors import Refused
 from ..models import Attempt, Audit, AuditReviewer, DeadLetter, Delivery, Task
@@ -218,6 +218,7 @@ def stats(now):
         "observation_gaps": gaps.summary(stale_events=stale),
         "lease_expiries": Attempt.select().where(Attempt.code == "lease_expired").count(),
         "workers": heartbeats.summary(now),
+        "subscriptions": subscriptions.summary(),
     }
 
 

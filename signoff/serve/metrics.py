@@ -77,6 +77,15 @@ class SignoffCollector:
             yield GaugeMetricFamily("signoff_worker_heartbeat_age_seconds",
                                     "Age of the freshest worker heartbeat.",
                                     value=s["workers"]["freshest_age_s"])
+        subscribed = s["subscriptions"]
+        yield _gauge_by("signoff_subscriptions", "MCP Events subscriptions by state.", "state",
+                        subscribed["states"])
+        deliveries = CounterMetricFamily("signoff_event_deliveries",
+                                         "Requests of MCP Events subscriptions by answer.",
+                                         labels=["code"])
+        for code, n in sorted(subscribed["requests"].items()):
+            deliveries.add_metric([code], n)
+        yield deliveries
         yield _gauge_by("signoff_notifications", "task.ready notifications by status.", "status",
                         dict(Notification.select(Notification.status, fn.COUNT(Notification.task_key))
                              .group_by(Notification.status).tuples()))

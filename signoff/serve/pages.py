@@ -239,6 +239,18 @@ class Pages:
         listing = await run_in_threadpool(self.rt.gaps)
         return self.render(request, "gaps.html", viewer=viewer, limit=PAGE_LIMIT, **listing)
 
+    async def monitors(self, request):
+        """``GET /monitors``: each monitor, and the state of its MCP Events subscription."""
+        viewer = await self.viewer(request)
+        if viewer is None:
+            return RedirectResponse("/login", status_code=303)
+        rows = await run_in_threadpool(self._monitor_rows)
+        return self.render(request, "monitors.html", viewer=viewer, rows=rows)
+
+    def _monitor_rows(self):
+        latest = {s["monitor"]: s for s in self.rt.subscriptions()}  # the last one asked for
+        return [dict(m, subscription=latest.get(m["id"])) for m in self.rt.monitors()]
+
     async def style(self, request):
         """``GET /style.css`` (no inline styles, so the CSP can forbid them)."""
         return PlainTextResponse(STYLE, media_type="text/css")

@@ -5,15 +5,17 @@
     trusted_proxies = "127.0.0.1" # whose X-Forwarded-* headers uvicorn believes
     login_failures = 5            # failed logins per client address or reviewer ...
     login_window_s = 60.0         # ... within this many seconds, then 429 until it passes
+    public_url = "https://signoff.example"  # where an MCP Events server reaches serve
 """
 
 import tomllib
+from urllib.parse import urlsplit
 
 from ..config import CONFIG_NAME
 from ..errors import ConfigError
 
 DEFAULTS = {"secure_cookies": False, "trusted_proxies": "127.0.0.1", "login_failures": 5,
-            "login_window_s": 60.0}
+            "login_window_s": 60.0, "public_url": None}
 
 
 def read_table(home, name):
@@ -45,4 +47,14 @@ def serve_settings(home):
     if type(window) not in (int, float) or not 0 < window <= 86400:
         raise ConfigError("bad_config", "serve.login_window_s must be a number of seconds "
                           "above 0, at most 86400")
+    public = out["public_url"]
+    if public is not None and not (isinstance(public, str) and _is_base_url(public)):
+        raise ConfigError("bad_config", "serve.public_url must be an http(s) URL without a "
+                          "query, such as \"https://signoff.example\"")
     return out
+
+
+def _is_base_url(text):
+    parts = urlsplit(text)
+    return parts.scheme in ("http", "https") and bool(parts.netloc) and not (
+        parts.query or parts.fragment)

@@ -100,6 +100,7 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
         Route("/deliveries/{delivery:int}", pages.delivery, methods=["GET"]),
         Route("/dead-letters", pages.dead_letters, methods=["GET"]),
         Route("/gaps", pages.gaps, methods=["GET"]),
+        Route("/monitors", pages.monitors, methods=["GET"]),
         Route("/dead-letters/{letter:int}/replay", pages.replay, methods=["POST"]),
         Route("/style.css", pages.style, methods=["GET"]),
     ]

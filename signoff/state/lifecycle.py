@@ -1,4 +1,5 @@
-"""The life cycles of deliveries, tasks and notifications: the one place a status is written.
+"""The life cycles of deliveries, tasks, notifications and subscriptions: the one place a
+status is written.
 
 A row is born here with its first status (``new_deliveries``, ``new_tasks``,
 ``new_notifications``), and every later write to a delivery, task or
@@ -14,7 +15,8 @@ from enum import StrEnum
 from peewee import SQL
 
 from .. import storage
-from ..models import Attempt, Audit, DeadLetter, Delivery, Inbox, Notification, Task, db
+from ..models import (Attempt, Audit, DeadLetter, Delivery, Inbox, Notification, Subscription,
+                      Task, db)
 from ..storage import PreparedInsert, insert_rows
 
 
@@ -50,7 +52,16 @@ class NotificationStatus(StrEnum):
     DEAD = "dead"
 
 
-D, T, N = DeliveryStatus, TaskStatus, NotificationStatus
+class SubscriptionStatus(StrEnum):
+    """Where an MCP Events subscription is (ops/subscriptions.py)."""
+
+    PENDING = "pending"  # asked for; the server has not answered yet
+    ACTIVE = "active"
+    LAPSED = "lapsed"  # its refreshBefore passed without a refresh
+    ENDED = "ended"
+
+
+D, T, N, S = DeliveryStatus, TaskStatus, NotificationStatus, SubscriptionStatus
 
 DELIVERY_EDGES = {
     (D.QUEUED, D.PROCESSING), (D.RETRYING, D.PROCESSING),
@@ -77,6 +88,14 @@ TASK_EDGES = {
 }
 
 NOTIFICATION_EDGES = {(N.PENDING, N.SENT), (N.PENDING, N.DEAD), (N.DEAD, N.PENDING)}
+
+SUBSCRIPTION_EDGES = {
+    (S.PENDING, S.ACTIVE), (S.PENDING, S.ENDED),
+    (S.ACTIVE, S.LAPSED), (S.LAPSED, S.ACTIVE), (S.ACTIVE, S.ENDED), (S.LAPSED, S.ENDED),
+    # The same status again: a refresh, a failed try of the chore, an unsubscribe confirmed.
+    (S.ACTIVE, S.ACTIVE), (S.LAPSED, S.LAPSED), (S.ENDED, S.ENDED),
+}
+SUBSCRIPTION_LIVE = (S.PENDING, S.ACTIVE, S.LAPSED)
 
 # Statuses from which a task can still move without a human.
 TASK_ACTIVE = (T.APPROVED, T.UNCERTAIN)
@@ -119,6 +138,19 @@ def move_notification(task_key, sources, target, now, **fields):
     _check(NOTIFICATION_EDGES, sources, target)
     _guarded(Notification, Notification.task_key == task_key, sources, None, status=target,
              updated_at=now, **fields)
+
+
+def move_subscription(row_id, sources, target, now, token=None, **fields):
+    """Move subscription row ``row_id`` like ``move_task``; ``Fenced`` if not."""
+    _check(SUBSCRIPTION_EDGES, sources, target)
+    _guarded(Subscription, Subscription.id == row_id, sources, token, status=target,
+             updated_at=now, **fields)
+
+
+def new_subscription(now, **fields):
+    """A ``pending`` subscription row, written before the server is asked (its
+    verification request must find the row); returns the row."""
+    return Subscription.create(status=S.PENDING, created_at=now, updated_at=now, **fields)
 
 
 def claim_rows(model, suspect, now, limit, lease):

@@ -11,8 +11,9 @@ once it listens, and serves streamable HTTP on 127.0.0.1 until it is stopped.
 
 Tools: ``whoami`` (the grant), ``fetch_comment(comment_id)``,
 ``release_calendar(doc)``, ``post_reply(idempotency_key, snapshot, reply)``
-(idempotent under the key; ``idempotency_conflict``, ``source_changed``) and
-``reply_receipt(idempotency_key)``. Business errors are ``isError`` with
+(idempotent under the key; ``idempotency_conflict``, ``source_changed``),
+``reply_receipt(idempotency_key)`` and ``comments_since(doc, since)`` (the ids
+of the document's comments added at or after ``since``, by the events clock). Business errors are ``isError`` with
 ``{"ok": false, "error": CODE}``. Event: ``review.comment_added``, subscribed
 per document (``{"doc": ...}``), with ``{comment_id, doc, author}`` as data;
 unsubscribing what it does not hold answers the draft's NotFound (-32011).
@@ -56,6 +57,7 @@ COMMENT_ADDED = EventDefinition(
                                    "author": {"type": "string"}}})
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS comments (id TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS comment_times (id TEXT PRIMARY KEY, doc TEXT NOT NULL, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS calendars (doc TEXT PRIMARY KEY, demo_date TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS replies (idempotency_key TEXT PRIMARY KEY, reply TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS grant_context (id INTEGER PRIMARY KEY CHECK (id = 1), body TEXT NOT NULL);
@@ -182,6 +184,16 @@ def post_reply(idempotency_key: str, snapshot: dict, reply: dict):
 
 
 @server.tool()
+def comments_since(doc: str, since: float) -> list[str]:
+    def read(db):
+        if doc not in store.grant(db)["docs"]:
+            raise Refusal("access")
+        return [cid for (cid,) in db.execute(
+            "SELECT id FROM comment_times WHERE doc = ? AND at >= ? ORDER BY at, id", (doc, since))]
+    return answer(read)
+
+
+@server.tool()
 def reply_receipt(idempotency_key: str):
     def read(db):
         row = db.execute("SELECT reply FROM replies WHERE idempotency_key = ?",
@@ -210,6 +222,8 @@ async def add_comment(request):
                        "text": given.get("text", ""), "source": f"review://{doc}/{comment_id}"}
             db.execute("INSERT OR REPLACE INTO comments VALUES (?, ?)",
                        (comment_id, json.dumps(comment)))
+            db.execute("INSERT OR REPLACE INTO comment_times VALUES (?, ?, ?)",
+                       (comment_id, doc, events.clock()))
             return comment
 
     comment = await anyio.to_thread.run_sync(add)
@@ -272,6 +286,7 @@ def main():
                          http=SafeHttp(allow_insecure_for_tests=True))
     events.install()
     sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart on the same port
     sock.bind(("127.0.0.1", options.port))
     sock.listen(128)
     port = sock.getsockname()[1]
