@@ -147,6 +147,11 @@ class Audit(BaseModel):
     event_id = Text(null=True)
     task_key = CharField(max_length=64, null=True)
     code = Text()
+    # Who made a human decision and through which face (cli, page, api, policy);
+    # null for what the engine did by itself. On the CLI the actor is the
+    # operator's ``--by`` label, not an identity.
+    actor = Text(null=True)
+    channel = Text(null=True)
 
 
 class DeadLetter(BaseModel):

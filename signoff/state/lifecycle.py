@@ -389,10 +389,14 @@ def strip_tasks(keys, where):
         key_in(Task.key, keys), where).returning(Task.key, Task.status).tuples().execute())
 
 
-def audit(now, code, monitor=None, event_id=None, task_key=None):
-    """Append one audit row: identifiers and a code, never content; returns its ``seq``."""
+def audit(now, code, monitor=None, event_id=None, task_key=None, actor=None, channel=None):
+    """Append one audit row: identifiers and a code, never content; returns its ``seq``.
+
+    ``actor`` and ``channel`` name who decided and through which face, for
+    human decisions (and ``policy``); the engine's own moves leave them null.
+    """
     return Audit.insert(at=now, code=code, monitor=monitor, event_id=event_id,
-                        task_key=task_key).execute()
+                        task_key=task_key, actor=actor, channel=channel).execute()
 
 
 def record_attempts(rows):
