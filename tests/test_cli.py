@@ -29,7 +29,8 @@ EVENT_KEYS = {"delivery", "event_id", "monitor", "status", "outcome", "task_key"
               "last_code"}
 LINE_KEYS = {"line", "event_id", "accepted", "delivery", "code", "reason"}
 DLQ_KEYS = {"id", "kind", "ref", "step", "code", "attempts", "first_at", "last_at", "replayed"}
-AUDIT_KEYS = {"seq", "at", "monitor", "event_id", "task_key", "code", "reviewer"}
+AUDIT_KEYS = {"seq", "at", "monitor", "event_id", "task_key", "code", "actor", "channel",
+              "reviewer"}
 STATS_KEYS = {"at", "deliveries", "outcomes", "tasks", "in_flight", "retries_waiting",
               "uncertain", "parked", "dead_letters", "stale_event_gaps", "lease_expiries"}
 
