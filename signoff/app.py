@@ -3,8 +3,8 @@
 import functools
 import threading
 
-from .ops import (approval, deadletters, gaps, intake, monitors, policy, redraft, subscriptions,
-                  views)
+from .ops import (approval, deadletters, gaps, intake, monitors, policy, redraft, retention,
+                  reviewers, secrets, subscriptions, views)
 from .steps import ingest, reaper, submit
 from . import storage, tracing
 from .clock import Clock
@@ -154,9 +154,23 @@ class Signoff:
         """Accept JSON Lines from a binary stream; returns the list of line results.
 
         Everything accepted is committed before this returns, whether or not
-        the caller looks at the answers (``intake.enqueue`` streams them).
+        the caller looks at the answers (``enqueue_stream`` streams them).
         """
-        return list(intake.enqueue(self, stream, monitor_id, progress))
+        return list(self.enqueue_stream(stream, monitor_id, progress))
+
+    def enqueue_stream(self, stream, monitor_id="default", progress=None):
+        """Like ``enqueue``, yielding each line's result once its chunk is committed,
+        so a stream of any length runs in constant memory."""
+        results = intake.enqueue(self, stream, monitor_id, progress)
+        while True:
+            # Each step runs against this home's database; between steps the
+            # caller's code runs unbound, as it would between two calls.
+            with storage.session(self.database):
+                try:
+                    result = next(results)
+                except StopIteration:
+                    return
+            yield result
 
     def enqueue_events(self, events, monitor_id="default"):
         """Accept a list of event dicts (or raw values); returns the line results."""
@@ -251,7 +265,50 @@ class Signoff:
         """Replay a dead letter with a fresh budget."""
         return deadletters.replay(self, letter_id)
 
+    @_own_database
+    def purge(self, older_than_days=None, dry_run=False, progress=None):
+        """Drop finished tasks' snapshots past retention (see ``retention.purge``)."""
+        return retention.purge(self, older_than_days, dry_run, progress)
+
+    # -- webhook secrets and reviewers ----------------------------------------
+
+    @_own_database
+    def add_secret(self, monitor_id, secret=None):
+        """Add a webhook secret to a monitor (a new one when ``secret`` is None);
+        the answer holds it this once."""
+        return secrets.add(self, monitor_id, secret)
+
+    @_own_database
+    def monitor_secrets(self, monitor_id):
+        """A monitor's secret ids and when they were added (never the secrets)."""
+        return secrets.listing(monitor_id)
+
+    @_own_database
+    def remove_secret(self, monitor_id, secret_id):
+        """Remove one of a monitor's webhook secrets."""
+        return secrets.remove(self, monitor_id, secret_id)
+
+    @_own_database
+    def add_reviewer(self, name, read_only=False):
+        """Create a reviewer of the pages; the answer holds their token this once."""
+        return reviewers.add(self, name, read_only)
+
+    @_own_database
+    def reviewers(self):
+        """Reviewers (never their tokens)."""
+        return reviewers.listing()
+
+    @_own_database
+    def remove_reviewer(self, name):
+        """Delete a reviewer and end their sessions."""
+        return reviewers.remove(self, name)
+
     # -- views ---------------------------------------------------------------
+
+    @_own_database
+    def listing(self, name, status=None, limit=None):
+        """One page of a listing as the CLI shows it: ``(rows, more)`` (``views.listing``)."""
+        return views.listing(name, status=status, limit=limit)
 
     @_own_database
     def events(self, **kw):
@@ -262,6 +319,11 @@ class Signoff:
     def tasks(self, status=None, **kw):
         """Task rows, optionally of one status (``limit``, ``newest_first``)."""
         return views.tasks(status, **kw)
+
+    @_own_database
+    def monitor_tasks(self, monitor_id, status=None, limit=100):
+        """One monitor's tasks, oldest first (``status`` to filter; at most ``limit``)."""
+        return views.monitor_tasks(monitor_id, status, limit)
 
     @_own_database
     def task(self, key):

@@ -44,12 +44,14 @@ class Ctx:
 
     def __init__(self, home):
         self.home = home
+        self.database = None  # once opened: named in a database error's message
 
     def open(self):
         """The home as a ``Signoff`` (refuses with ``no_home`` if it is missing)."""
         from .app import Signoff
         rt = Signoff(self.home)
         click.get_current_context().call_on_close(rt.close)
+        self.database = rt.database
         return rt
 
     def reference_host(self):
@@ -85,8 +87,8 @@ def command(group, name=None, json_help="Print one JSON document.", **kwargs):
                 # One line, never a traceback: the command failed (exit 1).
                 from peewee import DatabaseError
                 if isinstance(exc, DatabaseError):
-                    from .storage import db, describe
-                    fail(*describe(exc, db.obj), as_json)
+                    from .storage import describe
+                    fail(*describe(exc, obj.database), as_json)
                 fail("internal_error", f"{type(exc).__name__}: {exc}", as_json)
         return run
     return wrap
@@ -428,10 +430,9 @@ def monitor_secret():
               help="whsec_<base64 of 24-64 bytes>, or - to read it from stdin (default: a new one).")
 def monitor_secret_add(obj, as_json, monitor_id, secret):
     """Add a secret; it is printed this once and never shown again."""
-    from .ops import secrets
     if secret == "-":
         secret = sys.stdin.readline().strip()
-    emit(secrets.add(obj.open(), monitor_id, secret), as_json,
+    emit(obj.open().add_secret(monitor_id, secret), as_json,
          lambda r: f"secret {r['secret_id']} for monitor {r['monitor']} (shown once): {r['secret']}")
 
 
@@ -439,9 +440,7 @@ def monitor_secret_add(obj, as_json, monitor_id, secret):
 @click.argument("monitor_id")
 def monitor_secret_list(obj, as_json, monitor_id):
     """The monitor's secret ids and when they were added (never the secrets)."""
-    from .ops import secrets
-    obj.open()
-    emit(secrets.listing(monitor_id), as_json,
+    emit(obj.open().monitor_secrets(monitor_id), as_json,
          lambda rows: table(rows, ["secret_id", "created_at"]))
 
 
@@ -450,8 +449,7 @@ def monitor_secret_list(obj, as_json, monitor_id):
 @click.argument("secret_id", type=click.IntRange(min=0, max=INT64_MAX))
 def monitor_secret_remove(obj, as_json, monitor_id, secret_id):
     """Remove a secret (effective for the next request)."""
-    from .ops import secrets
-    emit(secrets.remove(obj.open(), monitor_id, secret_id), as_json,
+    emit(obj.open().remove_secret(monitor_id, secret_id), as_json,
          lambda r: f"secret {r['secret_id']} of monitor {r['monitor']} removed")
 
 
@@ -469,14 +467,13 @@ def _enqueue(rt, source, monitor_id, as_json):
     # Streams both ways: lines are read in chunks and answers printed as they
     # come, so a file of any length runs in constant memory. Each chunk is
     # committed before its answers are printed: what was printed is stored.
-    from .ops.intake import enqueue
     show_progress = sys.stderr.isatty()
 
     def progress(lines):
         if show_progress:
             click.echo(f"\r{lines} lines read", err=True, nl=False)
 
-    results = enqueue(rt, source, monitor_id, progress=progress)
+    results = rt.enqueue_stream(source, monitor_id, progress=progress)
     counts = {True: 0, False: 0}
     opened = []  # the JSON list's "[" is out
     try:
@@ -605,9 +602,7 @@ def bounded(f):
 
 
 def _listing(obj, as_json, name, limit, columns, status=None, short=(), hint=None):
-    from .ops.views import listing
-    obj.open()  # points the models at this home's database
-    rows, more = listing(name, status=status, limit=limit)
+    rows, more = obj.open().listing(name, status=status, limit=limit)
     stream(rows, more, as_json, columns, short=short, hint=hint)
 
 
@@ -745,8 +740,7 @@ def reviewer():
 @click.option("--read-only", is_flag=True, help="May look, may not approve or change anything.")
 def reviewer_add(obj, as_json, name, read_only):
     """Create a reviewer; their login token is printed this once."""
-    from .ops import reviewers
-    emit(reviewers.add(obj.open(), name, read_only), as_json,
+    emit(obj.open().add_reviewer(name, read_only), as_json,
          lambda r: f"reviewer {r['name']}{' (read-only)' if r['read_only'] else ''}, "
                    f"token (shown once): {r['token']}")
 
@@ -755,17 +749,14 @@ def reviewer_add(obj, as_json, name, read_only):
 @click.argument("name")
 def reviewer_remove(obj, as_json, name):
     """Delete a reviewer and end their sessions."""
-    from .ops import reviewers
-    emit(reviewers.remove(obj.open(), name), as_json,
+    emit(obj.open().remove_reviewer(name), as_json,
          lambda r: f"reviewer {r['name']} removed; {r['sessions_ended']} session(s) ended")
 
 
 @command(reviewer, "list")
 def reviewer_list(obj, as_json):
     """Reviewers (never their tokens)."""
-    from .ops import reviewers
-    obj.open()
-    emit(reviewers.listing(), as_json,
+    emit(obj.open().reviewers(), as_json,
          lambda rows: table(rows, ["name", "read_only", "created_at"]))
 
 
@@ -869,14 +860,13 @@ def purge(obj, as_json, older_than, dry_run):
 
     Webhook answers past it are dropped and refusal counts folded likewise.
     """
-    from .ops.retention import purge as run_purge
     show_progress = sys.stderr.isatty() and not dry_run
 
     def progress(done):
         if show_progress:
             click.echo(f"\r{done} tasks purged", err=True, nl=False)
 
-    summary = run_purge(obj.open(), older_than, dry_run, progress)
+    summary = obj.open().purge(older_than, dry_run, progress)
     if show_progress:
         click.echo("", err=True)
     emit(summary, as_json, lambda s: (

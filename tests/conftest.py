@@ -214,6 +214,27 @@ def open_home(home, factory, clock=None, records=1, options="", **keys):
         host.put_record(f"comment-{n}", document="doc-demo", text="add the date")
     host.put_material("doc-demo", "2026-11-01")
     app.bind("doc-demo", window_s=3600)
+    return read_here(app)
+
+
+_READS = []  # the open test's bindings, ended at its teardown
+
+
+@pytest.fixture(autouse=True)
+def _test_reads():
+    with contextlib.ExitStack() as stack:
+        _READS.append(stack)
+        yield
+        _READS.remove(stack)
+
+
+def read_here(app):
+    """Let this test's own model queries read ``app``'s database until it ends.
+
+    signoff's code never needs this (every ``Signoff`` method binds its own
+    database); a test that looks at rows directly does.
+    """
+    _READS[-1].enter_context(storage.bind(app.database))
     return app
 
 
@@ -225,7 +246,7 @@ def rt(home, clock):
     host.put_record("comment-1", document="doc-demo", text="please add the demo date")
     host.put_material("doc-demo", "2026-11-01")
     app.bind("doc-demo")
-    yield app
+    yield read_here(app)
     app.close()
 
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from conftest import PLUGINS, make_event, wait_for
+from conftest import PLUGINS, make_event, wait_for, read_here
 
 from signoff.steps import batching
 from signoff.app import Signoff
@@ -91,6 +91,7 @@ def test_two_workers_joining_at_once_open_one_batch(brt, clock, home):
     from signoff import storage
     from signoff.models import db
     other = Signoff(home, clock=clock)
+    read_here(other)
     first_in, release, done = threading.Event(), threading.Event(), []
 
     def join(rt, record_id, hold):

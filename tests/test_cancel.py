@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import PLUGINS, child_env, make_event, open_home, signoff_cmd, wait_for
+from conftest import PLUGINS, child_env, make_event, open_home, signoff_cmd, wait_for, read_here
 from signoff.state.lifecycle import TASK_OPEN
 from signoff.models import Attempt, Task
 
@@ -32,6 +32,7 @@ def hooked_home(home, clock):
 
     def make(records):
         rt = open_home(home, "testhosts:HookHost", clock, records)
+        read_here(rt)
         opened.append(rt)
         rt.enqueue_events([make_event(event_id=f"evt-{n}", record_id=f"comment-{n}")
                            for n in range(records)])
@@ -134,6 +135,7 @@ def race_home(home):
     """A home with ``RECORDS`` approved tasks on a host whose writes take a while."""
     rt = open_home(home, "testhosts:ChaosHost", records=RECORDS, options=RACE_HOST_OPTIONS,
                    base_delay_s=0.05, max_delay_s=0.2, batch_size=10)
+    read_here(rt)
     now = int(time.time())
     rt.enqueue_events([make_event(event_id=f"evt-{n}", record_id=f"comment-{n}", occurred=now)
                        for n in range(RECORDS)])

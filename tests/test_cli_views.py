@@ -7,7 +7,7 @@ Uses the CLI helpers and the real-clock ``home`` / ``ready`` fixtures of ``test_
 import json
 import time
 
-from conftest import T0, make_event
+from conftest import T0, make_event, read_here
 from test_cli import home, invoke, ok, ready  # noqa: F401
 
 from signoff.steps import batching
@@ -20,6 +20,7 @@ def test_tasks_list_carries_the_digest_to_approve_with(ready):
     [row] = ok(home, "tasks", "list")
     assert row["digest"] == task["digest"]
     with Signoff(home) as rt:
+        read_here(rt)
         assert [t["digest"] for t in rt.tasks()] == [task["digest"]]
     # A script approves straight from the listing, without a `tasks show` per task.
     answer = ok(home, "approve", row["key"], "--digest", row["digest"])
@@ -41,6 +42,7 @@ def test_tasks_show_makes_hidden_characters_visible_and_keeps_text_indented(home
     ok(home, "host", "record", "--id", "comment-1", "--document", "doc-demo", "--text", sly)
     ok(home, "enqueue", input=json.dumps(make_event(occurred=int(time.time()))) + "\n")
     with Signoff(home) as rt:
+        read_here(rt)
         rt.run_until_idle()
         [task] = rt.tasks()
     human = invoke(home, "tasks", "show", task["key"]).stdout
@@ -56,6 +58,7 @@ def test_tasks_show_makes_hidden_characters_visible_and_keeps_text_indented(home
 def test_tasks_show_prints_every_record_of_a_batch(tmp_path):
     clock = FakeClock(T0)
     with Signoff.init(tmp_path / "batches", clock=clock) as rt:
+        read_here(rt)
         for n, text in ((1, "first comment"), (2, "second comment")):
             rt.host().put_record(f"c{n}", document="doc-demo", text=text)
         rt.host().put_material("doc-demo", "2026-11-01")

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import PLUGINS, child_env, signoff_cmd, wait_for
+from conftest import PLUGINS, child_env, signoff_cmd, wait_for, read_here
 from signoff.app import Signoff
 from signoff.models import Attempt, Delivery, Inbox, Task
 
@@ -46,6 +46,7 @@ class Home:
         write_config(path, **config)
         self.path = path
         self.rt = Signoff.init(path)
+        read_here(self.rt)
         self.host = self.rt.host()
         for n in range(records):
             self.host.put_record(f"comment-{n}", document="doc-demo", text="add the date")

@@ -24,7 +24,7 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from conftest import ROOT, child_env, signoff_cmd, state_tables, wait_for
+from conftest import ROOT, child_env, signoff_cmd, state_tables, wait_for, read_here
 from servekit import Server
 from signoff.app import Signoff
 from signoff.clock import Clock
@@ -96,7 +96,7 @@ def served(home, vendor):
     config.write_text(HOST_SECTION.sub("", text) + "\n" + host_toml(vendor.url, serve.url),
                       encoding="utf-8")
     clock = ShiftedClock()
-    rt = Signoff(home, clock=clock)
+    rt = read_here(Signoff(home, clock=clock))
     yield rt, serve, vendor, clock
     rt.close()
     serve.stop()

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from conftest import PLUGINS, T0, make_event
+from conftest import PLUGINS, T0, make_event, read_here
 
 from signoff.ops import gaps
 from signoff.app import Signoff
@@ -107,6 +107,7 @@ def test_a_host_without_changes_refuses_replay_and_changes_nothing(tmp_path, clo
     (home / "signoff.toml").write_text('[host]\nfactory = "testhosts:NoChangesHost"\n',
                                        encoding="utf-8")
     rt = Signoff.init(home, clock=clock)
+    read_here(rt)
     try:
         rt.bind("doc-demo")
         rt.cancel("default")
@@ -162,6 +163,7 @@ def cli(home, *args):
 def test_resume_and_gaps_cli(tmp_path):
     home = tmp_path / "cli-home"
     rt = Signoff.init(home)
+    read_here(rt)
     rt.bind("doc-demo")
     rt.close()
     assert cli(home, "monitor", "cancel", "default", "--json").exit_code == 0

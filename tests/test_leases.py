@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import PLUGINS, T0, make_event
+from conftest import PLUGINS, T0, make_event, read_here
 from signoff.steps import ingest, submit
 from signoff.app import Signoff
 from signoff.config import RetryPolicy
@@ -44,6 +44,7 @@ def make_rt(tmp_path, clock):
         home = tmp_path / f"home{len(opened)}"
         write_config(home, factory, **retry)
         app = Signoff.init(home, clock=clock)
+        read_here(app)
         setup = app.host()
         setup.put_record("comment-1", document="doc-demo", text="please add the demo date")
         setup.put_material("doc-demo", "2026-11-01")

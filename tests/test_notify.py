@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from conftest import child_env, signoff_cmd, start_worker, wait_for
+from conftest import child_env, signoff_cmd, start_worker, wait_for, read_here
 from servekit import SECRET_TEXT, event, make_home
 from signoff.models import Notification
 from signoff.ops import secrets
@@ -57,6 +57,7 @@ def notified_home(home, receiver):
         f'[notify]\nurl = "{receiver.url}"\nsecret = "{secret}"\n'
         'review_url = "https://review.example/"\nattempts = 2\nbase_delay_s = 0.05\n'
         'max_delay_s = 0.1\ntimeout_s = 5.0\n'))
+    read_here(rt)
     worker = start_worker(home, env=child_env())
     yield rt, secret
     worker.send_signal(signal.SIGTERM)
@@ -115,6 +116,7 @@ def test_drain_waits_for_a_notification_still_to_be_retried(home, receiver):
         f'[notify]\nurl = "{receiver.url}"\nsecret = "{secret}"\n'
         'review_url = "https://review.example/"\nattempts = 3\nbase_delay_s = 1.0\n'
         'max_delay_s = 1.0\ntimeout_s = 5.0\n'))
+    read_here(rt)
     rt.enqueue_events([event(1)])
 
     def answer_after_the_first_try():
@@ -134,6 +136,7 @@ def test_drain_waits_for_a_notification_still_to_be_retried(home, receiver):
 def test_notifications_start_when_they_are_configured_never_for_older_ready_tasks(
         home, receiver):
     rt = make_home(home)  # no [notify] yet
+    read_here(rt)
     rt.enqueue_events([event(1)])
     rt.run_until_idle()
     [old] = rt.tasks("ready")

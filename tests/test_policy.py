@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import T0, example_backends, make_event
+from conftest import T0, example_backends, make_event, read_here
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from peewee import OperationalError
@@ -312,6 +312,7 @@ def cli(home, *args):
 def cli_home(tmp_path):
     home = tmp_path / "cli-home"
     rt = Signoff.init(home)  # the real clock, as the CLI has
+    read_here(rt)
     rt.bind("doc-demo")
     rt.close()
     return home
@@ -405,6 +406,7 @@ def check_invariants():
 def test_no_policy_approves_outside_its_monitor_or_after_its_end(steps):
     with tempfile.TemporaryDirectory() as folder, example_backends():
         rt = Signoff.init(Path(folder) / "home", clock=FakeClock(T0))
+        read_here(rt)
         try:
             rt.host().put_material("doc-demo", "2026-11-01")
             rt.bind("doc-demo", "a", ttl_s=5000)

@@ -9,7 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 from peewee import fn
-from conftest import T0, make_event, wait_for
+from conftest import T0, make_event, wait_for, read_here
 
 from signoff.ops import retention
 from signoff.app import Signoff
@@ -156,6 +156,7 @@ def test_purge_works_in_chunks_and_reports_progress(rt, clock, monkeypatch):
 def test_the_hourly_run_is_claimed_by_one_worker(rt, home, clock):
     key = done(rt)
     other = Signoff(home, clock=clock)  # a second worker process on the same home
+    read_here(other)
     clock.advance(31 * DAY)
     assert retention.tick(rt)["purged"] == 1
     assert retention.tick(other) is None  # ran less than an hour ago
@@ -228,6 +229,7 @@ def invoke(home, *args):
 def cli_home(tmp_path):
     home = tmp_path / "cli-home"
     rt = Signoff.init(home)
+    read_here(rt)
     rt.host().put_record("comment-1", document="doc-demo")
     rt.host().put_material("doc-demo", "2026-11-01")
     rt.bind("doc-demo")

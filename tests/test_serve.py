@@ -15,7 +15,7 @@ import httpx
 import pytest
 from peewee import fn
 
-from conftest import child_env, make_event, signoff_cmd, state_tables, wait_for
+from conftest import child_env, make_event, signoff_cmd, state_tables, wait_for, read_here
 from servekit import SECRET_TEXT, Server, event, make_home, signed
 from signoff.ops import retention
 from signoff.errors import Refused
@@ -30,7 +30,8 @@ import subprocess
 @pytest.fixture
 def served(home):
     rt = make_home(home)
-    secret = secrets.add(rt, "default")["secret"]
+    read_here(rt)
+    secret = rt.add_secret("default")["secret"]
     server = Server(home)
     client = httpx.Client(base_url=server.url, timeout=30)
     yield rt, secret, server, client
@@ -117,10 +118,10 @@ def test_a_reused_webhook_id_in_one_batch_is_counted_too(rt):
 
 
 def test_secret_ids_are_never_given_again(rt):
-    ids = [secrets.add(rt, "default")["secret_id"] for _ in range(3)]
+    ids = [rt.add_secret("default")["secret_id"] for _ in range(3)]
     secrets.remove(rt, "default", ids[2])
     secrets.remove(rt, "default", ids[1])
-    new = secrets.add(rt, "default")["secret_id"]
+    new = rt.add_secret("default")["secret_id"]
     assert new > ids[2], (ids, new)
     assert [s["secret_id"] for s in secrets.listing("default")] == [ids[0], new]
     with pytest.raises(Refused) as info:
@@ -194,7 +195,7 @@ def test_a_body_signed_for_another_id_is_refused(served):
 
 def test_rotation_every_current_secret_verifies_and_a_removed_one_stops(served):
     rt, secret, server, client = served
-    added = secrets.add(rt, "default")
+    added = rt.add_secret("default")
     assert post(client, added["secret"], event(1), "rot-1").status_code == 202
     assert post(client, secret, event(1, event_id="evt-2"), "rot-2").status_code == 202
     # a sender mid-rotation signs with both: either signature is enough
@@ -359,7 +360,8 @@ def test_sigterm_answers_the_request_in_flight(served):
 
 def test_kill_9_while_8_clients_post_loses_no_202(home):
     rt = make_home(home)
-    secret = secrets.add(rt, "default")["secret"]
+    read_here(rt)
+    secret = rt.add_secret("default")["secret"]
     server = Server(home)
     accepted, stop = [], threading.Event()
 
@@ -403,6 +405,7 @@ def test_kill_9_while_8_clients_post_loses_no_202(home):
 
 def test_secret_cli_shows_a_secret_once_and_never_again(home):
     rt = make_home(home)
+    read_here(rt)
 
     def cli(*args):
         out = subprocess.run(signoff_cmd(home, *args, "--json"), env=child_env(),

@@ -12,9 +12,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import child_env, signoff_cmd, state_tables, wait_for
+from conftest import child_env, signoff_cmd, state_tables, wait_for, read_here
 from servekit import Server, make_home
-from signoff.ops import reviewers
 
 PASTED = "sor_" + "Q" * 43  # a token typed into the name field by mistake
 
@@ -22,7 +21,8 @@ PASTED = "sor_" + "Q" * 43  # a token typed into the name field by mistake
 @pytest.fixture
 def site(home):
     rt = make_home(home)
-    tokens = {name: reviewers.add(rt, name)["token"] for name in ("alice", "bob")}
+    read_here(rt)
+    tokens = {name: rt.add_reviewer(name)["token"] for name in ("alice", "bob")}
     servers = []
 
     def serve(*args, toml=""):

@@ -12,12 +12,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import child_env, signoff_cmd
+from conftest import child_env, signoff_cmd, read_here
 from servekit import Server, event, make_home
 from signoff.app import Signoff
 from signoff.clock import FakeClock
 from signoff.models import MODELS, Task
-from signoff.ops import reviewers
 
 import subprocess
 
@@ -25,12 +24,13 @@ import subprocess
 @pytest.fixture
 def site(home):
     rt = make_home(home)
+    read_here(rt)
     for n in (2, 3):
         rt.host().put_record(f"comment-{n}", document="doc-demo", text=f"comment {n}")
     rt.enqueue_events([event(n) for n in (1, 2, 3)])
     rt.run_until_idle()
-    alice = reviewers.add(rt, "alice")["token"]
-    reader = reviewers.add(rt, "rita", read_only=True)["token"]
+    alice = rt.add_reviewer("alice")["token"]
+    reader = rt.add_reviewer("rita", read_only=True)["token"]
     server = Server(home)
     tokens = {"alice": alice, "rita": reader}
     clients = []
@@ -186,6 +186,7 @@ def test_parked_uncertain_and_dead_letters_are_shown_with_their_actions(site, ho
     k1, k2, k3 = ready_keys(rt)
     clock = FakeClock(time.time())
     fake = Signoff(home, clock=clock)
+    read_here(fake)
     # k1 parks at submit (the grant lost submit_review); k2 ends uncertain (lost ack)
     fake.approve(k1, fake.task(k1)["digest"])
     fake.host().put_grant(actions=["read", "draft"])
@@ -243,6 +244,7 @@ def test_removing_a_reviewer_ends_their_sessions(site):
 
 def test_reviewer_cli_shapes_and_refusals(home):
     rt = make_home(home)
+    read_here(rt)
 
     def cli(*args):
         out = subprocess.run(signoff_cmd(home, "reviewer", *args, "--json"), env=child_env(),
@@ -285,11 +287,12 @@ def test_metrics_match_stats(site, home):
 
 def test_record_and_draft_text_cannot_script_or_forge_a_form(home):
     rt = make_home(home)
+    read_here(rt)
     hostile = '<script>alert(1)</script><form method="post" action="/approve"><button>go</button></form>'
     rt.host().put_record("comment-1", text=hostile)
     rt.enqueue_events([event(1)])
     rt.run_until_idle()
-    token = reviewers.add(rt, "alice")["token"]
+    token = rt.add_reviewer("alice")["token"]
     server = Server(home)
     try:
         with httpx.Client(base_url=server.url, timeout=30) as c:
@@ -369,6 +372,7 @@ def test_the_task_page_says_its_state_once_and_in_the_past_after_a_decision(site
 
 def test_long_record_text_and_drafts_are_collapsed_and_the_page_stays_bounded(home):
     rt = make_home(home)
+    read_here(rt)
     # ~210 KB: past every fold of the page, within [host] max_record_bytes (256 KiB).
     record = "".join(f"line {n:07d} of a very long comment\n" for n in range(6_000))
     rt.host().put_record("comment-1", text=record)
@@ -377,7 +381,7 @@ def test_long_record_text_and_drafts_are_collapsed_and_the_page_stays_bounded(ho
     [task] = rt.tasks("ready")
     Task.update(result=dict(Task.get_by_id(task["key"]).result, draft="d" * 3000)).where(
         Task.key == task["key"]).execute()
-    token = reviewers.add(rt, "alice")["token"]
+    token = rt.add_reviewer("alice")["token"]
     server = Server(home)
     try:
         with httpx.Client(base_url=server.url, timeout=60) as c:
@@ -399,14 +403,16 @@ def test_long_record_text_and_drafts_are_collapsed_and_the_page_stays_bounded(ho
 def test_dead_letters_link_to_their_delivery_or_task_and_show_the_code(home):
     config = home / "signoff.toml"
     rt = make_home(home)
+    read_here(rt)
     config.write_text(config.read_text().replace("read_attempts = 5", "read_attempts = 1"))
     rt.close()
     rt = Signoff(home)
+    read_here(rt)
     rt.host().set_fault("read-timeout", times=1)
     rt.enqueue_events([event(1)])
     rt.run_until_idle()
     [letter] = rt.dead_letters()
-    token = reviewers.add(rt, "alice")["token"]
+    token = rt.add_reviewer("alice")["token"]
     server = Server(home)
     try:
         with httpx.Client(base_url=server.url, timeout=30) as c:

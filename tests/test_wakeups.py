@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import child_env, signoff_cmd, wait_for
+from conftest import child_env, signoff_cmd, wait_for, read_here
 from signoff.app import Signoff
 from signoff.models import Delivery, Task
 from signoff.wakeups import CAP, needed
@@ -25,6 +25,7 @@ def event(n, event_id=None):
 def live(home):
     """A home on the real clock with records ``comment-0`` … ``comment-199``, bound."""
     rt = Signoff.init(home)
+    read_here(rt)
     host = rt.host()
     for n in range(200):
         host.put_record(f"comment-{n}", document="doc-demo", text="add the date")
@@ -186,6 +187,7 @@ def test_a_queue_that_cannot_be_reached_after_the_commit_is_a_warning(live, set_
     config.write_text(config.read_text().replace("read_attempts = 5", "read_attempts = 1"))
     rt.host().set_fault("read-timeout", times=1)
     rt = Signoff(home)  # the new read budget: the next delivery goes to the dead letters
+    read_here(rt)
     rt.enqueue_events([event(1)])
     rt.run_until_idle()
     [letter] = rt.dead_letters()
@@ -228,6 +230,7 @@ def test_the_api_answers_as_usual_and_logs_the_warning(live, caplog, monkeypatch
     monkeypatch.setattr(logging.getLogger("signoff.wakeups"), "propagate", True)
     set_queue(CLOSED_PORT_QUEUE)
     rt = Signoff(home)
+    read_here(rt)
 
     def warnings_of_this_outage():
         # caplog hears every thread of this pytest process, and a runtime an earlier

@@ -18,8 +18,6 @@ from typing import Any
 from ..errors import InvalidEvent, Refused, SignoffError
 from ..rules.events import MAX_LINE_BYTES, check_value
 from ..state.lifecycle import TaskStatus
-from ..models import Monitor, Task
-from ..ops.views import task_row
 from .strict import StrictServer, error_result, key_refusal, value_result
 
 LIST_LIMIT = 1000
@@ -34,7 +32,7 @@ INSTRUCTIONS = ("signoff turns change events into drafts a person approves. Repo
 
 def build(rt, monitor_id):
     """The agents' MCP server for ``monitor_id``; ``unknown_monitor`` if there is none."""
-    if Monitor.get_or_none(Monitor.id == monitor_id) is None:
+    if not any(m["id"] == monitor_id for m in rt.monitors()):
         raise Refused("unknown_monitor", f"no monitor {monitor_id!r}: bind it first")
     server = StrictServer("signoff", instructions=INSTRUCTIONS, log_level="WARNING",
                           max_message_bytes=MAX_MESSAGE_BYTES)
@@ -69,10 +67,7 @@ def build(rt, monitor_id):
             return error_result("invalid_arguments", f"limit: must be 1-{LIST_LIMIT}")
         if status is not None and status not in STATUSES:
             return error_result("invalid_arguments", f"status: one of {', '.join(STATUSES)}")
-        query = Task.select().where(Task.monitor == monitor_id)
-        if status is not None:
-            query = query.where(Task.status == status)
-        return [task_row(t.__data__) for t in query.order_by(Task.created_at, Task.key).limit(limit)]
+        return rt.monitor_tasks(monitor_id, status, limit)
 
     @server.tool()
     def show_task(key: str) -> dict[str, Any]:

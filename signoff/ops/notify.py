@@ -32,13 +32,14 @@ from dataclasses import dataclass
 
 from peewee import fn
 
-from ..config import ATTEMPTS, CONFIG_NAME, DELAY_S, NUMBER, Range, number_in
+from ..config import ATTEMPTS, CONFIG_NAME, DELAY_S, NUMBER, Range, number_in, read_table
 from ..errors import ConfigError, Refused
 from ..state.lifecycle import (Fenced, NotificationStatus as N, TaskStatus as T, audit, bury,
                                hold_notification, move_notification, new_notifications,
                                record_attempts, update_notification)
 from ..models import Audit, Cursor, DeadLetter, Notification, Task, db
 from ..rules.retry import backoff
+from .. import storage
 from ..storage import log_failed_pass
 
 CURSOR = "notify"
@@ -73,7 +74,6 @@ NUMBERS = {"attempts": (int, ATTEMPTS), "timeout_s": (NUMBER, Range(0, 300, abov
 def notify_settings(home):
     """The ``[notify]`` settings of ``home``, or ``None`` when no url is set."""
     from .secrets import check_secret
-    from ..serve.settings import read_table
     table = read_table(home, "notify")
     if not table.get("url"):
         return None
@@ -230,6 +230,10 @@ class Pump:
         self._thread = threading.Thread(target=self._run, name="signoff-notify", daemon=True)
 
     def _run(self):
+        with storage.bind(self.rt.database):
+            self._pump()
+
+    def _pump(self):
         import httpx
         with httpx.Client(timeout=self.settings.timeout_s, follow_redirects=False) as client:
             while not self._stop.wait(INTERVAL_S):

@@ -29,12 +29,14 @@ from urllib.parse import quote
 
 from peewee import JOIN, fn
 
+from ..config import serve_settings
 from ..errors import ConfigError, Refused, SignoffError
 from ..models import EventDeliveryCount, Monitor, Subscription, db
 from ..rules.gate import gate
 from ..rules.retry import TRANSIENT, backoff
 from ..state.lifecycle import (SUBSCRIPTION_LIVE, Fenced, SubscriptionStatus as S, audit,
                                move_subscription, new_subscription)
+from .. import storage
 from ..storage import log_failed_pass
 from .secrets import generate as new_secret
 
@@ -56,7 +58,6 @@ def settings_of(rt):
 
 def callback_url(rt, monitor_id):
     """Where the server sends the monitor's events: ``<[serve] public_url>/hooks/<id>``."""
-    from ..serve.settings import serve_settings  # the [serve] table; no web stack
     public = serve_settings(rt.home)["public_url"]
     if not public:
         raise ConfigError("bad_config", "[serve] public_url must be set to subscribe: it is "
@@ -314,7 +315,8 @@ class Tender:
                 self.rt.tend_subscriptions()
             except Exception:
                 log_failed_pass(log, "subscription pass", "retrying on the next pass")
-        db.close()  # this thread's connection
+        with storage.bind(self.rt.database):
+            db.close()  # this thread's connection
 
     def stop(self):
         """Stop after the call in progress (the thread is a daemon: an exit does not wait)."""

@@ -97,6 +97,14 @@ def tasks(status=None, limit=None, newest_first=False):
     return rows("tasks", status, limit, newest_first)
 
 
+def monitor_tasks(monitor_id, status=None, limit=100):
+    """One monitor's tasks, oldest first, optionally of one status."""
+    query = Task.select().where(Task.monitor == monitor_id)
+    if status is not None:
+        query = query.where(Task.status == status)
+    return [task_row(t.__data__) for t in query.order_by(Task.created_at, Task.key).limit(limit)]
+
+
 def dead_letters(limit=None, newest_first=False):
     """Dead letters, oldest first unless ``newest_first``."""
     return rows("dead_letters", None, limit, newest_first)

@@ -16,7 +16,7 @@ import uvicorn
 
 from ..app import Signoff
 from .logins import Logins
-from .settings import serve_settings
+from ..config import serve_settings
 from .web import build_app
 
 GRACEFUL_S = 30

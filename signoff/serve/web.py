@@ -9,6 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .. import storage
 from . import metrics
 from .groupcommit import GroupCommit
 from .hooks import make_endpoint, write_batch
@@ -54,6 +55,26 @@ class SecurityHeaders:
         return await self.app(scope, receive, with_headers)
 
 
+class BoundHome:
+    """ASGI middleware: each request (and the threads it hands work to) uses the
+    served home's database; models queried outside a request have none."""
+
+    def __init__(self, app, database):
+        self.app, self.database = app, database
+
+    async def __call__(self, scope, receive, send):
+        # Starlette's thread pool copies the context, so blocking calls see it too.
+        with storage.bind(self.database):
+            return await self.app(scope, receive, send)
+
+
+def _bound_write(rt):
+    def write(jobs):  # in the commit thread, which no request context reaches
+        with storage.bind(rt.database):
+            return write_batch(rt, jobs)
+    return write
+
+
 async def _database_down(request, exc):
     return JSONResponse({"error": "database_unavailable", "message": type(exc).__name__},
                         status_code=503)
@@ -64,7 +85,7 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
 
     ``logins`` is the login throttle (a ``Logins``; by default its defaults).
     """
-    commits = GroupCommit(lambda jobs: write_batch(rt, jobs),
+    commits = GroupCommit(_bound_write(rt),
                           **({} if window_s is None else {"window_s": window_s}))
     logins = logins or Logins()
     pages = Pages(rt, logins, secure_cookies=secure_cookies)
@@ -108,4 +129,4 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
                     exception_handlers={DatabaseError: _database_down,
                                         InterfaceError: _database_down})
     app.state.commits = commits
-    return SecurityHeaders(app)
+    return SecurityHeaders(BoundHome(app, rt.database))

@@ -17,7 +17,7 @@ against the database the calling ``Signoff`` bound (``db``) or the one given.
 """
 
 from .bulk import Fetched, PreparedInsert, insert_rows
-from .database import bind, db, engine_of
+from .database import Unbound, bind, db, engine_of, resolve  # noqa: F401 (the package face)
 from .engines import open_database, label
 from .faults import (describe, describe_server, drop_connection, log_failed_pass, retried,
                      retrying, session, transient, unstorable, wait_until_reachable)

@@ -5,6 +5,7 @@ import functools
 
 from peewee import CharField, FloatField, IntegerField, JSONField, ModelObjectCursorWrapper, TextField
 
+from .database import resolve
 from .fields import Text, escape_text, lossless_dumps
 
 
@@ -83,7 +84,7 @@ class PreparedInsert:
         if not rows:
             return
         database = model._meta.database
-        self.database = getattr(database, "obj", database)  # resolved once, not per value
+        self.database = resolve(database)  # resolved once, not per value
         self.plan = plan = _insert_plan(model, tuple(rows[0]), type(self.database.engine),
                                         ignore_conflicts, tuple(returning))
         fixed = {name: d() if callable(d) else d for name, d in plan.defaults.items()}

@@ -19,7 +19,7 @@ from peewee import InterfaceError, OperationalError, PostgresqlDatabase, SqliteD
 from ..errors import ConfigError, NoHome
 from . import claims
 from .bulk import Fetched
-from .database import db
+from .database import resolve
 from .urls import kind_of, postgres_dsn
 
 # The advisory lock concurrent `init`s queue on (state schema and queue tables).
@@ -37,7 +37,6 @@ def open_database(config, create=False):
     else:
         raise ConfigError("bad_config", f"unsupported database url {config.database_url!r} "
                       "(postgresql://…; without one the state is SQLite in the home)")
-    db.initialize(database)
     return database
 
 
@@ -45,7 +44,7 @@ def label(database):
     """What to call ``database`` in a message: the file, or the server database."""
     if database is None:
         return "the database"
-    return getattr(database, "obj", database).engine.label()
+    return resolve(database).engine.label()
 
 
 def sqlstate(exc):

@@ -6,6 +6,8 @@ import re
 
 from peewee import JSONField, Node, TextField
 
+from .database import resolve
+
 # PostgreSQL's text and jsonb refuse NUL and lone surrogates, which hosts,
 # drafters and people may send (and SQLite's driver refuses lone surrogates in
 # text). Such characters are escaped reversibly behind ESCAPE (a private-use
@@ -89,7 +91,7 @@ class JSON(JSONField):
     _codecs = {}  # engine class -> (wrap, read)
 
     def _codec(self):
-        database = getattr(self.model._meta.database, "obj", None)
+        database = resolve(self.model._meta.database)
         engine = type(database)
         if engine not in self._codecs:
             helper = database.json_methods(database)
