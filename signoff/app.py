@@ -3,8 +3,8 @@
 import functools
 import threading
 
-from .ops import (approval, deadletters, gaps, intake, monitors, policy, redraft, subscriptions,
-                  views)
+from .ops import (approval, deadletters, gaps, intake, monitors, policy, redraft, reviewers,
+                  subscriptions, views)
 from .steps import ingest, reaper, submit
 from . import storage, tracing
 from .clock import Clock
@@ -125,6 +125,16 @@ class Signoff:
         return monitors.cancel(self, monitor_id)
 
     @_own_database
+    def pause(self, monitor_id, by="operator", channel=None):
+        """Hold a monitor's new events (still accepted) until ``unpause``; approved tasks still submit."""
+        return monitors.pause(self, monitor_id, by, channel)
+
+    @_own_database
+    def unpause(self, monitor_id, by="operator", channel=None):
+        """Process a paused monitor's events again, those held first."""
+        return monitors.unpause(self, monitor_id, by, channel)
+
+    @_own_database
     def resume(self, monitor_id, new_id, mode, **options):
         """Bind ``new_id`` like the ended ``monitor_id`` and record the gap (``gaps.resume``)."""
         return gaps.resume(self, monitor_id, new_id, mode, **options)
@@ -206,9 +216,9 @@ class Signoff:
     # -- the human channel ---------------------------------------------------
 
     @_own_database
-    def approve(self, key, digest, by="operator"):
+    def approve(self, key, digest, by="operator", channel=None):
         """Approve a ready task whose result has ``digest``."""
-        return approval.approve(self, key, digest, by)
+        return approval.approve(self, key, digest, by, channel)
 
     @_own_database
     def approve_many(self, items, by="operator"):
@@ -216,9 +226,14 @@ class Signoff:
         return approval.approve_many(self, items, by)
 
     @_own_database
-    def reject(self, key, reason=None):
+    def reject(self, key, reason=None, by=None, channel=None):
         """Reject a ready task."""
-        return approval.reject(self, key, reason)
+        return approval.reject(self, key, reason, by, channel)
+
+    @_own_database
+    def cancel_task(self, key, by="operator", channel=None):
+        """Cancel one ready, approved or uncertain task (``approval.cancel``)."""
+        return approval.cancel(self, key, by, channel)
 
     @_own_database
     def retry(self, key):
@@ -247,6 +262,16 @@ class Signoff:
         return policy.revoke(self, policy_id)
 
     @_own_database
+    def add_reviewer(self, name, read_only=False, monitors=(), by="operator", channel=None):
+        """Create a reviewer, optionally limited to ``monitors``; its token is answered once."""
+        return reviewers.add(self, name, read_only, monitors, by, channel)
+
+    @_own_database
+    def reviewer_for_token(self, token):
+        """The reviewer (a ``reviewers.Viewer``) whose API token is ``token``, or ``None``."""
+        return reviewers.viewer_for_token(token)
+
+    @_own_database
     def replay(self, letter_id):
         """Replay a dead letter with a fresh budget."""
         return deadletters.replay(self, letter_id)
@@ -262,6 +287,12 @@ class Signoff:
     def tasks(self, status=None, **kw):
         """Task rows, optionally of one status (``limit``, ``newest_first``)."""
         return views.tasks(status, **kw)
+
+    @_own_database
+    def task_page(self, status=None, monitor=None, parked=False, monitors=None, limit=50,
+                  offset=0):
+        """``(rows, more)``: a page of tasks, newest first (``views.task_page``)."""
+        return views.task_page(status, monitor, parked, monitors, limit, offset)
 
     @_own_database
     def task(self, key):
