@@ -379,8 +379,8 @@ def to_login(request):
 def allowed(viewer, monitor):
     """Refuse (``not_allowed``) a reviewer limited to other monitors than ``monitor``."""
     if not viewer.may_see(monitor):
-        raise Refused("not_allowed", f"reviewer {viewer.name!r} may not see monitor "
-                      f"{monitor!r}'s tasks")
+        raise Refused("not_allowed", f"reviewer {viewer.name!r} may not see the tasks of "
+                      f"monitor {monitor!r}")
 
 
 def _task_rows(status, monitor, parked, monitors=None):
