@@ -10,7 +10,7 @@ import pytest
 
 from servekit import Server, event, make_home
 from signoff.models import MODELS
-from test_serve_pages import post_login
+from test_serve_pages import csrf, post_login
 
 
 @pytest.fixture
@@ -190,3 +190,16 @@ def test_a_limited_reviewer_on_the_pages(site):
         assert c.get(f"/tasks/{mine['key']}").status_code == 200
         r = c.get(f"/tasks/{theirs['key']}")
         assert r.status_code == 403 and "not_allowed" in r.text
+        token = csrf(c.get(f"/tasks/{mine['key']}").text)
+        before = snapshot(rt)
+        r = c.post(f"/tasks/{theirs['key']}/approve",
+                   data={"digest": theirs["digest"], "csrf_token": token})
+        assert r.status_code == 403 and "not_allowed" in r.text
+        r = c.post("/approve", data={"task": [f"{theirs['key']}:{theirs['digest']}",
+                                              f"{mine['key']}:{mine['digest']}"],
+                                     "csrf_token": token})
+        assert r.status_code == 409 and "not_allowed" in r.text
+        assert snapshot(rt)[1] == [(k, "approved" if k == mine["key"] else s)
+                                   for k, s in before[1]]
+        delivery = next(e["delivery"] for e in rt.events() if e["monitor"] == "default")
+        assert c.get(f"/deliveries/{delivery}").status_code == 403

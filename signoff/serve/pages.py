@@ -220,6 +220,7 @@ class Pages:
             return to_login(request)
         try:
             d = await run_in_threadpool(delivery_detail, request.path_params["delivery"])
+            allowed(viewer, d["monitor"])
         except Refused as exc:
             return self._refused(request, viewer, exc)
         return self.render(request, "delivery.html", viewer=viewer, d=d,
