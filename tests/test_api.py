@@ -203,3 +203,7 @@ def test_a_limited_reviewer_on_the_pages(site):
                                    for k, s in before[1]]
         delivery = next(e["delivery"] for e in rt.events() if e["monitor"] == "default")
         assert c.get(f"/deliveries/{delivery}").status_code == 403
+        rt.pause("other", by="ops")
+        monitors = c.get("/monitors").text
+        assert "paused" in monitors and "/?status=all&amp;monitor=other" in monitors
+        assert "monitor=default" not in monitors
