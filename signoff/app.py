@@ -125,6 +125,16 @@ class Signoff:
         return monitors.cancel(self, monitor_id)
 
     @_own_database
+    def pause(self, monitor_id, by="operator", channel=None):
+        """Hold a monitor's new events (still accepted) until ``unpause``; approved tasks still submit."""
+        return monitors.pause(self, monitor_id, by, channel)
+
+    @_own_database
+    def unpause(self, monitor_id, by="operator", channel=None):
+        """Process a paused monitor's events again, those held first."""
+        return monitors.unpause(self, monitor_id, by, channel)
+
+    @_own_database
     def resume(self, monitor_id, new_id, mode, **options):
         """Bind ``new_id`` like the ended ``monitor_id`` and record the gap (``gaps.resume``)."""
         return gaps.resume(self, monitor_id, new_id, mode, **options)
@@ -220,9 +230,9 @@ class Signoff:
     # -- the human channel ---------------------------------------------------
 
     @_own_database
-    def approve(self, key, digest, by="operator"):
+    def approve(self, key, digest, by="operator", channel=None):
         """Approve a ready task whose result has ``digest``."""
-        return approval.approve(self, key, digest, by)
+        return approval.approve(self, key, digest, by, channel)
 
     @_own_database
     def approve_many(self, items, by="operator"):
@@ -230,9 +240,14 @@ class Signoff:
         return approval.approve_many(self, items, by)
 
     @_own_database
-    def reject(self, key, reason=None):
+    def reject(self, key, reason=None, by=None, channel=None):
         """Reject a ready task."""
-        return approval.reject(self, key, reason)
+        return approval.reject(self, key, reason, by, channel)
+
+    @_own_database
+    def cancel_task(self, key, by="operator", channel=None):
+        """Cancel one ready, approved or uncertain task (``approval.cancel``)."""
+        return approval.cancel(self, key, by, channel)
 
     @_own_database
     def retry(self, key):
@@ -261,6 +276,16 @@ class Signoff:
         return policy.revoke(self, policy_id)
 
     @_own_database
+    def add_reviewer(self, name, read_only=False, monitors=(), by="operator", channel=None):
+        """Create a reviewer, optionally limited to ``monitors``; its token is answered once."""
+        return reviewers.add(self, name, read_only, monitors, by, channel)
+
+    @_own_database
+    def reviewer_for_token(self, token):
+        """The reviewer (a ``reviewers.Viewer``) whose API token is ``token``, or ``None``."""
+        return reviewers.viewer_for_token(token)
+
+    @_own_database
     def replay(self, letter_id):
         """Replay a dead letter with a fresh budget."""
         return deadletters.replay(self, letter_id)
@@ -287,11 +312,6 @@ class Signoff:
     def remove_secret(self, monitor_id, secret_id):
         """Remove one of a monitor's webhook secrets."""
         return secrets.remove(self, monitor_id, secret_id)
-
-    @_own_database
-    def add_reviewer(self, name, read_only=False):
-        """Create a reviewer of the pages; the answer holds their token this once."""
-        return reviewers.add(self, name, read_only)
 
     @_own_database
     def reviewers(self):
@@ -324,6 +344,12 @@ class Signoff:
     def monitor_tasks(self, monitor_id, status=None, limit=100):
         """One monitor's tasks, oldest first (``status`` to filter; at most ``limit``)."""
         return views.monitor_tasks(monitor_id, status, limit)
+
+    @_own_database
+    def task_page(self, status=None, monitor=None, parked=False, monitors=None, limit=50,
+                  offset=0):
+        """``(rows, more)``: a page of tasks, newest first (``views.task_page``)."""
+        return views.task_page(status, monitor, parked, monitors, limit, offset)
 
     @_own_database
     def task(self, key):

@@ -360,11 +360,12 @@ def _mcp_module(name):
 
 @main.group()
 def monitor():
-    """Bind, cancel and list monitors."""
+    """Bind, pause, unpause, cancel and list monitors."""
 
 
-MONITOR_COLUMNS = ["id", "document", "event_names", "active", "expires_at", "window_s",
+MONITOR_COLUMNS = ["id", "document", "event_names", "active", "paused", "expires_at", "window_s",
                    "grant_digest"]
+BY_HELP = "Who decides: a label kept on the audit row (the operator's word, not an identity)."
 
 
 @command(monitor, "bind")
@@ -394,6 +395,24 @@ def monitor_cancel(obj, as_json, monitor_id):
     emit(m, as_json, lambda m: f"monitor {m['id']} cancelled; {m['tasks_cancelled']} open task(s) "
          f"cancelled, {m['writes_in_flight']} with a write in flight "
          "(done if its receipt confirms)")
+
+
+@command(monitor, "pause")
+@click.argument("monitor_id")
+@click.option("--by", default="operator", show_default=True, help=BY_HELP)
+def monitor_pause(obj, as_json, monitor_id, by):
+    """Hold a monitor's new events (still accepted) without ending it; approved tasks still submit."""
+    m = obj.open().pause(monitor_id, by=by, channel="cli")
+    emit(m, as_json, lambda m: f"monitor {m['id']} paused: its events are accepted and wait")
+
+
+@command(monitor, "unpause")
+@click.argument("monitor_id")
+@click.option("--by", default="operator", show_default=True, help=BY_HELP)
+def monitor_unpause(obj, as_json, monitor_id, by):
+    """Process a paused monitor's events again, those that waited first."""
+    m = obj.open().unpause(monitor_id, by=by, channel="cli")
+    emit(m, as_json, lambda m: f"monitor {m['id']} unpaused")
 
 
 @command(monitor, "resume")
@@ -661,6 +680,16 @@ def tasks_retry(obj, as_json, key):
     emit(obj.open().retry(key), as_json, lambda a: f"{a['key']}: {a['status']}, queued")
 
 
+@command(tasks, "cancel")
+@click.argument("key")
+@click.option("--by", default="operator", show_default=True, help=BY_HELP)
+def tasks_cancel(obj, as_json, key, by):
+    """Cancel one ready, approved or uncertain task (uncertain ones end outcome unknown)."""
+    emit(obj.open().cancel_task(key, by=by, channel="cli"), as_json,
+         lambda a: f"{a['key']}: {a['status']}"
+                   + (", outcome unknown: the host may have written it" if a["outcome_unknown"] else ""))
+
+
 @command(tasks, "redraft")
 @click.argument("key")
 def tasks_redraft(obj, as_json, key):
@@ -738,9 +767,12 @@ def reviewer():
 @command(reviewer, "add")
 @click.argument("name")
 @click.option("--read-only", is_flag=True, help="May look, may not approve or change anything.")
-def reviewer_add(obj, as_json, name, read_only):
-    """Create a reviewer; their login token is printed this once."""
-    emit(obj.open().add_reviewer(name, read_only), as_json,
+@click.option("--monitor", "monitors", multiple=True,
+              help="Limit the reviewer to this monitor's tasks (repeatable; default: every monitor).")
+@click.option("--by", default="operator", show_default=True, help=BY_HELP)
+def reviewer_add(obj, as_json, name, read_only, monitors, by):
+    """Create a reviewer; their login and API token is printed this once."""
+    emit(obj.open().add_reviewer(name, read_only, monitors, by=by, channel="cli"), as_json,
          lambda r: f"reviewer {r['name']}{' (read-only)' if r['read_only'] else ''}, "
                    f"token (shown once): {r['token']}")
 
@@ -757,7 +789,7 @@ def reviewer_remove(obj, as_json, name):
 def reviewer_list(obj, as_json):
     """Reviewers (never their tokens)."""
     emit(obj.open().reviewers(), as_json,
-         lambda rows: table(rows, ["name", "read_only", "created_at"]))
+         lambda rows: table(rows, ["name", "read_only", "monitors", "created_at"]))
 
 
 @command(main)

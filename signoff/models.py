@@ -34,6 +34,12 @@ class Monitor(BaseModel):
     active = BooleanField(default=True)
     created_at = DoubleField()
     cancelled_at = DoubleField(null=True)
+    # Paused (ops/monitors.py): its deliveries wait unclaimed from paused_at on.
+    # The last pause that ended is kept, so events that waited through it are
+    # judged fresh as of when they arrived (steps/ingest.py).
+    paused_at = DoubleField(null=True)
+    last_pause_from = DoubleField(null=True)
+    last_pause_until = DoubleField(null=True)
 
 
 class Delivery(BaseModel):
@@ -360,6 +366,16 @@ class Reviewer(BaseModel):
     created_at = DoubleField()
 
 
+class ReviewerMonitor(BaseModel):
+    """A monitor a limited reviewer may see and act on; a reviewer with none sees all."""
+
+    reviewer = CharField()
+    monitor = Text()
+
+    class Meta:
+        primary_key = CompositeKey("reviewer", "monitor")
+
+
 class AuditReviewer(BaseModel):
     """The reviewer an audit row is about (a login): only ever a known reviewer's name."""
 
@@ -400,7 +416,7 @@ class Cursor(BaseModel):
 
 # signoff serve's tables are part of the one schema every home has.
 MODELS += [WebhookSecret, WebhookAnswer, WebhookDigest, WebhookRefusal, Reviewer, AuditReviewer,
-           ReviewSession, Notification, Cursor]
+           ReviewSession, Notification, Cursor, ReviewerMonitor]
 
 
 # -- MCP Events: subscriptions signoff asked a host's MCP server for ------------

@@ -18,8 +18,8 @@ from .app import Signoff
 from .config import load_config, resolve_home
 from .errors import StorageError
 from .state import heartbeats
-from .state.lifecycle import DELIVERY_PENDING, TASK_ACTIVE
-from .models import Delivery, Task
+from .state.lifecycle import DELIVERY_WAITING, TASK_ACTIVE, DeliveryStatus as D
+from .models import Delivery, Monitor, Task
 from .storage.queue import close_queue
 
 REAP_INTERVAL_S = 1.0
@@ -34,12 +34,15 @@ log = logging.getLogger("signoff.worker")
 def can_progress(notifying=False, tending_at=None):
     """True while some delivery or task can still move without a human.
 
-    Parked tasks, ready tasks and approval deadlines do not count: they wait
-    for a person or for a cause to be fixed. An open batch does: it closes on its own.
-    So does, when this worker sends them (``notifying``), a notification not yet sent,
+    Parked tasks, ready tasks, approval deadlines and the waiting deliveries of
+    paused monitors do not count: they wait for a person or for a cause to be
+    fixed. An open batch does: it closes on its own. So does, when this worker sends them (``notifying``), a notification not yet sent,
     and, when it tends subscriptions (``tending_at``: now), subscription work due now.
     """
-    return (Delivery.select().where(Delivery.status.in_(list(DELIVERY_PENDING))).exists()
+    paused = Monitor.select(Monitor.id).where(Monitor.paused_at.is_null(False))
+    moving = (Delivery.status == D.PROCESSING) | (
+        Delivery.status.in_(list(DELIVERY_WAITING)) & Delivery.monitor.not_in(paused))
+    return (Delivery.select().where(moving).exists()
             or Task.select().where(Task.status.in_(list(TASK_ACTIVE)),
                                    Task.parked == False).exists()  # noqa: E712
             or batching.holds_drain()

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 
-from conftest import child_env, signoff_cmd
+from conftest import child_env, read_here, signoff_cmd
 from signoff.app import Signoff
 from standardwebhooks.webhooks import Webhook
 
@@ -24,7 +24,7 @@ def make_home(path, extra_toml=""):
     rt.host().put_record("comment-1", document="doc-demo", text="please add the demo date")
     rt.host().put_material("doc-demo", "2026-11-01")
     rt.bind("doc-demo", window_s=3600)
-    return rt
+    return read_here(rt)  # the test looks at its rows
 
 
 def event(n=1, **changes):

@@ -32,7 +32,7 @@ from signoff.errors import Refused
 from signoff.mcp.events import EventsClient, new_secret
 from signoff.mcp.session import McpSession
 from signoff.models import Audit, Delivery, Subscription, Task
-from signoff.ops import reviewers, subscriptions
+from signoff.ops import subscriptions
 from signoff.rules.canonical import digest
 from test_mcp_events_client import EVENT, TOOLS, EventsServer
 from test_mcp_host import free_port
@@ -149,7 +149,7 @@ def test_bind_subscribes_and_a_published_comment_becomes_a_ready_task(served):
         "state": "active"}
     secret = Subscription.get().secret
     assert secret not in listed.stdout and secret not in json.dumps(rt.audit())
-    token = reviewers.add(rt, "rita", read_only=True)["token"]
+    token = rt.add_reviewer("rita", read_only=True)["token"]
     with httpx.Client(base_url=serve.url, timeout=30) as page:
         post_login(page, "rita", token)
         shown = page.get("/monitors").text

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from peewee import fn
 
-from conftest import child_env, make_event, signoff_cmd, state_tables, wait_for, read_here
+from conftest import child_env, make_event, signoff_cmd, state_tables, wait_for
 from servekit import SECRET_TEXT, Server, event, make_home, signed
 from signoff.ops import retention
 from signoff.errors import Refused
@@ -30,7 +30,6 @@ import subprocess
 @pytest.fixture
 def served(home):
     rt = make_home(home)
-    read_here(rt)
     secret = rt.add_secret("default")["secret"]
     server = Server(home)
     client = httpx.Client(base_url=server.url, timeout=30)
@@ -360,7 +359,6 @@ def test_sigterm_answers_the_request_in_flight(served):
 
 def test_kill_9_while_8_clients_post_loses_no_202(home):
     rt = make_home(home)
-    read_here(rt)
     secret = rt.add_secret("default")["secret"]
     server = Server(home)
     accepted, stop = [], threading.Event()
@@ -405,7 +403,6 @@ def test_kill_9_while_8_clients_post_loses_no_202(home):
 
 def test_secret_cli_shows_a_secret_once_and_never_again(home):
     rt = make_home(home)
-    read_here(rt)
 
     def cli(*args):
         out = subprocess.run(signoff_cmd(home, *args, "--json"), env=child_env(),

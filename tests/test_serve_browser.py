@@ -9,7 +9,6 @@ import pytest
 
 from conftest import start_worker
 from servekit import Server, event, make_home
-from signoff.ops import reviewers
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -34,8 +33,8 @@ def site(home):
     rt = make_home(home)
     rt.enqueue_events([event(1)])
     rt.run_until_idle()
-    tokens = {"alice": reviewers.add(rt, "alice")["token"],
-              "rita": reviewers.add(rt, "rita", read_only=True)["token"]}
+    tokens = {"alice": rt.add_reviewer("alice")["token"],
+              "rita": rt.add_reviewer("rita", read_only=True)["token"]}
     server = Server(home)
     yield rt, server, tokens
     assert server.stop() == 0, server.stderr()
@@ -148,7 +147,7 @@ def test_every_page_fits_a_phone_without_sideways_scrolling(browser, home, tmp_p
     rt.host().put_grant(actions=["read", "draft"])
     rt.run_until_idle()
     rt.host().put_grant(actions=["read", "draft", "submit_review"])
-    token = reviewers.add(rt, "alice")["token"]
+    token = rt.add_reviewer("alice")["token"]
     server = Server(home)
     try:
         page = log_in(browser, server, "alice", token)

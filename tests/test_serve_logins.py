@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import child_env, signoff_cmd, state_tables, wait_for, read_here
+from conftest import child_env, signoff_cmd, state_tables, wait_for
 from servekit import Server, make_home
 
 PASTED = "sor_" + "Q" * 43  # a token typed into the name field by mistake
@@ -21,7 +21,6 @@ PASTED = "sor_" + "Q" * 43  # a token typed into the name field by mistake
 @pytest.fixture
 def site(home):
     rt = make_home(home)
-    read_here(rt)
     tokens = {name: rt.add_reviewer(name)["token"] for name in ("alice", "bob")}
     servers = []
 

@@ -24,7 +24,6 @@ import subprocess
 @pytest.fixture
 def site(home):
     rt = make_home(home)
-    read_here(rt)
     for n in (2, 3):
         rt.host().put_record(f"comment-{n}", document="doc-demo", text=f"comment {n}")
     rt.enqueue_events([event(n) for n in (1, 2, 3)])
@@ -244,18 +243,19 @@ def test_removing_a_reviewer_ends_their_sessions(site):
 
 def test_reviewer_cli_shapes_and_refusals(home):
     rt = make_home(home)
-    read_here(rt)
 
     def cli(*args):
         out = subprocess.run(signoff_cmd(home, "reviewer", *args, "--json"), env=child_env(),
                              capture_output=True, text=True, timeout=60)
         return out.returncode, json.loads(out.stdout)
     code, added = cli("add", "sam", "--read-only")
-    assert code == 0 and set(added) == {"name", "token", "read_only"} and added["read_only"]
+    assert code == 0 and set(added) == {"name", "token", "read_only", "monitors"}
+    assert added["read_only"] and added["monitors"] is None
     assert cli("add", "sam")[1]["error"] == "reviewer_exists"
     assert cli("add", "bad\x07name")[1]["error"] == "invalid_reviewer"
     code, rows = cli("list")
-    assert rows == [{"name": "sam", "read_only": True, "created_at": rows[0]["created_at"]}]
+    assert rows == [{"name": "sam", "read_only": True, "monitors": None,
+                     "created_at": rows[0]["created_at"]}]
     assert added["token"] not in json.dumps(rows) + json.dumps(rt.audit())
     assert cli("remove", "nobody")[1]["error"] == "unknown_reviewer"
     rt.close()
@@ -287,7 +287,6 @@ def test_metrics_match_stats(site, home):
 
 def test_record_and_draft_text_cannot_script_or_forge_a_form(home):
     rt = make_home(home)
-    read_here(rt)
     hostile = '<script>alert(1)</script><form method="post" action="/approve"><button>go</button></form>'
     rt.host().put_record("comment-1", text=hostile)
     rt.enqueue_events([event(1)])
@@ -372,7 +371,6 @@ def test_the_task_page_says_its_state_once_and_in_the_past_after_a_decision(site
 
 def test_long_record_text_and_drafts_are_collapsed_and_the_page_stays_bounded(home):
     rt = make_home(home)
-    read_here(rt)
     # ~210 KB: past every fold of the page, within [host] max_record_bytes (256 KiB).
     record = "".join(f"line {n:07d} of a very long comment\n" for n in range(6_000))
     rt.host().put_record("comment-1", text=record)
@@ -403,7 +401,6 @@ def test_long_record_text_and_drafts_are_collapsed_and_the_page_stays_bounded(ho
 def test_dead_letters_link_to_their_delivery_or_task_and_show_the_code(home):
     config = home / "signoff.toml"
     rt = make_home(home)
-    read_here(rt)
     config.write_text(config.read_text().replace("read_attempts = 5", "read_attempts = 1"))
     rt.close()
     rt = Signoff(home)

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from conftest import child_env, signoff_cmd, wait_for, read_here
+from conftest import child_env, signoff_cmd, wait_for
 from servekit import SECRET_TEXT, Server, event, make_home, signed
 from signoff import tracing
 
@@ -96,7 +96,6 @@ def only(spans, what):
 
 def test_one_trace_from_enqueue_to_receipt_across_processes(home, receiver):
     rt = make_home(home)
-    read_here(rt)
     env = receiver.env()
     line = json.dumps(event()).encode() + b"\n"
     run(home, env, "enqueue", "-", stdin=line)
@@ -155,7 +154,6 @@ def test_one_trace_from_enqueue_to_receipt_across_processes(home, receiver):
 
 def test_a_webhook_continues_the_senders_trace(home, receiver):
     rt = make_home(home)
-    read_here(rt)
     secret = rt.add_secret("default")["secret"]
     server = Server(home, env=receiver.env())
     sender_trace, sender_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
@@ -214,7 +212,6 @@ def test_a_batch_task_links_the_traces_of_its_events(rt, clock):
 
 def test_a_collector_that_never_answers_does_not_hold_a_command(home):
     rt = make_home(home)
-    read_here(rt)
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(16)
@@ -232,7 +229,6 @@ def test_a_collector_that_never_answers_does_not_hold_a_command(home):
 
 def test_without_the_extra_tracing_is_a_warning_and_nothing_else(home, tmp_path):
     rt = make_home(home)
-    read_here(rt)
     # A package shadowing the SDK that refuses to import: as when the extra is missing.
     blocker = tmp_path / "blocker" / "opentelemetry" / "sdk"
     blocker.mkdir(parents=True)

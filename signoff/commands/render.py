@@ -101,6 +101,8 @@ def render_stats(s):
         f"uncertain   now {u['now']}, parked (may have been written) {u['parked_may_be_written']}, "
         f"recovered {u['recovered']}, outcome unknown {u['outcome_unknown']}",
         f"parked      {s['parked']}",
+        f"paused      {', '.join(s['paused']['monitors']) or 'none'} "
+        f"({s['paused']['deliveries_waiting']} delivery(ies) waiting)",
         f"dead        {s['dead_letters']['total']} ({s['dead_letters']['not_replayed']} not replayed)",
         f"gaps        {s['stale_event_gaps']} stale event(s), {s['lease_expiries']} lease expiry(ies)",
         _not_observed(s.get("observation_gaps")),

@@ -1,7 +1,8 @@
-"""The trusted human channel: approve, reject, retry (the life cycle in docs/concepts.md).
+"""The trusted human channel: approve, reject, retry, cancel (the life cycle in docs/concepts.md).
 
-Nothing here is reachable from event content; the CLI and the Python API are
-its only callers.
+Nothing here is reachable from event content; the CLI, the review pages, the
+JSON API and the Python API are its only callers. ``by`` and ``channel`` name
+who decided and through which face (cli, page, api), kept on the audit row.
 """
 
 from .. import tracing
@@ -9,7 +10,9 @@ from ..steps.batching import read_back
 from ..errors import Blocked, InvalidRecord, Refused
 from ..rules.events import check_name
 from ..rules.gate import INGEST_ACTIONS, gate
-from ..state.lifecycle import Fenced, audit, move_task, move_tasks, update_task, TaskStatus as T
+from ..state.lifecycle import (Fenced, audit, cancel_tasks, move_task, move_tasks, update_task,
+                               TaskStatus as T)
+from ..storage import retried
 from ..models import Audit, Monitor, Task, db, insert_rows
 from ..rules.retry import TRANSIENT, backoff
 
@@ -60,15 +63,15 @@ def answer(task):
     return {"key": task.key, "status": task.status, "approved_digest": task.approved_digest}
 
 
-def approve(rt, key, reviewed_digest, by):
+def approve(rt, key, reviewed_digest, by, channel=None):
     """Approve task ``key`` (or a unique key prefix) if ``reviewed_digest`` is its result's."""
-    outcome = approve_many(rt, [(resolve_key(key), reviewed_digest)], by)[0]
+    outcome = approve_many(rt, [(resolve_key(key), reviewed_digest)], by, channel=channel)[0]
     if isinstance(outcome, Refused):
         raise outcome
     return outcome
 
 
-def approve_many(rt, items, by, audit_code="approved"):
+def approve_many(rt, items, by, audit_code="approved", channel=None):
     """Approve many ``(key, digest)`` pairs: one grant read, one transaction.
 
     Returns, in order, the answer dict or the ``Refused`` for each pair; the
@@ -84,7 +87,7 @@ def approve_many(rt, items, by, audit_code="approved"):
                               monitor=tasks[key].monitor)
              for i, (key, _) in enumerate(items) if key in tasks} if tracing.enabled() else {}
     try:
-        out = _approve(rt, items, tasks, by, audit_code, spans)
+        out = _approve(rt, items, tasks, (by, channel), audit_code, spans)
     except Exception as exc:  # e.g. host_unavailable: the whole call is refused
         for span in spans.values():
             tracing.end(span, code=getattr(exc, "code", type(exc).__name__))
@@ -96,8 +99,12 @@ def approve_many(rt, items, by, audit_code="approved"):
     return out
 
 
-def _approve(rt, items, tasks, by, audit_code, spans):
-    """``approve_many`` once its tasks are read: the checks, then one transaction."""
+def _approve(rt, items, tasks, decider, audit_code, spans):
+    """``approve_many`` once its tasks are read: the checks, then one transaction.
+
+    ``decider`` is ``(by, channel)``.
+    """
+    by, channel = decider
     now = rt.clock.now()
     out, ready = [], []
     for key, reviewed in items:
@@ -131,7 +138,8 @@ def _approve(rt, items, tasks, by, audit_code, spans):
                            per_row={"approved_digest": {k: items[i][1] for k, i in first.items()}},
                            approved_by=by, approved_at=now, next_at=now, code=None)
         insert_rows(Audit, [{"at": now, "code": audit_code, "monitor": tasks[k].monitor,
-                             "event_id": None, "task_key": k} for k in first if k in moved])
+                             "event_id": None, "task_key": k, "actor": by, "channel": channel}
+                            for k in first if k in moved])
     for i in moves:
         if first[items[i][0]] != i or items[i][0] not in moved:
             out[i] = Refused("not_ready", "the task moved on while it was being approved")
@@ -217,7 +225,7 @@ def acceptance(result, record):
     return None
 
 
-def reject(rt, key, reason=None):
+def reject(rt, key, reason=None, by=None, channel=None):
     """Reject a ready task; the reason is the human's and is not stored."""
     now = rt.clock.now()
     task = get_task(key)
@@ -225,7 +233,7 @@ def reject(rt, key, reason=None):
     try:
         with db.atomic():
             move_task(key, [T.READY], T.REJECTED, now, code="rejected")
-            audit(now, "rejected", task.monitor, task_key=key)
+            audit(now, "rejected", task.monitor, task_key=key, actor=by, channel=channel)
     except Fenced:
         raise Refused("not_ready", f"task is {get_task(key).status}, not ready") from None
     return answer(get_task(key))
@@ -248,6 +256,34 @@ def retry(rt, key):
         raise Refused("not_retryable", f"task is {get_task(key).status}") from None
     rt.wakers.wake("submit")
     return answer(get_task(key))
+
+
+def cancel(rt, key, by, channel):
+    """Cancel one open task as a monitor's cancel ends its tasks (``lifecycle.cancel_tasks``).
+
+    What no write can have reached is ``cancelled``; a task that may have been
+    written ends ``cancelled`` with ``outcome_unknown`` (and one whose write is
+    in flight ends ``done`` if its receipt confirms it). A finished task is
+    refused (``not_cancellable``), nothing changed.
+    """
+    check_name("by", by)
+    task = get_task(key)
+    in_flight = _cancel_one(task, rt.clock.now(), by, channel)
+    task = get_task(task.key)
+    return dict(answer(task), outcome_unknown=task.outcome_unknown,
+                write_in_flight=bool(in_flight))
+
+
+@retried  # a deadlock with a worker's batch is tried again: every write here is guarded
+def _cancel_one(task, now, by, channel):
+    with db.atomic():
+        cancelled, in_flight = cancel_tasks(Task.key == task.key, now)
+        if not cancelled:
+            status = Task.get_by_id(task.key).status
+            raise Refused("not_cancellable", f"task is {status}: only ready, approved and "
+                          "uncertain tasks can be cancelled")
+        audit(now, "cancelled", task.monitor, task_key=task.key, actor=by, channel=channel)
+    return in_flight
 
 
 def _end(task, status, now):

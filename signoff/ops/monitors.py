@@ -1,4 +1,4 @@
-"""Monitors: bind one from the host's current grant, cancel it, list them."""
+"""Monitors: bind one from the host's current grant, pause, unpause or cancel it, list them."""
 
 from . import subscriptions
 from ..steps import batching
@@ -6,8 +6,9 @@ from ..rules.canonical import digest
 from ..errors import Refused
 from ..rules.events import check_label
 from ..errors import InvalidEvent
-from ..state.lifecycle import audit, cancel_tasks
-from ..models import Monitor, Task, db
+from ..rules.events import check_name
+from ..state.lifecycle import DELIVERY_WAITING, audit, cancel_tasks
+from ..models import Delivery, Monitor, Task, db
 from ..storage import retried
 
 DAY_S = 24 * 60 * 60
@@ -122,10 +123,50 @@ def _cancel(monitor_id, now):
     return ended
 
 
+def pause(rt, monitor_id, by, channel):
+    """Hold a monitor's new events without ending it: they are still accepted, and
+    wait unclaimed (``storage/claims.py``) until ``unpause``; its approved tasks
+    still submit. Pausing a paused monitor answers as it is."""
+    return _set_paused(rt, monitor_id, True, by, channel)
+
+
+def unpause(rt, monitor_id, by, channel):
+    """Let a paused monitor's events be processed again, the held ones first."""
+    answer = _set_paused(rt, monitor_id, False, by, channel)
+    waiting = Delivery.select().where(Delivery.monitor == monitor_id,
+                                      Delivery.status.in_(list(DELIVERY_WAITING))).count()
+    if waiting:
+        rt.wakers.wake("ingest", waiting)
+    return answer
+
+
+@retried
+def _set_paused(rt, monitor_id, paused, by, channel):
+    check_name("by", by)
+    now = rt.clock.now()
+    with db.atomic():
+        monitor = Monitor.get_or_none(Monitor.id == monitor_id)
+        if monitor is None:
+            raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
+        if not monitor.active:
+            raise Refused("cancelled", f"monitor {monitor_id!r} is cancelled")
+        if paused and monitor.paused_at is None:
+            Monitor.update(paused_at=now).where(Monitor.id == monitor_id,
+                                                Monitor.paused_at.is_null()).execute()
+            audit(now, "paused", monitor_id, actor=by, channel=channel)
+        elif not paused and monitor.paused_at is not None:
+            Monitor.update(paused_at=None, last_pause_from=monitor.paused_at,
+                           last_pause_until=now).where(
+                Monitor.id == monitor_id, Monitor.paused_at == monitor.paused_at).execute()
+            audit(now, "unpaused", monitor_id, actor=by, channel=channel)
+    return row(Monitor.get_by_id(monitor_id))
+
+
 def row(monitor):
     """A monitor as the CLI shows it."""
     return {"id": monitor.id, "document": monitor.document,
             "event_names": monitor.event_names, "active": monitor.active,
+            "paused": monitor.paused_at is not None, "paused_at": monitor.paused_at,
             "expires_at": monitor.expires_at, "window_s": monitor.window_s,
             "approval_ttl_s": monitor.approval_ttl_s, "grant_digest": monitor.grant_digest,
             "batch_window_s": batching.windows([monitor.id]).get(monitor.id)}

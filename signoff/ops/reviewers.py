@@ -1,8 +1,9 @@
-"""Reviewers (people who use the review pages), their tokens and their sessions.
+"""Reviewers (people who use the review pages and the JSON API), their tokens and sessions.
 
 Tokens and session cookies are high-entropy random strings; only their sha256
 is stored, and they are compared with ``hmac.compare_digest``. The CSRF token
 of a session is derived from its cookie, so it needs no storage of its own.
+A reviewer added with monitors sees and acts on those monitors' tasks only.
 """
 
 import hashlib
@@ -11,9 +12,9 @@ import secrets
 from dataclasses import dataclass
 
 from ..errors import InvalidEvent, Refused
-from ..rules.events import check_label
+from ..rules.events import check_label, check_name
 from ..state.lifecycle import audit
-from ..models import AuditReviewer, Reviewer, ReviewSession, db
+from ..models import AuditReviewer, Monitor, Reviewer, ReviewerMonitor, ReviewSession, db
 
 SESSION_TTL_S = 12 * 3600
 
@@ -33,7 +34,12 @@ class Viewer:
 
     name: str
     read_only: bool
-    session_token: str
+    session_token: str = ""
+    monitors: frozenset | None = None  # None: every monitor
+
+    def may_see(self, monitor):
+        """True when this reviewer may list and act on ``monitor``'s tasks."""
+        return self.monitors is None or monitor in self.monitors
 
     @property
     def csrf(self):
@@ -45,20 +51,34 @@ class Viewer:
         return isinstance(given, str) and hmac.compare_digest(given.encode(), self.csrf.encode())
 
 
-def add(rt, name, read_only=False):
-    """Create a reviewer; returns ``{name, token, read_only}`` (the token, this once)."""
+def add(rt, name, read_only=False, monitors=(), by=None, channel=None):
+    """Create a reviewer; returns ``{name, token, read_only, monitors}`` (the token, this once).
+
+    ``monitors`` limits the reviewer to those monitors' tasks (each must exist,
+    else ``unknown_monitor``); none means every monitor.
+    """
     try:
         check_label("name", name)
     except InvalidEvent as exc:
         raise Refused("invalid_reviewer", exc.reason) from None
+    if by is not None:
+        check_name("by", by)
     token = "sor_" + secrets.token_urlsafe(32)
     now = rt.clock.now()
+    monitors = sorted(set(monitors))
     with db.atomic():
         if Reviewer.get_or_none(Reviewer.name == name) is not None:
             raise Refused("reviewer_exists", f"reviewer {name!r} exists already")
+        known = {m for (m,) in Monitor.select(Monitor.id).where(Monitor.id.in_(monitors)).tuples()}
+        unknown = [m for m in monitors if m not in known]
+        if unknown:
+            raise Refused("unknown_monitor", f"no monitor {unknown[0]!r}")
         Reviewer.create(name=name, token_hash=_hash(token), read_only=bool(read_only), created_at=now)
-        audit(now, "reviewer_added")
-    return {"name": name, "token": token, "read_only": bool(read_only)}
+        for monitor in monitors:
+            ReviewerMonitor.create(reviewer=name, monitor=monitor)
+        audit(now, "reviewer_added", actor=by, channel=channel)
+    return {"name": name, "token": token, "read_only": bool(read_only),
+            "monitors": monitors or None}
 
 
 def remove(rt, name):
@@ -68,14 +88,52 @@ def remove(rt, name):
         if not Reviewer.delete().where(Reviewer.name == name).execute():
             raise Refused("unknown_reviewer", f"no reviewer {name!r}")
         ended = ReviewSession.delete().where(ReviewSession.reviewer == name).execute()
+        ReviewerMonitor.delete().where(ReviewerMonitor.reviewer == name).execute()
         audit(now, "reviewer_removed")
     return {"name": name, "removed": True, "sessions_ended": ended}
 
 
 def listing():
-    """Reviewers as ``{name, read_only, created_at}`` (never a token)."""
-    return [{"name": r.name, "read_only": r.read_only, "created_at": r.created_at}
+    """Reviewers as ``{name, read_only, monitors, created_at}`` (never a token);
+    ``monitors`` is null for a reviewer of every monitor."""
+    limits = _limits(None)
+    return [{"name": r.name, "read_only": r.read_only,
+             "monitors": sorted(limits[r.name]) if r.name in limits else None,
+             "created_at": r.created_at}
             for r in Reviewer.select().order_by(Reviewer.name)]
+
+
+def _limits(name):
+    """``{reviewer: {monitor, ...}}`` of limited reviewers (of ``name`` alone, if given)."""
+    query = ReviewerMonitor.select(ReviewerMonitor.reviewer, ReviewerMonitor.monitor)
+    if name is not None:
+        query = query.where(ReviewerMonitor.reviewer == name)
+    limits = {}
+    for reviewer, monitor in query.tuples():
+        limits.setdefault(reviewer, set()).add(monitor)
+    return limits
+
+
+def _monitors_of(name):
+    limits = _limits(name).get(name)
+    return None if limits is None else frozenset(limits)
+
+
+def viewer_for_token(token):
+    """The ``Viewer`` whose reviewer token is ``token`` (a bearer token), or ``None``.
+
+    Only the token's sha256 is stored: the row is found by it, and the stored
+    hash is compared in constant time as at login.
+    """
+    if not isinstance(token, str) or not token:
+        return None
+    given = _hash(token)
+    reviewer = Reviewer.get_or_none(Reviewer.token_hash == given)
+    expected = reviewer.token_hash if reviewer is not None else _hash("")
+    if not hmac.compare_digest(given, expected) or reviewer is None:
+        return None
+    return Viewer(name=reviewer.name, read_only=bool(reviewer.read_only),
+                  monitors=_monitors_of(reviewer.name))
 
 
 def log_in(name, token, now):
@@ -113,7 +171,8 @@ def viewer_for(session_token, now):
            .tuples().first())
     if row is None:
         return None
-    return Viewer(name=row[0], read_only=bool(row[1]), session_token=session_token)
+    return Viewer(name=row[0], read_only=bool(row[1]), session_token=session_token,
+                  monitors=_monitors_of(row[0]))
 
 
 def log_out(session_token):

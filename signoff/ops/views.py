@@ -13,7 +13,7 @@ from ..steps import batching
 from . import gaps, subscriptions
 from .approval import get_task
 from ..errors import Refused
-from ..models import Attempt, Audit, AuditReviewer, DeadLetter, Delivery, Task
+from ..models import Attempt, Audit, AuditReviewer, DeadLetter, Delivery, Monitor, Task
 from .retention import purged_at
 from ..state import heartbeats
 
@@ -103,6 +103,25 @@ def monitor_tasks(monitor_id, status=None, limit=100):
     if status is not None:
         query = query.where(Task.status == status)
     return [task_row(t.__data__) for t in query.order_by(Task.created_at, Task.key).limit(limit)]
+
+
+def task_page(status=None, monitor=None, parked=False, monitors=None, limit=50, offset=0):
+    """``(rows, more)``: one page of tasks, newest first, as the review pages filter them.
+
+    ``monitors`` (a set) keeps only those monitors' tasks (a limited reviewer's);
+    ``more`` counts the rows after this page.
+    """
+    where = []
+    if monitor:
+        where.append(Task.monitor == monitor)
+    if parked:
+        where.append(Task.parked == True)  # noqa: E712
+    if monitors is not None:
+        where.append(Task.monitor.in_(sorted(monitors)))
+    query = _query("tasks", status, newest_first=True, where=where)
+    more = max(0, query.order_by().count() - offset - limit)
+    convert = LISTINGS["tasks"][1]
+    return [convert(r) for r in query.limit(limit).offset(offset).dicts()], more
 
 
 def dead_letters(limit=None, newest_first=False):
@@ -220,6 +239,7 @@ def stats(now):
             "recovered": flags["recovered"],
         },
         "parked": flags["parked"],
+        "paused": _paused(),
         "dead_letters": {"total": DeadLetter.select().count(),
                          "not_replayed": DeadLetter.select().where(DeadLetter.replayed == 0).count()},
         "stale_event_gaps": stale,
@@ -228,6 +248,15 @@ def stats(now):
         "workers": heartbeats.summary(now),
         "subscriptions": subscriptions.summary(),
     }
+
+
+def _paused():
+    """Paused monitors and the deliveries waiting for them to be unpaused."""
+    ids = [m for (m,) in Monitor.select(Monitor.id).where(Monitor.paused_at.is_null(False))
+           .order_by(Monitor.id).tuples()]
+    held = Delivery.select().where(Delivery.monitor.in_(ids), Delivery.status.in_(
+        ["queued", "retrying"])).count() if ids else 0
+    return {"monitors": ids, "deliveries_waiting": held}
 
 
 # One pass over each of the two big tables: a COUNT of its own per figure read

@@ -21,3 +21,17 @@ def gate(monitor, context, now, needs=INGEST_ACTIONS):
     if not isinstance(actions, list) or not set(needs) <= set(actions):
         return "action"
     return None
+
+
+def held_s(monitor, accepted_at):
+    """Seconds a delivery accepted at ``accepted_at`` waited through its monitor's last pause.
+
+    A pause holds events back without ending the monitor, so that wait is not
+    the event's age: freshness is judged that much earlier (no stale events,
+    no observation gap, for a pause).
+    """
+    start = getattr(monitor, "last_pause_from", None)
+    until = getattr(monitor, "last_pause_until", None)
+    if start is None or until is None:
+        return 0.0
+    return max(0.0, until - max(accepted_at, start))

@@ -3,7 +3,9 @@
 Every page needs a session (else a redirect to ``/login``; a POST answers
 401); every POST carries the session's CSRF token (form field ``csrf_token``
 or header ``X-CSRF-Token``; wrong → 403); read-only reviewers get no action
-buttons and their POSTs answer 403. GET never changes state. Database and host
+buttons and their POSTs answer 403; a reviewer limited to some monitors
+neither lists nor opens nor acts on other monitors' tasks (403
+``not_allowed``). GET never changes state. Database and host
 work runs in the thread pool, off the event loop.
 """
 
@@ -40,7 +42,7 @@ HEADINGS = {"ready": "Waiting for approval", "approved": "Approved", "uncertain"
 STATUSES = ("ready", "approved", "uncertain", "done", "rejected", "blocked", "expired",
             "cancelled", "dead")
 REFUSAL_STATUS = {"unknown_task": 404, "unknown_dead_letter": 404, "unknown_delivery": 404,
-                  "host_unavailable": 503}
+                  "host_unavailable": 503, "not_allowed": 403, "read_only": 403}
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 STYLE = (Path(__file__).parent / "templates" / "style.css").read_text(encoding="utf-8")
 
@@ -166,7 +168,8 @@ class Pages:
         status = q.get("status", "ready")
         status = status if status in STATUSES or status == "all" else "ready"
         monitor, parked = q.get("monitor") or None, q.get("parked") == "1"
-        rows, counts = await run_in_threadpool(_task_rows, status, monitor, parked)
+        rows, counts = await run_in_threadpool(_task_rows, status, monitor, parked,
+                                               viewer.monitors)
         unobserved = await run_in_threadpool(gaps.summary)
         return self.render(request, "index.html", viewer=viewer, rows=rows, counts=counts,
                            status=status, monitor=monitor, parked=parked, statuses=STATUSES,
@@ -178,13 +181,14 @@ class Pages:
         if viewer is None:
             return to_login(request)
         try:
-            view = await run_in_threadpool(self._task_view, request.path_params["key"])
+            view = await run_in_threadpool(self._task_view, request.path_params["key"], viewer)
         except Refused as exc:
             return self._refused(request, viewer, exc)
         return self.render(request, "task.html", viewer=viewer, **view)
 
-    def _task_view(self, key):
+    def _task_view(self, key, viewer):
         t = self.rt.task(key)
+        allowed(viewer, t["monitor"])
         current, problem = None, None
         try:
             current = self.rt.host().get(t["record_id"])
@@ -216,6 +220,7 @@ class Pages:
             return to_login(request)
         try:
             d = await run_in_threadpool(delivery_detail, request.path_params["delivery"])
+            allowed(viewer, d["monitor"])
         except Refused as exc:
             return self._refused(request, viewer, exc)
         return self.render(request, "delivery.html", viewer=viewer, d=d,
@@ -244,12 +249,13 @@ class Pages:
         viewer = await self.viewer(request)
         if viewer is None:
             return RedirectResponse("/login", status_code=303)
-        rows = await run_in_threadpool(self._monitor_rows)
+        rows = await run_in_threadpool(self._monitor_rows, viewer)
         return self.render(request, "monitors.html", viewer=viewer, rows=rows)
 
-    def _monitor_rows(self):
+    def _monitor_rows(self, viewer):
         latest = {s["monitor"]: s for s in self.rt.subscriptions()}  # the last one asked for
-        return [dict(m, subscription=latest.get(m["id"])) for m in self.rt.monitors()]
+        return [dict(m, subscription=latest.get(m["id"])) for m in self.rt.monitors()
+                if viewer.may_see(m["id"])]
 
     async def style(self, request):
         """``GET /style.css`` (no inline styles, so the CSP can forbid them)."""
@@ -308,16 +314,33 @@ class Pages:
         if not items:
             return self.render(request, "outcome.html", status_code=400, viewer=viewer,
                                title="Nothing selected", results=[])
-        outcomes = await run_in_threadpool(self.rt.approve_many, items, viewer.name)
+        outcomes = await run_in_threadpool(self._approve_allowed, items, viewer)
         results = [(key, o.code, o.message) if isinstance(o, Refused) else (key, o["status"], "")
                    for (key, _), o in zip(items, outcomes)]
         failed = any(isinstance(o, Refused) for o in outcomes)
         return self.render(request, "outcome.html", status_code=409 if failed else 200,
                            viewer=viewer, title="Bulk approval", results=results)
 
+    def _approve_allowed(self, items, viewer):
+        """``approve_many`` of the items whose task this reviewer may act on; the
+        others refused ``not_allowed``."""
+        refused = {}
+        if viewer.monitors is not None:
+            for i, (key, _) in enumerate(items):
+                try:
+                    allowed(viewer, self.rt.task(key)["monitor"])
+                except Refused as exc:
+                    refused[i] = exc
+        kept = [item for i, item in enumerate(items) if i not in refused]
+        answers = iter(self.rt.approve_many(kept, viewer.name) if kept else [])
+        return [refused[i] if i in refused else next(answers) for i in range(len(items))]
+
     async def _act(self, request, viewer, key, action):
+        def checked():
+            allowed(viewer, self.rt.task(key)["monitor"])
+            return action()
         try:
-            await run_in_threadpool(action)
+            await run_in_threadpool(checked)
         except Refused as exc:
             return self._refused(request, viewer, exc, key)
         return RedirectResponse(f"/tasks/{key}", status_code=303)
@@ -354,7 +377,14 @@ def to_login(request):
     return RedirectResponse("/login?" + urlencode({"next": here}), status_code=303)
 
 
-def _task_rows(status, monitor, parked):
+def allowed(viewer, monitor):
+    """Refuse (``not_allowed``) a reviewer limited to other monitors than ``monitor``."""
+    if not viewer.may_see(monitor):
+        raise Refused("not_allowed", f"reviewer {viewer.name!r} may not see the tasks of "
+                      f"monitor {monitor!r}")
+
+
+def _task_rows(status, monitor, parked, monitors=None):
     query = Task.select(Task.key, Task.monitor, Task.record_id, Task.version, Task.status,
                         Task.code, Task.parked, Task.outcome_unknown, Task.digest,
                         Task.updated_at, Task.created_at)
@@ -364,10 +394,13 @@ def _task_rows(status, monitor, parked):
         query = query.where(Task.monitor == monitor)
     if parked:
         query = query.where(Task.parked == True)  # noqa: E712
+    counted = Task.select(Task.status, fn.COUNT(Task.key)).group_by(Task.status)
+    if monitors is not None:
+        query = query.where(Task.monitor.in_(sorted(monitors)))
+        counted = counted.where(Task.monitor.in_(sorted(monitors)))
     rows = [{"key": t.key, "monitor": t.monitor, "record_id": t.record_id, "version": t.version,
              "status": t.status, "state": describe(t), "parked": t.parked, "digest": t.digest,
              "may_be_written": t.status == "uncertain" or t.outcome_unknown,
              "updated_at": t.updated_at}
             for t in query.order_by(Task.created_at, Task.key).limit(PAGE_LIMIT)]
-    counts = dict(Task.select(Task.status, fn.COUNT(Task.key)).group_by(Task.status).tuples())
-    return rows, counts
+    return rows, dict(counted.tuples())

@@ -11,6 +11,7 @@ from starlette.routing import Route
 
 from .. import storage
 from . import metrics
+from .api import Api
 from .groupcommit import GroupCommit
 from .hooks import make_endpoint, write_batch
 from .logins import Logins
@@ -124,6 +125,7 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
         Route("/monitors", pages.monitors, methods=["GET"]),
         Route("/dead-letters/{letter:int}/replay", pages.replay, methods=["POST"]),
         Route("/style.css", pages.style, methods=["GET"]),
+        *Api(rt).routes(),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={DatabaseError: _database_down,

@@ -12,7 +12,7 @@ from .. import tracing
 from ..rules.canonical import canonical, digest, task_key
 from ..errors import Blocked, InvalidEvent
 from ..rules.events import validate
-from ..rules.gate import gate
+from ..rules.gate import gate, held_s
 from .batch import open_batch
 from ..state.leases import claim_deliveries
 from .outcomes import Step
@@ -95,7 +95,8 @@ def examine(rt, host, row, monitor, context, consumed, now):
         return Outcome("final", "duplicate", "dedupe", task_key=consumed[seen])
     if row.name not in monitor.event_names or row.document != monitor.document:
         return Outcome("final", "nonmatch", "match", consume=True)
-    if now - row.occurred > monitor.window_s or row.occurred - now > FUTURE_TOLERANCE_S:
+    age = now - held_s(monitor, row.accepted_at) - row.occurred
+    if age > monitor.window_s or row.occurred - now > FUTURE_TOLERANCE_S:
         return Outcome("final", "stale_event", "fresh", consume=True)
     try:
         record = check_record(host.get(row.record_id), rt.config.max_record_bytes)
@@ -146,7 +147,8 @@ def failed(rt, row, step, exc, now, monitor=None):
     if delay is None:
         return Outcome("dead", code, step, failures=failures)
     next_at = now + delay
-    if step == "read" and monitor is not None and next_at - row.occurred > monitor.window_s:
+    if step == "read" and monitor is not None and (
+            next_at - held_s(monitor, row.accepted_at) - row.occurred > monitor.window_s):
         return Outcome("final", "stale_event", step, consume=True, failures=failures)
     return Outcome("retry", code, step, next_at=next_at, failures=failures)
 

@@ -2,12 +2,12 @@
 
 A claimable row is in one of its table's *ranges*: a status, and for most of
 them a due time (``next_at <= now``); a task must also be unparked and
-unleased. Each range is a range of its table's claim index (status, next_at,
-tie-break), so each engine reads every range in index order and cuts it at the
-claim's limit (``engines``), and the counts the wake-ups are sized by read the
-same ranges (``claimable``). A *suspect* (a row whose last lease expired
-without an outcome, see ``signoff.state.leases``) is claimable like any other
-row, but claimed alone.
+unleased, and a delivery's monitor not paused. Each range is a range of its
+table's claim index (status, next_at, tie-break), so each engine reads every
+range in index order and cuts it at the claim's limit (``engines``), and the
+counts the wake-ups are sized by read the same ranges (``claimable``). A
+*suspect* (a row whose last lease expired without an outcome, see
+``signoff.state.leases``) is claimable like any other row, but claimed alone.
 """
 
 from dataclasses import dataclass
@@ -22,6 +22,7 @@ class Range:
     status: str
     due: bool  # next_at <= now
     free: bool = False  # not parked and not leased (tasks)
+    running: bool = False  # its monitor is not paused (deliveries)
 
     def sql(self, param, column=str):
         """The range's condition; ``param`` is the engine's placeholder for now.
@@ -34,11 +35,16 @@ class Range:
             parts.append(f"{column('next_at')} <= {param}")
         if self.free:
             parts.append(f"NOT {column('parked')} AND {column('lease_token')} IS NULL")
+        if self.running:
+            parts.append(f"{column('monitor')} NOT IN ({PAUSED})")
         return " AND ".join(parts)
 
 
+# The ids of paused monitors (few, if any): their deliveries wait, unclaimed.
+PAUSED = 'SELECT "monitor"."id" FROM "monitor" WHERE "monitor"."paused_at" IS NOT NULL'
 RANGES = {
-    "delivery": (Range("queued", due=False), Range("retrying", due=True)),
+    "delivery": (Range("queued", due=False, running=True),
+                 Range("retrying", due=True, running=True)),
     "task": (Range("approved", due=True, free=True), Range("uncertain", due=True, free=True)),
 }
 # The claim order, as the claim indexes end (models.py).

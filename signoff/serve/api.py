@@ -1,0 +1,178 @@
+"""The JSON API under ``/api/v1``: tasks for scripts, approval bots and other UIs.
+
+Every request carries ``Authorization: Bearer <reviewer token>`` (the token
+``signoff reviewer add`` printed); there is no cookie, so no CSRF. Answers and
+error codes are the CLI's ``--json`` ones (``{"error": CODE, "message"}`` for a
+refusal); statuses are the pages': 401 without a valid token, 403 for a
+read-only reviewer's write (``read_only``) or another monitor's task
+(``not_allowed``), 404 for an unknown task, 409 for a stale digest and the
+other refusals of the life cycle, 400 for a body that is not one JSON object of
+the fields named (a key named twice included). State is reached only through
+the ``Signoff`` methods, in the thread pool.
+"""
+
+import inspect
+
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from ..errors import Refused
+from ..rules.events import broken_json_reason, decode_json
+from .pages import STATUSES, allowed
+
+PREFIX = "/api/v1"
+MAX_BODY = 256 * 1024  # an edited draft fits
+DEFAULT_LIMIT, MAX_LIMIT = 50, 1000
+STATUS_OF = {"unknown_task": 404, "ambiguous_key": 400, "not_allowed": 403, "read_only": 403,
+             "unauthorized": 401, "invalid_body": 400, "too_large": 413,
+             "host_unavailable": 503, "invalid_name": 400}
+# Fields each action's body may hold, and their types; the rest is refused.
+APPROVE_FIELDS = {"digest": str, "edit": str, "ack_hidden_characters": bool}
+REJECT_FIELDS = {"reason": str}
+
+
+def refusal(code, message):
+    """A refusal answered as the CLI's ``--json`` prints it, with the pages' status."""
+    return JSONResponse({"error": code, "message": message},
+                        status_code=STATUS_OF.get(code, 409),
+                        headers={"www-authenticate": "Bearer"} if code == "unauthorized" else None)
+
+
+class Api:
+    """The ``/api/v1`` endpoints of one ``signoff serve`` (``rt``: its ``Signoff``)."""
+
+    def __init__(self, rt):
+        self.rt = rt
+        # Fields the approve of this version takes beyond (key, digest): ``edit``
+        # and ``ack_hidden_characters`` are passed on only when it names them.
+        self.approve_takes = set(inspect.signature(rt.approve).parameters)
+
+    def routes(self):
+        """The routes to mount in the serve app."""
+        return [Route(PREFIX + "/tasks", self.endpoint(self.list_tasks), methods=["GET"]),
+                Route(PREFIX + "/tasks/{key}", self.endpoint(self.show_task), methods=["GET"]),
+                Route(PREFIX + "/tasks/{key}/approve", self.endpoint(self.approve, write=True),
+                      methods=["POST"]),
+                Route(PREFIX + "/tasks/{key}/reject", self.endpoint(self.reject, write=True),
+                      methods=["POST"]),
+                Route(PREFIX + "/tasks/{key}/cancel", self.endpoint(self.cancel, write=True),
+                      methods=["POST"])]
+
+    def endpoint(self, action, write=False):
+        """An endpoint: the bearer token checked, then ``action(request, viewer)``
+        run in the thread pool; a ``Refused`` becomes its JSON refusal."""
+        async def run(request):
+            scheme, _, token = request.headers.get("authorization", "").partition(" ")
+            viewer = None
+            if scheme.lower() == "bearer" and token.strip():
+                viewer = await run_in_threadpool(self.rt.reviewer_for_token, token.strip())
+            if viewer is None:
+                return refusal("unauthorized", "send Authorization: Bearer <reviewer token>")
+            if write and viewer.read_only:
+                return refusal("read_only", "a read-only reviewer cannot change anything")
+            body = await request.body() if write else b""
+            try:
+                answer = await run_in_threadpool(action, request, viewer, body)
+            except Refused as exc:
+                return refusal(exc.code, exc.message)
+            return JSONResponse(answer)
+        return run
+
+    # -- reading ---------------------------------------------------------------
+
+    def list_tasks(self, request, viewer, body):
+        """``GET /api/v1/tasks``: ``status``, ``monitor``, ``parked=1``, ``limit``, ``offset``.
+
+        Newest first, as the listings; the rows after this page are counted in
+        the answer's ``more`` (as the CLI's "N more" note).
+        """
+        q = request.query_params
+        status = q.get("status") or None
+        if status is not None and status not in STATUSES:
+            raise Refused("invalid_body", f"status: one of {', '.join(STATUSES)}")
+        monitor = q.get("monitor") or None
+        if monitor is not None:
+            allowed(viewer, monitor)
+        limit = _number(q, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+        offset = _number(q, "offset", 0, 0, 2 ** 62)
+        rows, more = self.rt.task_page(status, monitor, q.get("parked") == "1", viewer.monitors,
+                                       limit, offset)
+        return {"tasks": rows, "more": more, "limit": limit, "offset": offset}
+
+    def show_task(self, request, viewer, body):
+        """``GET /api/v1/tasks/{key}``: the task as ``tasks show --json``."""
+        task = self.rt.task(request.path_params["key"])
+        allowed(viewer, task["monitor"])
+        return task
+
+    # -- deciding ----------------------------------------------------------------
+
+    def approve(self, request, viewer, body):
+        """``POST …/approve`` ``{digest, edit?, ack_hidden_characters?}``."""
+        fields = _body(body, APPROVE_FIELDS, required=("digest",))
+        extra = {name: fields[name] for name in ("edit", "ack_hidden_characters")
+                 if name in fields}
+        missing = set(extra) - self.approve_takes
+        if missing:
+            raise Refused("invalid_body", f"{sorted(missing)[0]}: not supported by this server")
+        key = self._allowed_key(request, viewer)
+        return self.rt.approve(key, fields["digest"], by=viewer.name, channel="api", **extra)
+
+    def reject(self, request, viewer, body):
+        """``POST …/reject`` ``{reason}``."""
+        fields = _body(body, REJECT_FIELDS)
+        key = self._allowed_key(request, viewer)
+        return self.rt.reject(key, reason=fields.get("reason"), by=viewer.name, channel="api")
+
+    def cancel(self, request, viewer, body):
+        """``POST …/cancel`` (an empty body or ``{}``): the life cycle's cancel of one task."""
+        _body(body, {})
+        key = self._allowed_key(request, viewer)
+        return self.rt.cancel_task(key, by=viewer.name, channel="api")
+
+    def _allowed_key(self, request, viewer):
+        """The task's full key, once this reviewer may act on its monitor."""
+        task = self.rt.task(request.path_params["key"])
+        allowed(viewer, task["monitor"])
+        return task["key"]
+
+
+def _number(query, name, default, low, high):
+    text = query.get(name)
+    if text is None or text == "":
+        return default
+    if not text.isascii() or not text.isdigit() or not low <= int(text) <= high:
+        raise Refused("invalid_body", f"{name}: a whole number from {low} to {high}")
+    return int(text)
+
+
+def _body(raw, types, required=()):
+    """The request body as a dict of the fields in ``types`` (``invalid_body`` if not).
+
+    An empty body is an empty object. A key named twice, an unknown field or
+    one of the wrong type is refused.
+    """
+    if len(raw) > MAX_BODY:
+        raise Refused("too_large", f"the body is over {MAX_BODY} bytes")
+    if not raw.strip():
+        value = {}
+    else:
+        try:
+            value = decode_json(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise Refused("invalid_body", "body: not UTF-8") from None
+        except (ValueError, RecursionError) as exc:
+            raise Refused("invalid_body", broken_json_reason(exc, "body")) from None
+    if not isinstance(value, dict):
+        raise Refused("invalid_body", "body: must be one JSON object")
+    for name, item in value.items():
+        if name not in types:
+            raise Refused("invalid_body", f"{name}: not a field of this request "
+                          f"({', '.join(types) or 'none'})")
+        if not isinstance(item, types[name]):
+            raise Refused("invalid_body", f"{name}: must be a {types[name].__name__}")
+    for name in required:
+        if name not in value:
+            raise Refused("invalid_body", f"{name}: missing")
+    return value

@@ -1,0 +1,209 @@
+"""The JSON API of a real ``signoff serve`` (``/api/v1``), over HTTP with bearer tokens.
+
+Tokens (401), read-only and monitor-limited reviewers (403, on the API and on
+the pages), stale digests (409), bad bodies (400), and an approval that is
+submitted exactly once.
+"""
+
+import httpx
+import pytest
+
+from servekit import Server, event, make_home
+from signoff.models import MODELS
+from test_serve_pages import csrf, post_login
+
+
+@pytest.fixture
+def site(home):
+    """A served home: tasks of monitor ``default`` (comment-1, 2) and ``other`` (comment-3);
+    reviewers alice (every monitor), rita (read-only) and olga (``other`` only)."""
+    rt = make_home(home)
+    rt.bind("doc-demo", "other", window_s=3600)
+    for n in (2, 3):
+        rt.host().put_record(f"comment-{n}", document="doc-demo", text=f"comment {n}")
+    rt.enqueue_events([event(1), event(2)])
+    rt.enqueue_events([event(3)], monitor_id="other")
+    rt.run_until_idle()
+    tokens = {"alice": rt.add_reviewer("alice")["token"],
+              "rita": rt.add_reviewer("rita", read_only=True)["token"],
+              "olga": rt.add_reviewer("olga", monitors=["other"])["token"]}
+    server = Server(home)
+    clients = []
+
+    def client(name=None, token=None):
+        headers = {}
+        if name or token:
+            headers["authorization"] = f"Bearer {token or tokens[name]}"
+        c = httpx.Client(base_url=server.url + "/api/v1", headers=headers, timeout=30)
+        clients.append(c)
+        return c
+    yield rt, server, tokens, client
+    for c in clients:
+        c.close()
+    assert server.stop() == 0, server.stderr()
+    rt.close()
+
+
+def task_of(rt, monitor, record_id="comment-1"):
+    return next(t for t in rt.tasks() if t["monitor"] == monitor and t["record_id"] == record_id)
+
+
+def snapshot(rt):
+    return {m.__name__: m.select().count() for m in MODELS}, [
+        (t["key"], t["status"]) for t in rt.tasks()]
+
+
+def test_no_token_or_a_wrong_one_is_401_and_changes_nothing(site):
+    rt, server, tokens, client = site
+    t = task_of(rt, "default")
+    before = snapshot(rt)
+    for c in (client(), client(token="sor_not-a-token"), client(token=tokens["alice"] + "x")):
+        assert c.get("/tasks").status_code == 401
+        r = c.post(f"/tasks/{t['key']}/approve", json={"digest": t["digest"]})
+        assert (r.status_code, r.json()["error"]) == (401, "unauthorized")
+        assert r.headers["www-authenticate"] == "Bearer"
+    with httpx.Client(base_url=server.url, timeout=30) as c:  # another scheme is no token
+        r = c.get("/api/v1/tasks", headers={"authorization": f"Basic {tokens['alice']}"})
+        assert r.status_code == 401
+    assert snapshot(rt) == before
+
+
+def test_a_reviewer_outside_the_monitor_is_403_and_sees_only_its_monitors(site):
+    rt, server, tokens, client = site
+    olga = client("olga")
+    mine, theirs = task_of(rt, "other", "comment-3"), task_of(rt, "default")
+    listed = olga.get("/tasks").json()
+    assert [t["key"] for t in listed["tasks"]] == [mine["key"]] and listed["more"] == 0
+    assert olga.get("/tasks", params={"status": "ready"}).json()["tasks"][0]["key"] == mine["key"]
+    r = olga.get("/tasks", params={"monitor": "default"})
+    assert (r.status_code, r.json()["error"]) == (403, "not_allowed")
+    before = snapshot(rt)
+    assert olga.get(f"/tasks/{theirs['key']}").status_code == 403
+    for action, body in (("approve", {"digest": theirs["digest"]}), ("reject", {"reason": "no"}),
+                         ("cancel", {})):
+        r = olga.post(f"/tasks/{theirs['key']}/{action}", json=body)
+        assert (r.status_code, r.json()["error"]) == (403, "not_allowed"), action
+    assert snapshot(rt) == before
+    # Its own monitor's task it may decide.
+    r = olga.post(f"/tasks/{mine['key']}/reject", json={"reason": "not needed"})
+    assert (r.status_code, r.json()["status"]) == (200, "rejected")
+    alice = client("alice")
+    assert {t["monitor"] for t in alice.get("/tasks").json()["tasks"]} == {"default", "other"}
+
+
+def test_a_read_only_reviewer_reads_and_may_not_decide(site):
+    rt, server, tokens, client = site
+    rita = client("rita")
+    t = task_of(rt, "default")
+    assert rita.get(f"/tasks/{t['key']}").json()["digest"] == t["digest"]
+    r = rita.post(f"/tasks/{t['key']}/approve", json={"digest": t["digest"]})
+    assert (r.status_code, r.json()["error"]) == (403, "read_only")
+    assert rt.task(t["key"])["status"] == "ready"
+
+
+def test_a_stale_digest_is_409_and_nothing_is_approved(site):
+    rt, server, tokens, client = site
+    t = task_of(rt, "default")
+    before = snapshot(rt)
+    r = client("alice").post(f"/tasks/{t['key']}/approve", json={"digest": "0" * 64})
+    assert (r.status_code, r.json()["error"]) == (409, "digest_mismatch")
+    assert snapshot(rt) == before
+
+
+def test_approve_over_the_api_is_submitted_once_with_who_and_through_what(site):
+    rt, server, tokens, client = site
+    alice = client("alice")
+    t = task_of(rt, "default")
+    shown = alice.get(f"/tasks/{t['key'][:12]}").json()  # a unique key prefix, as the CLI
+    assert shown["key"] == t["key"] and shown["status"] == "ready"
+    r = alice.post(f"/tasks/{t['key']}/approve", json={"digest": shown["digest"]})
+    assert r.status_code == 200
+    assert r.json() == {"key": t["key"], "status": "approved", "approved_digest": t["digest"]}
+    again = alice.post(f"/tasks/{t['key']}/approve", json={"digest": shown["digest"]})
+    assert (again.status_code, again.json()["status"]) == (200, "approved")  # nothing new queued
+    rt.run_until_idle()
+    rt.run_until_idle()
+    detail = alice.get(f"/tasks/{t['key']}").json()
+    assert (detail["status"], detail["approved_by"]) == ("done", "alice")
+    written = [r for r in rt.host().results() if r["key"] == t["key"]]
+    assert len(written) == 1 and written[0]["result"] == detail["result"]
+    row = next(a for a in rt.audit() if a["code"] == "approved" and a["task_key"] == t["key"])
+    assert (row["actor"], row["channel"]) == ("alice", "api")
+    r = alice.post(f"/tasks/{t['key']}/cancel")
+    assert (r.status_code, r.json()["error"]) == (409, "not_cancellable")
+
+
+def test_cancel_over_the_api(site):
+    rt, server, tokens, client = site
+    t = task_of(rt, "default", "comment-2")
+    r = client("alice").post(f"/tasks/{t['key']}/cancel", content=b"")
+    assert r.status_code == 200
+    assert (r.json()["status"], r.json()["outcome_unknown"]) == ("cancelled", False)
+    row = next(a for a in rt.audit() if a["code"] == "cancelled" and a["task_key"] == t["key"])
+    assert (row["actor"], row["channel"]) == ("alice", "api")
+
+
+@pytest.mark.parametrize("body, reason", [
+    (b'{"digest": "a", "digest": "b"}', "twice"),
+    (b'["digest"]', "one JSON object"),
+    (b'{"digest": 5}', "digest: must be a str"),
+    (b'{"digest": "a", "by": "mallory"}', "by: not a field"),
+    (b'{"digest": ', "broken JSON"),
+    (b'\xff\xfe', "not UTF-8"),
+    (b'{}', "digest: missing"),
+    (b'{"digest": "a", "ack_hidden_characters": "yes"}', "must be a bool"),
+])
+def test_a_bad_body_is_400_and_changes_nothing(site, body, reason):
+    rt, server, tokens, client = site
+    t = task_of(rt, "default")
+    before = snapshot(rt)
+    r = client("alice").post(f"/tasks/{t['key']}/approve", content=body,
+                             headers={"content-type": "application/json"})
+    assert (r.status_code, r.json()["error"]) == (400, "invalid_body")
+    assert reason in r.json()["message"]
+    assert snapshot(rt) == before
+
+
+def test_unknown_tasks_404_and_listing_pages(site):
+    rt, server, tokens, client = site
+    alice = client("alice")
+    r = alice.get("/tasks/" + "0" * 64)
+    assert (r.status_code, r.json()["error"]) == (404, "unknown_task")
+    assert alice.post("/tasks/" + "0" * 64 + "/reject", json={}).status_code == 404
+    first = alice.get("/tasks", params={"limit": 2}).json()
+    rest = alice.get("/tasks", params={"limit": 2, "offset": 2}).json()
+    assert (len(first["tasks"]), first["more"], len(rest["tasks"]), rest["more"]) == (2, 1, 1, 0)
+    every = [t["key"] for t in first["tasks"] + rest["tasks"]]
+    assert every == [t["key"] for t in rt.tasks(newest_first=True)]
+    assert alice.get("/tasks", params={"limit": 0}).status_code == 400
+    assert alice.get("/tasks", params={"status": "nope"}).status_code == 400
+    assert alice.get("/tasks", params={"status": "done"}).json()["tasks"] == []
+
+
+def test_a_limited_reviewer_on_the_pages(site):
+    rt, server, tokens, client = site
+    theirs, mine = task_of(rt, "default"), task_of(rt, "other", "comment-3")
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        assert post_login(c, "olga", tokens["olga"]).status_code == 303
+        index = c.get("/", params={"status": "all"}).text
+        assert mine["key"] in index and theirs["key"] not in index
+        assert c.get(f"/tasks/{mine['key']}").status_code == 200
+        r = c.get(f"/tasks/{theirs['key']}")
+        assert r.status_code == 403 and "not_allowed" in r.text
+        token = csrf(c.get(f"/tasks/{mine['key']}").text)
+        before = snapshot(rt)
+        r = c.post(f"/tasks/{theirs['key']}/approve",
+                   data={"digest": theirs["digest"], "csrf_token": token})
+        assert r.status_code == 403 and "not_allowed" in r.text
+        r = c.post("/approve", data={"task": [f"{theirs['key']}:{theirs['digest']}",
+                                              f"{mine['key']}:{mine['digest']}"],
+                                     "csrf_token": token})
+        assert r.status_code == 409 and "not_allowed" in r.text
+        assert snapshot(rt)[1] == [(k, "approved" if k == mine["key"] else s)
+                                   for k, s in before[1]]
+        delivery = next(e["delivery"] for e in rt.events() if e["monitor"] == "default")
+        assert c.get(f"/deliveries/{delivery}").status_code == 403
+        rt.pause("other", by="ops")
+        monitors = c.get("/monitors").text
+        assert "paused" in monitors and "/?status=all&amp;monitor=other" in monitors
+        assert "monitor=default" not in monitors
