@@ -14,18 +14,19 @@ answer the next delivery 410, and the server drops the subscription.
 
 import json
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 
 from ..config import private_file
-from ..hosts.reference import EVENTS_FILENAME
+from ..hosts.reference import events_held
 from .story import DEMO_DATE, DOCUMENT, WAIT_S, Demo, StepFailed, _show
 
 EVENT = "comment.created"
 RETRY_WAIT_S = 120.0  # the server retries a failed delivery after 30 s; a loaded machine adds
-HOST_SECTION = '[host]\nfactory = "signoff.hosts.reference:ReferenceHost"\n\n[host.options]\n'
+# The default host and its (empty) options, as `signoff init` writes them.
+DEFAULT_FACTORY = 'factory = "signoff.hosts.reference:ReferenceHost"\n'
+EMPTY_OPTIONS = "[host.options]\n\n"
 
 
 class EventsDemo(Demo):
@@ -115,15 +116,15 @@ class EventsDemo(Demo):
     def configure(self):
         config = self.home / "signoff.toml"
         text = config.read_text(encoding="utf-8")
-        if HOST_SECTION not in text:
+        if DEFAULT_FACTORY not in text or EMPTY_OPTIONS not in text:
             return "signoff.toml has no default [host] section"
-        host = (f'[host]\nfactory = "signoff.hosts.mcp:McpHost"\n\n[host.options]\n'
-                f'url = {json.dumps(self.urls["host"])}\ntimeout_s = 10\n\n'
-                f'[host.options.events]\nname = "{EVENT}"\n'
-                'arguments = { document = "{document}" }\n'
-                'map = { record_id = "data.record_id", document = "data.document" }\n\n')
+        options = (f'[host.options]\nurl = {json.dumps(self.urls["host"])}\ntimeout_s = 10\n\n'
+                   f'[host.options.events]\nname = "{EVENT}"\n'
+                   'arguments = { document = "{document}" }\n'
+                   'map = { record_id = "data.record_id", document = "data.document" }\n\n')
+        text = text.replace(DEFAULT_FACTORY, 'factory = "signoff.hosts.mcp:McpHost"\n', 1)
         serve = f'\n[serve]\npublic_url = {json.dumps(self.urls["serve"])}\n'
-        config.write_text(text.replace(HOST_SECTION, host) + serve, encoding="utf-8")
+        config.write_text(text.replace(EMPTY_OPTIONS, options, 1) + serve, encoding="utf-8")
         return "configured"
 
     def bind_subscribed(self):
@@ -198,8 +199,7 @@ class EventsDemo(Demo):
 
     def held_by_server(self):
         """Subscriptions the host's events server still holds (its store in the home)."""
-        with sqlite3.connect(self.home / EVENTS_FILENAME) as store:
-            return store.execute("SELECT count(*) FROM subscriptions").fetchone()[0]
+        return events_held(self.home)
 
     def unsubscribed(self):
         self.drain()

@@ -239,3 +239,9 @@ class _Immediate:
     def __exit__(self, exc_type, exc, tb):
         self.conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
         return False
+
+
+def events_held(home):
+    """Subscriptions the reference host's events server holds (its store in ``home``)."""
+    with sqlite3.connect(home / EVENTS_FILENAME) as store:
+        return store.execute("SELECT count(*) FROM subscriptions").fetchone()[0]
