@@ -206,29 +206,35 @@ class Signoff:
     # -- the human channel ---------------------------------------------------
 
     @_own_database
-    def approve(self, key, digest, by="operator"):
-        """Approve a ready task whose result has ``digest``."""
-        return approval.approve(self, key, digest, by)
+    def approve(self, key, digest, by="operator", channel="cli", edit=None,
+                ack_hidden_characters=False):
+        """Approve a ready task whose result has ``digest`` (one place of its quorum).
+
+        ``edit``: the draft's new text, approved as edited (its own digest).
+        ``ack_hidden_characters``: the approver saw the draft's hidden characters marked.
+        """
+        return approval.approve(self, key, digest, by, channel, edit, ack_hidden_characters)
 
     @_own_database
-    def approve_many(self, items, by="operator"):
+    def approve_many(self, items, by="operator", channel="cli", ack_hidden_characters=False):
         """Approve many ``(key, digest)`` pairs at once; a result or Refused for each."""
-        return approval.approve_many(self, items, by)
+        return approval.approve_many(self, items, by, channel=channel,
+                                     ack_hidden_characters=ack_hidden_characters)
 
     @_own_database
-    def reject(self, key, reason=None):
-        """Reject a ready task."""
-        return approval.reject(self, key, reason)
+    def reject(self, key, reason=None, by="operator", channel="cli"):
+        """Reject a ready task; ``reason`` (1-200 printable characters) is kept and shown."""
+        return approval.reject(self, key, reason, by, channel)
 
     @_own_database
-    def retry(self, key):
+    def retry(self, key, by="operator", channel="cli"):
         """Queue a parked, approved or uncertain task again."""
-        return approval.retry(self, key)
+        return approval.retry(self, key, by, channel)
 
     @_own_database
-    def redraft(self, key):
+    def redraft(self, key, by="operator", channel="cli"):
         """Draft a ready or blocked task again from a fresh read (see ``redraft.py``)."""
-        return redraft.redraft(self, key)
+        return redraft.redraft(self, key, by, channel)
 
     @_own_database
     def add_policy(self, monitor_id, ttl_s=None, max_per_hour=None, by="operator",
@@ -242,14 +248,14 @@ class Signoff:
         return policy.listing()
 
     @_own_database
-    def revoke_policy(self, policy_id):
+    def revoke_policy(self, policy_id, by="operator", channel="cli"):
         """End a policy; its unwritten approvals go back to ready."""
-        return policy.revoke(self, policy_id)
+        return policy.revoke(self, policy_id, by, channel)
 
     @_own_database
-    def replay(self, letter_id):
+    def replay(self, letter_id, by="operator", channel="cli"):
         """Replay a dead letter with a fresh budget."""
-        return deadletters.replay(self, letter_id)
+        return deadletters.replay(self, letter_id, by, channel)
 
     # -- views ---------------------------------------------------------------
 

@@ -30,6 +30,7 @@ class Monitor(BaseModel):
     expires_at = DoubleField()
     window_s = DoubleField()
     approval_ttl_s = DoubleField(null=True)
+    approvals = IntegerField(default=1)  # distinct approvers a task's digest needs (quorum)
     grant_digest = CharField(max_length=64)
     active = BooleanField(default=True)
     created_at = DoubleField()
@@ -113,6 +114,11 @@ class Task(BaseModel):
     # (see redraft.py), and the key of the task that replaced this one.
     previous_drafts = JSON(default=list)
     superseded_by = CharField(max_length=64, null=True)
+    # Edits made before approving, oldest first: {by, channel, at, from_digest,
+    # to_digest, diff} each (approval.py); the first from_digest is the drafted one.
+    edits = JSON(default=list)
+    rejected_by = Text(null=True)
+    reject_reason = Text(null=True)
     # The W3C trace context of the span that drafted it (signoff/tracing.py), if traced.
     traceparent = Text(null=True)
     tracestate = Text(null=True)
@@ -461,3 +467,20 @@ class EventDeliveryCount(BaseModel):
 
 
 MODELS += [Subscription, EventDeliveryCount]
+
+
+class Approval(BaseModel):
+    """One approver's approval of one digest of a task: the quorum is counted from these."""
+
+    id = BigAutoField()
+    task_key = CharField(max_length=64)
+    digest = CharField(max_length=64)
+    by = Text()
+    channel = Text()  # cli, page, api or policy
+    at = DoubleField()
+
+    class Meta:
+        indexes = ((("task_key", "digest", "by"), True),)
+
+
+MODELS += [Approval]

@@ -17,6 +17,7 @@ DEFAULT_EVENTS = ("comment.created",)
 ID_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:@")
 ID_RULE = "1-128 characters: ASCII letters, digits, '.', '_', '-', ':' and '@' (not '.' or '..')"
 MAX_ID = 128
+MAX_APPROVALS = 20  # a quorum larger than this is a typo, not a team
 
 
 def check_id(monitor_id):
@@ -27,7 +28,7 @@ def check_id(monitor_id):
 
 
 def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, window_s=60,
-         approval_ttl_s=None, batch_window_s=None, within=None):
+         approval_ttl_s=None, batch_window_s=None, within=None, approvals=1):
     """Bind a monitor from the host's current grant context.
 
     An id that exists already (active or cancelled) is refused: a cancelled
@@ -35,7 +36,7 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
     a host whose MCP server offers events the monitor is subscribed first
     (``subscriptions.subscribe``); ``event_names`` then defaults to the
     subscribed event's name. ``within()`` runs in the transaction that writes
-    the monitor.
+    the monitor. ``approvals``: the distinct approvers each task's digest needs.
     """
     events = subscriptions.settings_of(rt)
     if event_names is None:
@@ -43,6 +44,8 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
     _check_options(monitor_id, document, event_names, events,
                    {"ttl": ttl_s, "window": window_s, "approval-ttl": approval_ttl_s,
                     "batch-window": batch_window_s})
+    if isinstance(approvals, bool) or not isinstance(approvals, int) or not 1 <= approvals <= MAX_APPROVALS:
+        raise Refused("invalid_monitor", f"approvals: must be a whole number from 1 to {MAX_APPROVALS}")
     context = rt.host().context()
     actions = context.get("actions", []) if isinstance(context, dict) else []
     if not {"read", "draft"} <= set(actions):
@@ -58,7 +61,8 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
             _refuse_existing(monitor_id)
             Monitor.create(id=monitor_id, document=document, event_names=list(event_names),
                            expires_at=now + ttl_s, window_s=window_s,
-                           approval_ttl_s=approval_ttl_s, grant_digest=digest(context),
+                           approval_ttl_s=approval_ttl_s, approvals=approvals,
+                           grant_digest=digest(context),
                            active=True, created_at=now)
             if batch_window_s is not None:
                 batching.set_window(monitor_id, batch_window_s)
@@ -127,7 +131,8 @@ def row(monitor):
     return {"id": monitor.id, "document": monitor.document,
             "event_names": monitor.event_names, "active": monitor.active,
             "expires_at": monitor.expires_at, "window_s": monitor.window_s,
-            "approval_ttl_s": monitor.approval_ttl_s, "grant_digest": monitor.grant_digest,
+            "approval_ttl_s": monitor.approval_ttl_s, "approvals": monitor.approvals,
+            "grant_digest": monitor.grant_digest,
             "batch_window_s": batching.windows([monitor.id]).get(monitor.id)}
 
 

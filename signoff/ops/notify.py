@@ -208,7 +208,7 @@ class _Policy:
     max_delay_s: float
 
 
-def replay(rt, letter):
+def replay(rt, letter, who=None):
     """Send a dead notification again with a fresh budget (``dlq replay``)."""
     now = rt.clock.now()
     try:
@@ -216,7 +216,7 @@ def replay(rt, letter):
             move_notification(letter.ref, [N.DEAD], N.PENDING, now, attempts=0, next_at=now)
             DeadLetter.update(replayed=DeadLetter.replayed + 1).where(
                 DeadLetter.id == letter.id).execute()
-            audit(now, "replayed", task_key=letter.ref)
+            audit(now, "replayed", task_key=letter.ref, **(who or {}))
     except Fenced:
         raise Refused("not_dead", "this notification was replayed already and is in progress") from None
 

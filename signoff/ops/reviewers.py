@@ -11,7 +11,7 @@ import secrets
 from dataclasses import dataclass
 
 from ..errors import InvalidEvent, Refused
-from ..rules.events import check_label
+from ..rules.events import check_label, check_name
 from ..state.lifecycle import audit
 from ..models import AuditReviewer, Reviewer, ReviewSession, db
 
@@ -45,30 +45,32 @@ class Viewer:
         return isinstance(given, str) and hmac.compare_digest(given.encode(), self.csrf.encode())
 
 
-def add(rt, name, read_only=False):
+def add(rt, name, read_only=False, by="operator", channel="cli"):
     """Create a reviewer; returns ``{name, token, read_only}`` (the token, this once)."""
     try:
         check_label("name", name)
     except InvalidEvent as exc:
         raise Refused("invalid_reviewer", exc.reason) from None
+    check_name("by", by)
     token = "sor_" + secrets.token_urlsafe(32)
     now = rt.clock.now()
     with db.atomic():
         if Reviewer.get_or_none(Reviewer.name == name) is not None:
             raise Refused("reviewer_exists", f"reviewer {name!r} exists already")
         Reviewer.create(name=name, token_hash=_hash(token), read_only=bool(read_only), created_at=now)
-        audit(now, "reviewer_added")
+        audit(now, "reviewer_added", actor=by, channel=channel)
     return {"name": name, "token": token, "read_only": bool(read_only)}
 
 
-def remove(rt, name):
+def remove(rt, name, by="operator", channel="cli"):
     """Delete a reviewer and end every session of theirs."""
+    check_name("by", by)
     now = rt.clock.now()
     with db.atomic():
         if not Reviewer.delete().where(Reviewer.name == name).execute():
             raise Refused("unknown_reviewer", f"no reviewer {name!r}")
         ended = ReviewSession.delete().where(ReviewSession.reviewer == name).execute()
-        audit(now, "reviewer_removed")
+        audit(now, "reviewer_removed", actor=by, channel=channel)
     return {"name": name, "removed": True, "sessions_ended": ended}
 
 

@@ -20,7 +20,7 @@ from starlette.templating import Jinja2Templates
 from ..ops import gaps
 from ..errors import Blocked, Refused
 from ..models import Task
-from ..commands.output import visible
+from ..rules.text import visible
 from ..ops.views import delivery_detail, describe
 from ..ops import reviewers
 
