@@ -75,6 +75,7 @@ def test_a_ready_task_is_announced_signed_and_without_record_text(notified_home,
     detail = rt.task(task["key"])
     assert payload == {"type": "task.ready", "key": task["key"], "monitor": "default",
                        "record_id": "comment-1", "version": 1, "digest": detail["digest"],
+                       "approvals_needed": 1,
                        "review_url": f"https://review.example/tasks/{task['key']}"}
     assert "please add the demo date" not in body and SECRET_TEXT not in body
     with pytest.raises(WebhookVerificationError):

@@ -37,7 +37,7 @@ from ..errors import ConfigError, Refused
 from ..state.lifecycle import (Fenced, NotificationStatus as N, TaskStatus as T, audit, bury,
                                hold_notification, move_notification, new_notifications,
                                record_attempts, update_notification)
-from ..models import Audit, Cursor, DeadLetter, Notification, Task, db
+from ..models import Audit, Cursor, DeadLetter, Monitor, Notification, Task, db
 from ..rules.retry import backoff
 from ..storage import log_failed_pass
 
@@ -135,9 +135,12 @@ def outbox_busy():
 
 
 def payload(task, settings):
-    """The notification body: identifiers, digest and the page; never record text."""
+    """The notification body: identifiers, digest, the approvals it needs (the
+    monitor's quorum) and the page; never record text."""
+    needed = Monitor.select(Monitor.approvals).where(Monitor.id == task.monitor).scalar() or 1
     return {"type": "task.ready", "key": task.key, "monitor": task.monitor,
             "record_id": task.record_id, "version": task.version, "digest": task.digest,
+            "approvals_needed": needed,
             "review_url": settings.review_url.rstrip("/") + f"/tasks/{task.key}"}
 
 
