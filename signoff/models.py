@@ -383,9 +383,17 @@ class ReviewSession(BaseModel):
 
 
 class Notification(BaseModel):
-    """One ``task.ready`` notification to send (the outbox), keyed by task."""
+    """One notification to send (the outbox).
+
+    A ``task.ready`` one is keyed by its task (one per task, ever). A decision's
+    (``task.rejected``, ``task.approval_added``) is keyed by the digest of its
+    audit row's seq, and names its task in ``task`` and its row in ``audit_seq``.
+    """
 
     task_key = CharField(max_length=64, primary_key=True)
+    type = Text(null=True)  # null: task.ready
+    task = CharField(max_length=64, null=True)
+    audit_seq = BigIntegerField(null=True)
     status = CharField(default="pending")  # pending, sent, dead
     attempts = IntegerField(default=0)
     last_code = CharField(null=True)

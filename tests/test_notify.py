@@ -159,3 +159,25 @@ def test_notifications_start_when_they_are_configured_never_for_older_ready_task
         _, err = worker.communicate(timeout=60)
     assert worker.returncode == 0, err.decode()
     rt.close()
+
+
+def test_a_quorum_announces_each_approval_and_a_reject_with_its_reason(notified_home, receiver):
+    rt, secret = notified_home
+    rt.bind("doc-demo", "q", window_s=3600, approvals=2)
+    rt.enqueue_events([event(1)], monitor_id="q")
+
+    def received(kind):
+        return [p for p in (Webhook(secret).verify(b, h) for h, b in receiver.received)
+                if p["type"] == kind]
+    [ready] = wait_for(lambda: received("task.ready"), timeout=60, what="task.ready")
+    assert ready["approvals_needed"] == 2 and ready["monitor"] == "q"
+    rt.approve(ready["key"], ready["digest"], by="ana")
+    [added] = wait_for(lambda: received("task.approval_added"), timeout=60,
+                       what="task.approval_added")
+    assert (added["key"], added["by"], added["channel"], added["approvals_missing"]) == (
+        ready["key"], "ana", "cli", 1)
+    rt.reject(ready["key"], reason="the demo moved", by="carl", channel="page")
+    [rejected] = wait_for(lambda: received("task.rejected"), timeout=60, what="task.rejected")
+    assert (rejected["by"], rejected["channel"], rejected["reason"]) == ("carl", "page",
+                                                                       "the demo moved")
+    assert "please add the demo date" not in json.dumps(receiver.received)

@@ -339,6 +339,15 @@ def new_notifications(keys, now):
          "updated_at": now} for k in keys], ignore_conflicts=True, returning=("task_key",))]
 
 
+def new_decision_notifications(rows, now):
+    """``pending`` notifications of decisions: ``(outbox key, type, task key, audit seq)``
+    each (one per audit row, ever); the keys added."""
+    return [k for (k,) in insert_rows(Notification, [
+        {"task_key": k, "type": kind, "task": task, "audit_seq": seq, "status": N.PENDING,
+         "next_at": now, "created_at": now, "updated_at": now} for k, kind, task, seq in rows],
+        ignore_conflicts=True, returning=("task_key",))]
+
+
 def hold_notification(task_key, next_at, until):
     """Push a pending notification's ``next_at`` from ``next_at`` to ``until`` while one
     sender tries it; False when another sender holds it already."""
@@ -384,8 +393,9 @@ def mark_write_possible(keys, token, now):
 
 def strip_tasks(keys, where):
     """Drop the record snapshots and results of the tasks ``keys`` that still meet
-    ``where`` (retention); returns ``[(key, status)]`` of those stripped."""
-    return list(Task.update(record={}, result={}, previous_drafts=[]).where(
+    ``where`` (retention), and the differences their edits kept; returns
+    ``[(key, status)]`` of those stripped (who edited stays in the audit log)."""
+    return list(Task.update(record={}, result={}, previous_drafts=[], edits=[]).where(
         key_in(Task.key, keys), where).returning(Task.key, Task.status).tuples().execute())
 
 
