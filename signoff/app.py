@@ -120,9 +120,9 @@ class Signoff:
         return monitors.bind(self, document, monitor_id, **options)
 
     @_own_database
-    def cancel(self, monitor_id):
+    def cancel(self, monitor_id, by="operator", channel="cli"):
         """Cancel a monitor and end its open tasks."""
-        return monitors.cancel(self, monitor_id)
+        return monitors.cancel(self, monitor_id, by, channel)
 
     @_own_database
     def resume(self, monitor_id, new_id, mode, **options):

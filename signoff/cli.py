@@ -395,9 +395,10 @@ def monitor_bind(obj, as_json, monitor_id, document, events, ttl, window, approv
 
 @command(monitor, "cancel")
 @click.argument("monitor_id")
-def monitor_cancel(obj, as_json, monitor_id):
+@by_option
+def monitor_cancel(obj, as_json, monitor_id, by):
     """Cancel a monitor: stop intake and end its open tasks."""
-    m = obj.open().cancel(monitor_id)
+    m = obj.open().cancel(monitor_id, by=by)
     emit(m, as_json, lambda m: f"monitor {m['id']} cancelled; {m['tasks_cancelled']} open task(s) "
          f"cancelled, {m['writes_in_flight']} with a write in flight "
          "(done if its receipt confirms)")

@@ -173,6 +173,14 @@ def test_a_standing_policy_fills_at_most_one_place(quorum):
     assert rt.approve(key, d, by="ana")["status"] == "approved"
 
 
+def test_other_decisions_name_who_made_them(rt):
+    rt.reject(ready_task(rt)[0], by="dora")
+    rt.cancel("default", by="erin")
+    rows = {(a.code, a.actor, a.channel) for a in Audit.select()}
+    assert {("rejected", "dora", "cli"), ("cancelled", "erin", "cli")} <= rows
+    assert refusal(rt.cancel, "default", by="bad\nname") == "invalid_name"
+
+
 def test_bind_refuses_a_quorum_out_of_range(rt):
     assert refusal(rt.bind, "doc-demo", "zero", approvals=0) == "invalid_monitor"
     assert refusal(rt.bind, "doc-demo", "many", approvals=True) == "invalid_monitor"
@@ -313,3 +321,61 @@ def test_cli_bind_approvals_shows_on_the_monitor(cli_home):
     home, _, _ = cli_home
     [m] = cli_json(home, "monitor", "list")
     assert m["approvals"] == 2
+
+
+# -- the page forms, over plain HTTP ---------------------------------------------------
+
+def test_page_forms_edit_reason_acknowledgement_and_bulk_drafts(tmp_path, backend):
+    import re
+
+    import httpx
+    from servekit import Server, event, make_home
+    from signoff.ops import reviewers
+    from test_serve_pages import csrf, post_login
+
+    home = tmp_path / "site"
+    if backend is not None:
+        backend.write_config(home)
+    rt = make_home(home)
+    rt.host().put_material("doc-demo", "2026-11-01\u200b")
+    rt.bind("doc-demo", "q", window_s=3600, approvals=2)
+    rt.host().put_record("comment-2", document="doc-demo", text="two")
+    rt.enqueue_events([event(1), event(2)], monitor_id="q")
+    rt.run_until_idle()
+    token = reviewers.add(rt, "alice")["token"]
+    server = Server(home)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            assert post_login(c, "alice", token).status_code == 303
+            listing = c.get("/?status=ready").text
+            assert listing.count("2026-11-01⟨U+200B⟩") == 2 and "approve it on its page" in listing
+            k1, k2 = sorted(t["key"] for t in rt.tasks("ready"))
+            d1 = rt.task(k1)["digest"]
+            page = c.get(f"/tasks/{k1}").text
+            assert 'id="hidden-characters"' in page and 'name="edit"' in page
+            token_ = csrf(page)
+            r = c.post(f"/tasks/{k1}/approve", data={"digest": d1, "csrf_token": token_})
+            assert r.status_code == 400 and "hidden_characters" in r.text
+            r = c.post(f"/tasks/{k1}/approve", data={"digest": d1, "csrf_token": token_,
+                                                      "edit": "Plain text\r\nnow"})
+            assert r.status_code == 303, r.text
+            shown = rt.task(k1)
+            assert shown["result"]["draft"] == "Plain text\nnow" and shown["approvals_missing"] == 1
+            assert shown["approvals"][0]["channel"] == "page"
+            r = c.post(f"/tasks/{k1}/approve", data={"digest": d1, "csrf_token": token_,
+                                                      "edit": "stale"})
+            assert r.status_code == 409 and "digest_mismatch" in r.text
+            assert "Plain text" in c.get(f"/tasks/{k1}").text
+            d2 = rt.task(k2)["digest"]
+            r = c.post(f"/tasks/{k2}/reject", data={"digest": d2, "csrf_token": token_,
+                                                     "reason": "a\u202eb"})
+            assert r.status_code == 400 and "invalid_reason" in r.text
+            r = c.post(f"/tasks/{k2}/reject", data={"digest": d2, "csrf_token": token_,
+                                                     "reason": "not needed"})
+            assert r.status_code == 303
+            page = c.get(f"/tasks/{k2}").text
+            assert re.search(r'id="reject-reason">not needed<', page)
+            assert rt.task(k2)["rejected_by"] == "alice"
+    finally:
+        assert server.stop() == 0, server.stderr()
+        rt.close()

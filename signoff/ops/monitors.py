@@ -4,7 +4,7 @@ from . import subscriptions
 from ..steps import batching
 from ..rules.canonical import digest
 from ..errors import Refused
-from ..rules.events import check_label
+from ..rules.events import check_label, check_name
 from ..errors import InvalidEvent
 from ..state.lifecycle import audit, cancel_tasks
 from ..models import Monitor, Task, db
@@ -99,7 +99,7 @@ def _refuse_existing(monitor_id):
                       + ("" if existing.active else " and is cancelled; bind a new id"))
 
 
-def cancel(rt, monitor_id):
+def cancel(rt, monitor_id, by="operator", channel="cli"):
     """Stop intake, end the monitor's open tasks (see ``lifecycle.cancel_tasks``) and its
     MCP Events subscription (answered 410 from now on; the worker unsubscribes it).
 
@@ -108,13 +108,14 @@ def cancel(rt, monitor_id):
     ``done`` if its receipt confirms the write, else stays cancelled with
     ``outcome_unknown``.
     """
-    cancelled, in_flight = _cancel(monitor_id, rt.clock.now())
+    check_name("by", by)
+    cancelled, in_flight = _cancel(monitor_id, rt.clock.now(), {"actor": by, "channel": channel})
     return dict(row(Monitor.get_by_id(monitor_id)), tasks_cancelled=len(cancelled),
                 writes_in_flight=len(in_flight))
 
 
 @retried  # a deadlock with a worker's batch is tried again: every write here is guarded
-def _cancel(monitor_id, now):
+def _cancel(monitor_id, now, who):
     with db.atomic():
         if not Monitor.select().where(Monitor.id == monitor_id).exists():
             raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
@@ -122,7 +123,7 @@ def _cancel(monitor_id, now):
             Monitor.id == monitor_id, Monitor.active == True).execute()  # noqa: E712
         subscriptions.end_for_monitor(monitor_id, now, "cancelled")
         ended = cancel_tasks(Task.monitor == monitor_id, now)
-        audit(now, "cancelled", monitor_id)
+        audit(now, "cancelled", monitor_id, **who)
     return ended
 
 
