@@ -375,6 +375,7 @@ def test_page_forms_edit_reason_acknowledgement_and_bulk_drafts(tmp_path, backen
             assert r.status_code == 303
             page = c.get(f"/tasks/{k2}").text
             assert re.search(r'id="reject-reason">not needed<', page)
+            assert "alice (page)" in page  # the timeline names who decided
             assert rt.task(k2)["rejected_by"] == "alice"
     finally:
         assert server.stop() == 0, server.stderr()

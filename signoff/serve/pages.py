@@ -204,8 +204,9 @@ class Pages:
             problem = "host_unavailable"
         except Exception as exc:  # a host bug shows on the page instead of failing it
             problem = type(exc).__name__
-        timeline = sorted([(a["at"], "audit", a["code"], a.get("event_id") or "") for a in t["audit"]]
-                          + attempt_rows(t["history"]))
+        # Sorted by time alone: rows of one instant keep the audit log's order.
+        timeline = sorted([(a["at"], "audit", a["code"], a.get("event_id") or _who(a))
+                           for a in t["audit"]] + attempt_rows(t["history"]), key=lambda e: e[0])
         records = t["record"] if isinstance(t["record"], list) else [t["record"] or {}]
         draft = (t["result"] or {}).get("draft")
         return {"t": t, "current": current, "current_problem": problem,
@@ -345,6 +346,11 @@ class Pages:
     def _refused(self, request, viewer, exc, key=""):
         return self.render(request, "outcome.html", status_code=REFUSAL_STATUS.get(exc.code, 409),
                            viewer=viewer, title="Refused", results=[(key, exc.code, exc.message)])
+
+
+def _who(row):
+    """Who made an audited decision, as the timeline shows it (``""`` for the engine's)."""
+    return f"{row['actor']} ({row['channel']})" if row.get("actor") else ""
 
 
 def attempt_rows(history):
