@@ -173,6 +173,17 @@ def test_a_standing_policy_fills_at_most_one_place(quorum):
     assert rt.approve(key, d, by="ana")["status"] == "approved"
 
 
+def test_a_revoked_policy_gives_up_its_place_in_an_open_quorum(quorum):
+    rt = quorum
+    key, d = ready_task(rt, "q")
+    policy = rt.add_policy("q", include_waiting=True)
+    assert len(rt.task(key)["approvals"]) == 1
+    rt.revoke_policy(policy["policy"], by="ana")
+    shown = rt.task(key)
+    assert shown["approvals"] == [] and shown["approvals_missing"] == 2
+    assert ("policy_ended", "ana", "cli") in {(a.code, a.actor, a.channel) for a in Audit.select()}
+
+
 def test_other_decisions_name_who_made_them(rt):
     rt.reject(ready_task(rt)[0], by="dora")
     rt.cancel("default", by="erin")

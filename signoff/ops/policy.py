@@ -196,6 +196,7 @@ def _end(policy, code, now, who=None):
             Policy.id == policy.id, Policy.ended_at.is_null()).execute()
         if ended:
             audit(now, "policy_ended", policy.monitor, **(who or {}))
+            withdraw_approvals([tag(policy.id)])  # its places in quorums still open
         return _return_tasks(now, [tag(policy.id)])
 
 
@@ -219,7 +220,7 @@ def _return_tasks(now, tags):
                            parked=False, code="policy_revoked")
         insert_rows(Audit, [{"at": now, "code": "policy_revoked", "monitor": m, "event_id": None,
                              "task_key": k} for k, m in rows if k in moved])
-        withdraw_approvals(tags)
+        withdraw_approvals(tags)  # the places of the tasks it had approved
     return len(moved)
 
 
