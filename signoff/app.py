@@ -120,9 +120,9 @@ class Signoff:
         return monitors.bind(self, document, monitor_id, **options)
 
     @_own_database
-    def cancel(self, monitor_id):
+    def cancel(self, monitor_id, by="operator", channel="cli"):
         """Cancel a monitor and end its open tasks."""
-        return monitors.cancel(self, monitor_id)
+        return monitors.cancel(self, monitor_id, by, channel)
 
     @_own_database
     def pause(self, monitor_id, by="operator", channel=None):
@@ -230,34 +230,41 @@ class Signoff:
     # -- the human channel ---------------------------------------------------
 
     @_own_database
-    def approve(self, key, digest, by="operator", channel=None):
-        """Approve a ready task whose result has ``digest``."""
-        return approval.approve(self, key, digest, by, channel)
+    def approve(self, key, digest, by="operator", channel="cli", edit=None,
+                ack_hidden_characters=False):
+        """Approve a ready task whose result has ``digest`` (one place of its quorum).
+
+        ``edit``: the draft's new text, approved as edited (its own digest).
+        ``ack_hidden_characters``: the approver saw the draft's hidden characters marked.
+        """
+        return approval.approve(self, key, digest, by, channel, edit, ack_hidden_characters)
 
     @_own_database
-    def approve_many(self, items, by="operator"):
+    def approve_many(self, items, by="operator", channel="cli", ack_hidden_characters=False):
         """Approve many ``(key, digest)`` pairs at once; a result or Refused for each."""
-        return approval.approve_many(self, items, by)
+        return approval.approve_many(self, items, by, channel=channel,
+                                     ack_hidden_characters=ack_hidden_characters)
 
     @_own_database
-    def reject(self, key, reason=None, by=None, channel=None):
-        """Reject a ready task."""
+    def reject(self, key, reason=None, by="operator", channel="cli"):
+        """Reject a ready task; ``reason`` (1-200 printable characters) is kept and shown."""
         return approval.reject(self, key, reason, by, channel)
 
     @_own_database
-    def cancel_task(self, key, by="operator", channel=None):
+    def cancel_task(self, key, by="operator", channel="cli"):
         """Cancel one ready, approved or uncertain task (``approval.cancel``)."""
         return approval.cancel(self, key, by, channel)
 
-    @_own_database
-    def retry(self, key):
-        """Queue a parked, approved or uncertain task again."""
-        return approval.retry(self, key)
 
     @_own_database
-    def redraft(self, key):
+    def retry(self, key, by="operator", channel="cli"):
+        """Queue a parked, approved or uncertain task again."""
+        return approval.retry(self, key, by, channel)
+
+    @_own_database
+    def redraft(self, key, by="operator", channel="cli"):
         """Draft a ready or blocked task again from a fresh read (see ``redraft.py``)."""
-        return redraft.redraft(self, key)
+        return redraft.redraft(self, key, by, channel)
 
     @_own_database
     def add_policy(self, monitor_id, ttl_s=None, max_per_hour=None, by="operator",
@@ -271,12 +278,12 @@ class Signoff:
         return policy.listing()
 
     @_own_database
-    def revoke_policy(self, policy_id):
+    def revoke_policy(self, policy_id, by="operator", channel="cli"):
         """End a policy; its unwritten approvals go back to ready."""
-        return policy.revoke(self, policy_id)
+        return policy.revoke(self, policy_id, by, channel)
 
     @_own_database
-    def add_reviewer(self, name, read_only=False, monitors=(), by="operator", channel=None):
+    def add_reviewer(self, name, read_only=False, monitors=(), by="operator", channel="cli"):
         """Create a reviewer, optionally limited to ``monitors``; its token is answered once."""
         return reviewers.add(self, name, read_only, monitors, by, channel)
 
@@ -286,9 +293,9 @@ class Signoff:
         return reviewers.viewer_for_token(token)
 
     @_own_database
-    def replay(self, letter_id):
+    def replay(self, letter_id, by="operator", channel="cli"):
         """Replay a dead letter with a fresh budget."""
-        return deadletters.replay(self, letter_id)
+        return deadletters.replay(self, letter_id, by, channel)
 
     @_own_database
     def purge(self, older_than_days=None, dry_run=False, progress=None):
@@ -298,10 +305,10 @@ class Signoff:
     # -- webhook secrets and reviewers ----------------------------------------
 
     @_own_database
-    def add_secret(self, monitor_id, secret=None):
+    def add_secret(self, monitor_id, secret=None, by="operator", channel="cli"):
         """Add a webhook secret to a monitor (a new one when ``secret`` is None);
         the answer holds it this once."""
-        return secrets.add(self, monitor_id, secret)
+        return secrets.add(self, monitor_id, secret, by, channel)
 
     @_own_database
     def monitor_secrets(self, monitor_id):
@@ -309,9 +316,9 @@ class Signoff:
         return secrets.listing(monitor_id)
 
     @_own_database
-    def remove_secret(self, monitor_id, secret_id):
+    def remove_secret(self, monitor_id, secret_id, by="operator", channel="cli"):
         """Remove one of a monitor's webhook secrets."""
-        return secrets.remove(self, monitor_id, secret_id)
+        return secrets.remove(self, monitor_id, secret_id, by, channel)
 
     @_own_database
     def reviewers(self):
@@ -319,9 +326,9 @@ class Signoff:
         return reviewers.listing()
 
     @_own_database
-    def remove_reviewer(self, name):
+    def remove_reviewer(self, name, by="operator", channel="cli"):
         """Delete a reviewer and end their sessions."""
-        return reviewers.remove(self, name)
+        return reviewers.remove(self, name, by, channel)
 
     # -- views ---------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from .errors import SignoffError
+from .errors import Refused, SignoffError
 from .commands.output import emit, fail, safe, stream, table
 
 
@@ -92,6 +92,13 @@ def command(group, name=None, json_help="Print one JSON document.", **kwargs):
                 fail("internal_error", f"{type(exc).__name__}: {exc}", as_json)
         return run
     return wrap
+
+
+def by_option(f):
+    """``--by NAME``: the operator's label on the audit row of a decision (not an identity)."""
+    return click.option("--by", default="operator", show_default=True,
+                        help="Your name for the audit log (1-128 characters, no control or "
+                             "bidi characters); a label, not checked.")(f)
 
 
 def _os_message(exc):
@@ -365,9 +372,6 @@ def monitor():
 
 MONITOR_COLUMNS = ["id", "document", "event_names", "active", "paused", "expires_at", "window_s",
                    "grant_digest"]
-BY_HELP = "Who decides: a label kept on the audit row (the operator's word, not an identity)."
-
-
 @command(monitor, "bind")
 @click.option("--id", "monitor_id", default="default", show_default=True)
 @click.option("--document", required=True)
@@ -378,20 +382,23 @@ BY_HELP = "Who decides: a label kept on the audit row (the operator's word, not 
 @click.option("--approval-ttl", type=SECONDS, default=None, help="Seconds.")
 @click.option("--batch-window", type=SECONDS, default=None,
               help="Seconds: gather the document's records arriving within it into one task.")
+@click.option("--approvals", type=click.IntRange(min=1), default=1,
+              show_default=True, help="Distinct approvers each task's digest needs (a quorum).")
 def monitor_bind(obj, as_json, monitor_id, document, events, ttl, window, approval_ttl,
-                 batch_window):
+                 batch_window, approvals):
     """Bind a monitor from the host's current grant (subscribing it when the host offers events)."""
     m = obj.open().bind(document, monitor_id, event_names=list(events) or None,
                         ttl_s=ttl, window_s=window, approval_ttl_s=approval_ttl,
-                        batch_window_s=batch_window)
+                        batch_window_s=batch_window, approvals=approvals)
     emit(m, as_json, lambda m: table([m], MONITOR_COLUMNS, short=("grant_digest",)))
 
 
 @command(monitor, "cancel")
 @click.argument("monitor_id")
-def monitor_cancel(obj, as_json, monitor_id):
+@by_option
+def monitor_cancel(obj, as_json, monitor_id, by):
     """Cancel a monitor: stop intake and end its open tasks."""
-    m = obj.open().cancel(monitor_id)
+    m = obj.open().cancel(monitor_id, by=by)
     emit(m, as_json, lambda m: f"monitor {m['id']} cancelled; {m['tasks_cancelled']} open task(s) "
          f"cancelled, {m['writes_in_flight']} with a write in flight "
          "(done if its receipt confirms)")
@@ -399,7 +406,7 @@ def monitor_cancel(obj, as_json, monitor_id):
 
 @command(monitor, "pause")
 @click.argument("monitor_id")
-@click.option("--by", default="operator", show_default=True, help=BY_HELP)
+@by_option
 def monitor_pause(obj, as_json, monitor_id, by):
     """Hold a monitor's new events (still accepted) without ending it; approved tasks still submit."""
     m = obj.open().pause(monitor_id, by=by, channel="cli")
@@ -408,7 +415,7 @@ def monitor_pause(obj, as_json, monitor_id, by):
 
 @command(monitor, "unpause")
 @click.argument("monitor_id")
-@click.option("--by", default="operator", show_default=True, help=BY_HELP)
+@by_option
 def monitor_unpause(obj, as_json, monitor_id, by):
     """Process a paused monitor's events again, those that waited first."""
     m = obj.open().unpause(monitor_id, by=by, channel="cli")
@@ -447,11 +454,12 @@ def monitor_secret():
 @click.argument("monitor_id")
 @click.option("--secret", default=None,
               help="whsec_<base64 of 24-64 bytes>, or - to read it from stdin (default: a new one).")
-def monitor_secret_add(obj, as_json, monitor_id, secret):
+@by_option
+def monitor_secret_add(obj, as_json, monitor_id, secret, by):
     """Add a secret; it is printed this once and never shown again."""
     if secret == "-":
         secret = sys.stdin.readline().strip()
-    emit(obj.open().add_secret(monitor_id, secret), as_json,
+    emit(obj.open().add_secret(monitor_id, secret, by=by), as_json,
          lambda r: f"secret {r['secret_id']} for monitor {r['monitor']} (shown once): {r['secret']}")
 
 
@@ -466,9 +474,10 @@ def monitor_secret_list(obj, as_json, monitor_id):
 @command(monitor_secret, "remove")
 @click.argument("monitor_id")
 @click.argument("secret_id", type=click.IntRange(min=0, max=INT64_MAX))
-def monitor_secret_remove(obj, as_json, monitor_id, secret_id):
+@by_option
+def monitor_secret_remove(obj, as_json, monitor_id, secret_id, by):
     """Remove a secret (effective for the next request)."""
-    emit(obj.open().remove_secret(monitor_id, secret_id), as_json,
+    emit(obj.open().remove_secret(monitor_id, secret_id, by=by), as_json,
          lambda r: f"secret {r['secret_id']} of monitor {r['monitor']} removed")
 
 
@@ -675,14 +684,15 @@ def tasks_show(obj, as_json, key):
 
 @command(tasks, "retry")
 @click.argument("key")
-def tasks_retry(obj, as_json, key):
+@by_option
+def tasks_retry(obj, as_json, key, by):
     """Queue a parked, approved or uncertain task again."""
-    emit(obj.open().retry(key), as_json, lambda a: f"{a['key']}: {a['status']}, queued")
+    emit(obj.open().retry(key, by=by), as_json, lambda a: f"{a['key']}: {a['status']}, queued")
 
 
 @command(tasks, "cancel")
 @click.argument("key")
-@click.option("--by", default="operator", show_default=True, help=BY_HELP)
+@by_option
 def tasks_cancel(obj, as_json, key, by):
     """Cancel one ready, approved or uncertain task (uncertain ones end outcome unknown)."""
     emit(obj.open().cancel_task(key, by=by, channel="cli"), as_json,
@@ -692,28 +702,56 @@ def tasks_cancel(obj, as_json, key, by):
 
 @command(tasks, "redraft")
 @click.argument("key")
-def tasks_redraft(obj, as_json, key):
+@by_option
+def tasks_redraft(obj, as_json, key, by):
     """Re-read the record and material and draft a ready or blocked task again."""
     from .commands.render import render_redraft
-    emit(obj.open().redraft(key), as_json, render_redraft)
+    emit(obj.open().redraft(key, by=by), as_json, render_redraft)
 
 
 @command(main)
 @click.argument("key")
 @click.option("--digest", required=True, help="Digest of the result you reviewed.")
-@click.option("--by", default="operator", show_default=True,
-              help="Your name (1-128 characters, no control or bidi characters).")
-def approve(obj, as_json, key, digest, by):
-    """Approve a ready task (KEY or a unique prefix) whose result has DIGEST."""
-    emit(obj.open().approve(key, digest, by), as_json, lambda a: f"{a['key']}: {a['status']}")
+@by_option
+@click.option("--edit", "edit_file", type=click.File("rb"), default=None,
+              help="A file (or -) holding the draft as you want it submitted; the approval "
+                   "binds the edited draft.")
+@click.option("--ack-hidden-characters", is_flag=True,
+              help="Approve a draft holding hidden characters (shown as <U+XXXX> by tasks show).")
+def approve(obj, as_json, key, digest, by, edit_file, ack_hidden_characters):
+    """Approve a ready task (KEY or a unique prefix) whose result has DIGEST.
+
+    With a quorum (monitor bind --approvals N) the task is approved once N
+    different people approved the same digest; until then it stays ready.
+    """
+    edit = None if edit_file is None else _edit_text(edit_file.read())
+    emit(obj.open().approve(key, digest, by, edit=edit,
+                            ack_hidden_characters=ack_hidden_characters),
+         as_json, _approved_line)
+
+
+def _edit_text(data):
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Refused("invalid_edit", f"the edit file is not UTF-8 (byte {exc.start})") from None
+
+
+def _approved_line(a):
+    missing = a.get("approvals_missing")
+    waiting = f", {missing} more approval(s) needed" if a["status"] == "ready" and missing else ""
+    edited = f", edited (digest {a['digest']})" if a.get("digest") else ""
+    return f"{a['key']}: {a['status']}{edited}{waiting}"
 
 
 @command(main)
 @click.argument("key")
-@click.option("--reason", default=None)
-def reject(obj, as_json, key, reason):
+@click.option("--reason", default=None,
+              help="Why (1-200 printable characters); kept and shown with the task.")
+@by_option
+def reject(obj, as_json, key, reason, by):
     """Reject a ready task."""
-    emit(obj.open().reject(key, reason), as_json, lambda a: f"{a['key']}: {a['status']}")
+    emit(obj.open().reject(key, reason, by=by), as_json, lambda a: f"{a['key']}: {a['status']}")
 
 
 @main.group()
@@ -752,9 +790,10 @@ def policy_list(obj, as_json):
 
 @command(policy, "revoke")
 @click.argument("policy_id", metavar="POLICY", type=click.IntRange(min=0, max=INT64_MAX))
-def policy_revoke(obj, as_json, policy_id):
+@by_option
+def policy_revoke(obj, as_json, policy_id, by):
     """End a policy; tasks it approved whose write has not started go back to ready."""
-    emit(obj.open().revoke_policy(policy_id), as_json,
+    emit(obj.open().revoke_policy(policy_id, by=by), as_json,
          lambda p: f"policy {p['policy']} ended ({p['end_code']}); "
                    f"{p['tasks_returned']} task(s) back to ready")
 
@@ -769,7 +808,7 @@ def reviewer():
 @click.option("--read-only", is_flag=True, help="May look, may not approve or change anything.")
 @click.option("--monitor", "monitors", multiple=True,
               help="Limit the reviewer to this monitor's tasks (repeatable; default: every monitor).")
-@click.option("--by", default="operator", show_default=True, help=BY_HELP)
+@by_option
 def reviewer_add(obj, as_json, name, read_only, monitors, by):
     """Create a reviewer; their login and API token is printed this once."""
     emit(obj.open().add_reviewer(name, read_only, monitors, by=by, channel="cli"), as_json,
@@ -779,9 +818,10 @@ def reviewer_add(obj, as_json, name, read_only, monitors, by):
 
 @command(reviewer, "remove")
 @click.argument("name")
-def reviewer_remove(obj, as_json, name):
+@by_option
+def reviewer_remove(obj, as_json, name, by):
     """Delete a reviewer and end their sessions."""
-    emit(obj.open().remove_reviewer(name), as_json,
+    emit(obj.open().remove_reviewer(name, by=by), as_json,
          lambda r: f"reviewer {r['name']} removed; {r['sessions_ended']} session(s) ended")
 
 
@@ -821,9 +861,10 @@ def dlq_list(obj, as_json, limit):
 
 @command(dlq, "replay")
 @click.argument("letter_id", type=click.IntRange(min=0, max=INT64_MAX))
-def dlq_replay(obj, as_json, letter_id):
+@by_option
+def dlq_replay(obj, as_json, letter_id, by):
     """Queue a dead letter again with a fresh budget and the same keys."""
-    emit(obj.open().replay(letter_id), as_json,
+    emit(obj.open().replay(letter_id, by=by), as_json,
          lambda r: f"dead letter {r['id']} ({r['kind']} {r['ref']}) queued again")
 
 

@@ -30,6 +30,7 @@ class Monitor(BaseModel):
     expires_at = DoubleField()
     window_s = DoubleField()
     approval_ttl_s = DoubleField(null=True)
+    approvals = IntegerField(default=1)  # distinct approvers a task's digest needs (quorum)
     grant_digest = CharField(max_length=64)
     active = BooleanField(default=True)
     created_at = DoubleField()
@@ -119,6 +120,11 @@ class Task(BaseModel):
     # (see redraft.py), and the key of the task that replaced this one.
     previous_drafts = JSON(default=list)
     superseded_by = CharField(max_length=64, null=True)
+    # Edits made before approving, oldest first: {by, channel, at, from_digest,
+    # to_digest, diff} each (approval.py); the first from_digest is the drafted one.
+    edits = JSON(default=list)
+    rejected_by = Text(null=True)
+    reject_reason = Text(null=True)
     # The W3C trace context of the span that drafted it (signoff/tracing.py), if traced.
     traceparent = Text(null=True)
     tracestate = Text(null=True)
@@ -393,9 +399,17 @@ class ReviewSession(BaseModel):
 
 
 class Notification(BaseModel):
-    """One ``task.ready`` notification to send (the outbox), keyed by task."""
+    """One notification to send (the outbox).
+
+    A ``task.ready`` one is keyed by its task (one per task, ever). A decision's
+    (``task.rejected``, ``task.approval_added``) is keyed by the digest of its
+    audit row's seq, and names its task in ``task`` and its row in ``audit_seq``.
+    """
 
     task_key = CharField(max_length=64, primary_key=True)
+    type = Text(null=True)  # null: task.ready
+    task = CharField(max_length=64, null=True)
+    audit_seq = BigIntegerField(null=True)
     status = CharField(default="pending")  # pending, sent, dead
     attempts = IntegerField(default=0)
     last_code = CharField(null=True)
@@ -477,3 +491,20 @@ class EventDeliveryCount(BaseModel):
 
 
 MODELS += [Subscription, EventDeliveryCount]
+
+
+class Approval(BaseModel):
+    """One approver's approval of one digest of a task: the quorum is counted from these."""
+
+    id = BigAutoField()
+    task_key = CharField(max_length=64)
+    digest = CharField(max_length=64)
+    by = Text()
+    channel = Text()  # cli, page, api or policy
+    at = DoubleField()
+
+    class Meta:
+        indexes = ((("task_key", "digest", "by"), True),)
+
+
+MODELS += [Approval]

@@ -76,6 +76,7 @@ def test_a_ready_task_is_announced_signed_and_without_record_text(notified_home,
     detail = rt.task(task["key"])
     assert payload == {"type": "task.ready", "key": task["key"], "monitor": "default",
                        "record_id": "comment-1", "version": 1, "digest": detail["digest"],
+                       "approvals_needed": 1,
                        "review_url": f"https://review.example/tasks/{task['key']}"}
     assert "please add the demo date" not in body and SECRET_TEXT not in body
     with pytest.raises(WebhookVerificationError):
@@ -161,3 +162,25 @@ def test_notifications_start_when_they_are_configured_never_for_older_ready_task
         _, err = worker.communicate(timeout=60)
     assert worker.returncode == 0, err.decode()
     rt.close()
+
+
+def test_a_quorum_announces_each_approval_and_a_reject_with_its_reason(notified_home, receiver):
+    rt, secret = notified_home
+    rt.bind("doc-demo", "q", window_s=3600, approvals=2)
+    rt.enqueue_events([event(1)], monitor_id="q")
+
+    def received(kind):
+        return [p for p in (Webhook(secret).verify(b, h) for h, b in receiver.received)
+                if p["type"] == kind]
+    [ready] = wait_for(lambda: received("task.ready"), timeout=60, what="task.ready")
+    assert ready["approvals_needed"] == 2 and ready["monitor"] == "q"
+    rt.approve(ready["key"], ready["digest"], by="ana")
+    [added] = wait_for(lambda: received("task.approval_added"), timeout=60,
+                       what="task.approval_added")
+    assert (added["key"], added["by"], added["channel"], added["approvals_missing"]) == (
+        ready["key"], "ana", "cli", 1)
+    rt.reject(ready["key"], reason="the demo moved", by="carl", channel="page")
+    [rejected] = wait_for(lambda: received("task.rejected"), timeout=60, what="task.rejected")
+    assert (rejected["by"], rejected["channel"], rejected["reason"]) == ("carl", "page",
+                                                                       "the demo moved")
+    assert "please add the demo date" not in json.dumps(receiver.received)

@@ -9,6 +9,7 @@ import unicodedata
 
 import click
 
+
 # Unicode categories that can change what a terminal shows beyond the cell they
 # are in: controls, format characters (bidi overrides, isolates, marks),
 # line and paragraph separators, and lone surrogates.
@@ -22,17 +23,6 @@ def safe(text):
         return text
     return "".join(_escape(ch) if unicodedata.category(ch) in UNSHOWABLE else ch
                    for ch in text)
-
-
-def visible(text):
-    """Multi-line ``text`` with each character ``safe`` escapes shown as ``⟨U+XXXX⟩``.
-
-    Line breaks and tabs stay. Meant for text a person reads before deciding
-    (a record, a draft): a bidi override or a zero-width character must be
-    seen, not obeyed.
-    """
-    return "".join(f"⟨U+{ord(ch):04X}⟩" if ch not in "\n\t"
-                   and unicodedata.category(ch) in UNSHOWABLE else ch for ch in text)
 
 
 def _escape(ch):

@@ -2,7 +2,8 @@
 
 import time
 
-from .output import fmt, safe, visible
+from .output import fmt, safe
+from ..rules.text import visible
 
 
 def _clock(at):
@@ -27,12 +28,15 @@ def render_task(t):
         f"approved  {fmt(t['approved_digest'])} by {fmt(t['approved_by'])}",
         f"attempts  {fmt(t['attempts'])}   outcome_unknown {fmt(t['outcome_unknown'])}",
     ]
+    lines += _decisions(t)
     if t.get("superseded_by"):
         lines.append(f"replaced  by task {fmt(t['superseded_by'])} (a newer record version)")
     lines += _texts(t, result)
     lines += _draft_history(t)
     lines += ["", "timeline:"]
-    entries = [(a["at"], f"audit    {fmt(a['code'])}") for a in t["audit"]]
+    entries = [(a["at"], f"audit    {fmt(a['code'])}" + (
+        f" by {fmt(a['actor'])} ({fmt(a['channel'])})" if a.get("actor") else ""))
+        for a in t["audit"]]
     entries += [(h["at"], f"attempt  {fmt(h['step']):<8} {fmt(h['code']):<16} "
                  f"{fmt(h['worker']) if h['worker'] else ''}") for h in t["history"]]
     for at, text in sorted(entries, key=lambda e: e[0]):
@@ -40,6 +44,25 @@ def render_task(t):
     if not entries:
         lines.append("  (nothing yet)")
     return "\n".join(lines)
+
+
+def _decisions(t):
+    """The quorum, edits, rejection and hidden characters of ``tasks show``."""
+    given = ", ".join(f"{fmt(a['by'])} ({fmt(a['channel'])})" for a in t["approvals"]) or "none"
+    lines = [f"approvals {given}; {t['approvals_needed']} needed"
+             + (f", {t['approvals_missing']} missing" if t["approvals_missing"] else "")]
+    for e in t["edits"]:
+        lines.append(f"edited    {_clock(e['at'])} by {fmt(e['by'])} ({fmt(e['channel'])}): "
+                     f"{fmt(e['from_digest'][:12])} -> {fmt(e['to_digest'][:12])}")
+        lines += [f"            {fmt(line)}" for line in (e.get("diff") or "").splitlines()]
+    if t["edits"]:
+        lines.append(f"drafted   {fmt(t['drafted_digest'])}")
+    if t["status"] == "rejected":
+        lines.append(f"rejected  by {fmt(t['rejected_by'])}: {fmt(t['reject_reason'])}")
+    if t["hidden_characters"]:
+        lines.append(f"WARNING   the draft holds hidden characters ({fmt(', '.join(t['hidden_characters']))}), "
+                     "marked below as ⟨U+XXXX⟩; approving needs --ack-hidden-characters")
+    return lines
 
 
 def _texts(t, result):

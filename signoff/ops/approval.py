@@ -5,21 +5,27 @@ JSON API and the Python API are its only callers. ``by`` and ``channel`` name
 who decided and through which face (cli, page, api), kept on the audit row.
 """
 
+import difflib
+from dataclasses import dataclass
+
 from .. import tracing
+from ..rules.canonical import digest
+from ..rules.text import check_reason, hidden_characters
 from ..steps.batching import read_back
 from ..errors import Blocked, InvalidRecord, Refused
 from ..rules.events import check_name
 from ..rules.gate import INGEST_ACTIONS, gate
-from ..state.lifecycle import (Fenced, audit, cancel_tasks, move_task, move_tasks, update_task,
-                               TaskStatus as T)
+from ..state.lifecycle import (Fenced, add_approvals, approval_counts, audit, cancel_tasks,
+                               edit_task, move_task, update_task, TaskStatus as T)
 from ..storage import retried
-from ..models import Audit, Monitor, Task, db, insert_rows
+from ..models import Approval, Monitor, Task, db
 from ..rules.retry import TRANSIENT, backoff
 
 
 MIN_PREFIX = 8  # like git: short enough to type, long enough to be unique in practice
 HEX = frozenset("0123456789abcdef")
 SHOWN_CANDIDATES = 5
+CHANNELS = ("cli", "page", "api", "policy")  # the faces a decision comes through
 
 
 def get_task(key):
@@ -58,36 +64,50 @@ def _by_prefix(key):
     return found[0]
 
 
-def answer(task):
-    """What approve and reject print."""
-    return {"key": task.key, "status": task.status, "approved_digest": task.approved_digest}
+def answer(task, missing=0):
+    """What approve and reject print; ``approvals_missing`` while a quorum is incomplete."""
+    out = {"key": task.key, "status": task.status, "approved_digest": task.approved_digest}
+    if missing:
+        out["approvals_missing"] = missing
+    return out
 
 
-def approve(rt, key, reviewed_digest, by, channel=None):
-    """Approve task ``key`` (or a unique key prefix) if ``reviewed_digest`` is its result's."""
-    outcome = approve_many(rt, [(resolve_key(key), reviewed_digest)], by, channel=channel)[0]
+def approve(rt, key, reviewed_digest, by, channel="cli", edit=None, ack_hidden_characters=False):
+    """Approve task ``key`` (or a unique key prefix) if ``reviewed_digest`` is its result's.
+
+    With ``edit`` (the draft's new text) the draft is replaced first and the
+    approval binds the edited result's digest (``edit_and_approve``). A draft
+    holding hidden characters needs ``ack_hidden_characters``.
+    """
+    if edit is not None:
+        return edit_and_approve(rt, key, reviewed_digest, edit, by, channel, ack_hidden_characters)
+    outcome = approve_many(rt, [(resolve_key(key), reviewed_digest)], by, channel=channel,
+                           ack_hidden_characters=ack_hidden_characters)[0]
     if isinstance(outcome, Refused):
         raise outcome
     return outcome
 
 
-def approve_many(rt, items, by, audit_code="approved", channel=None):
+def approve_many(rt, items, by, audit_code="approved", channel="cli", ack_hidden_characters=False):
     """Approve many ``(key, digest)`` pairs: one grant read, one transaction.
 
     Returns, in order, the answer dict or the ``Refused`` for each pair; the
     checks are exactly those of a single approval (a key may be a prefix). ``by`` must be a valid
     name (``invalid_name`` otherwise, nothing approved). ``audit_code`` is what the
-    audit log says (a standing policy's approvals say ``auto_approved``).
+    audit log says (a standing policy's approvals say ``auto_approved``). Each
+    approval counts towards its task's quorum; the one that completes it approves.
     """
     check_name("by", by)
+    check_channel(channel)
     items = _full_keys(items)
     tasks = {t.key: t for t in Task.select().where(Task.key.in_([k for k, _ in items]))}
     # A signoff.approve span per known task, in the trace of the event that made it.
     spans = {i: tracing.begin("signoff.approve", tasks[key], task_key=key,
                               monitor=tasks[key].monitor)
              for i, (key, _) in enumerate(items) if key in tasks} if tracing.enabled() else {}
+    who = Who(by, channel, audit_code, ack_hidden_characters, _given(by, items))
     try:
-        out = _approve(rt, items, tasks, (by, channel), audit_code, spans)
+        out = _approve(rt, items, tasks, who, spans)
     except Exception as exc:  # e.g. host_unavailable: the whole call is refused
         for span in spans.values():
             tracing.end(span, code=getattr(exc, "code", type(exc).__name__))
@@ -99,17 +119,38 @@ def approve_many(rt, items, by, audit_code="approved", channel=None):
     return out
 
 
-def _approve(rt, items, tasks, decider, audit_code, spans):
-    """``approve_many`` once its tasks are read: the checks, then one transaction.
+@dataclass(frozen=True)
+class Who:
+    """Who approves, through which face, and what they have already given."""
 
-    ``decider`` is ``(by, channel)``.
-    """
-    by, channel = decider
+    by: str
+    channel: str
+    audit_code: str
+    ack_hidden: bool
+    given: frozenset  # (key, digest) pairs ``by`` approved already
+
+
+def _given(by, items):
+    keys = [k for k, _ in items if isinstance(k, str)]
+    if not keys:
+        return frozenset()
+    return frozenset(Approval.select(Approval.task_key, Approval.digest).where(
+        Approval.by == by, Approval.task_key.in_(keys)).tuples())
+
+
+def check_channel(channel):
+    """Refuse a channel other than the faces signoff has (a programming error)."""
+    if channel not in CHANNELS:
+        raise ValueError(f"unknown channel {channel!r}")
+
+
+def _approve(rt, items, tasks, who, spans):
+    """``approve_many`` once its tasks are read: the checks, then one transaction."""
     now = rt.clock.now()
     out, ready = [], []
     for key, reviewed in items:
         try:
-            out.append(_precheck(tasks.get(key), key, reviewed, now))
+            out.append(_precheck(tasks.get(key), key, reviewed, now, who))
         except Refused as exc:
             out.append(exc)
         if out[-1] is None:
@@ -132,25 +173,102 @@ def _approve(rt, items, tasks, decider, audit_code, spans):
     first = {}  # a key given twice is approved once; the repeat is refused as moved on
     for i in moves:
         first.setdefault(items[i][0], i)
+    needed = {k: _needed(monitors.get(tasks[k].monitor)) for k in first}
     with db.atomic():
-        # One guarded UPDATE (still ready) for all, then their audit rows.
-        moved = move_tasks(first, [T.READY], T.APPROVED, now,
-                           per_row={"approved_digest": {k: items[i][1] for k, i in first.items()}},
-                           approved_by=by, approved_at=now, next_at=now, code=None)
-        insert_rows(Audit, [{"at": now, "code": audit_code, "monitor": tasks[k].monitor,
-                             "event_id": None, "task_key": k, "actor": by, "channel": channel}
-                            for k in first if k in moved])
+        counted, moved, repeated, _ = add_approvals(
+            {k: (items[i][1], needed[k]) for k, i in first.items()}, who.by, who.channel, now,
+            who.audit_code)
     for i in moves:
-        if first[items[i][0]] != i or items[i][0] not in moved:
+        if first[items[i][0]] != i or items[i][0] not in counted | repeated:
             out[i] = Refused("not_ready", "the task moved on while it was being approved")
     done = [i for i in moves if not isinstance(out[i], Refused)]
+    if moved:
+        rt.wakers.wake("submit", len(moved))
     if done:
-        rt.wakers.wake("submit", len(done))
+        keys = [items[i][0] for i in done]
+        counts = approval_counts(keys)
         fresh = {t.key: t for t in Task.select(Task.key, Task.status, Task.approved_digest).where(
-            Task.key.in_([items[i][0] for i in done]))}
+            Task.key.in_(keys))}
         for i in done:
-            out[i] = answer(fresh[items[i][0]])
+            key = items[i][0]
+            missing = 0 if fresh[key].status != "ready" else max(0, needed[key] - counts.get(key, 0))
+            out[i] = answer(fresh[key], missing)
     return out
+
+
+def _needed(monitor):
+    return max(1, getattr(monitor, "approvals", None) or 1)
+
+
+def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_characters=False):
+    """Replace the draft of ready task ``key`` by ``text`` and approve the edited result.
+
+    ``reviewed`` is the digest the editor saw (stale → ``digest_mismatch``,
+    nothing changed). The edited result keeps the sources and questions, passes
+    acceptance again and gets its own digest, which the approval binds; the
+    quorum starts again with the editor's approval as its first.
+    """
+    check_name("by", by)
+    check_channel(channel)
+    now = rt.clock.now()
+    task = get_task(key)
+    key = task.key
+    if task.status != "ready":
+        raise Refused("not_ready", f"task is {task.status}, not ready; only a waiting draft is edited")
+    _precheck(task, key, reviewed, now, Who(by, channel, "approved", True, frozenset()))
+    result = dict(task.result, draft=check_edit(text, rt.config.max_record_bytes))
+    new_digest = digest(result)
+    if new_digest == task.digest:  # nothing changed: an approval as it stands
+        return approve(rt, key, reviewed, by, channel, ack_hidden_characters=ack_hidden_characters)
+    if hidden_characters(result["draft"]) and not ack_hidden_characters:
+        raise _hidden_refusal(result["draft"])
+    problem = acceptance(result, task.record)
+    if problem:
+        raise Refused("acceptance_failed", f"the edited draft fails acceptance: {problem}")
+    host = rt.host()
+    monitor = Monitor.get_or_none(Monitor.id == task.monitor)
+    _check_source(rt, host, task, monitor, with_retries(rt, host.context), now)
+    edit = {"by": by, "channel": channel, "at": now, "from_digest": task.digest,
+            "to_digest": new_digest, "diff": draft_diff(task.result.get("draft"), result["draft"],
+                                                        task.digest, new_digest)}
+    try:
+        with db.atomic():
+            edit_task(key, reviewed, result, new_digest, edit, now)
+            audit(now, "edited", task.monitor, task_key=key, actor=by, channel=channel)
+            _, moved, _, _ = add_approvals({key: (new_digest, _needed(monitor))}, by, channel, now)
+    except Fenced:
+        raise Refused("digest_mismatch", "the task changed while it was being edited; "
+                      "reload it and edit again") from None
+    if moved:
+        rt.wakers.wake("submit")
+    fresh = get_task(key)
+    return dict(answer(fresh, 0 if moved else _needed(monitor) - 1), digest=new_digest)
+
+
+def check_edit(text, limit):
+    """The edited draft's text, or ``invalid_edit`` (not text, too large, broken characters)."""
+    if not isinstance(text, str):
+        raise Refused("invalid_edit", "the edited draft must be text")
+    if len(text.encode("utf-8", "surrogatepass")) > limit:
+        raise Refused("invalid_edit", f"the edited draft is larger than {limit} bytes")
+    if any("\ud800" <= ch <= "\udfff" for ch in text):
+        raise Refused("invalid_edit", "the edited draft holds a lone surrogate")
+    return text
+
+
+def draft_diff(before, after, from_digest, to_digest):
+    """A unified diff of two draft texts, labelled by their digests."""
+    before = before if isinstance(before, str) else ""
+    return "\n".join(difflib.unified_diff(
+        before.splitlines(), after.splitlines(), fromfile=f"draft {from_digest[:12]}",
+        tofile=f"draft {to_digest[:12]}", lineterm=""))
+
+
+def _hidden_refusal(draft):
+    shown = ", ".join(hidden_characters(draft)[:5])
+    return Refused("hidden_characters", f"the draft holds characters that render differently "
+                   f"from what they are ({shown}); look at it marked (`tasks show`) and approve "
+                   "with --ack-hidden-characters if it is what you mean")
 
 
 def _full_keys(items):
@@ -166,7 +284,7 @@ def _full_keys(items):
     return out
 
 
-def _precheck(task, key, reviewed, now):
+def _precheck(task, key, reviewed, now, who):
     """Checks that need no host: ``None`` means go on, a dict is the answer."""
     if task is None:
         raise Refused("unknown_task", f"no task with key {key!r}")
@@ -179,6 +297,11 @@ def _precheck(task, key, reviewed, now):
         raise Refused("not_ready", f"task is {task.status}, not ready")
     if reviewed != task.digest:
         raise Refused("digest_mismatch", "the digest does not match the task's result")
+    if (task.key, reviewed) in who.given:  # the same approver again counts once
+        return answer(task, max(0, _needed(Monitor.get_or_none(Monitor.id == task.monitor))
+                                - approval_counts([task.key]).get(task.key, 0)))
+    if not who.ack_hidden and hidden_characters((task.result or {}).get("draft")):
+        raise _hidden_refusal(task.result["draft"])
     return None
 
 
@@ -225,22 +348,28 @@ def acceptance(result, record):
     return None
 
 
-def reject(rt, key, reason=None, by=None, channel=None):
-    """Reject a ready task; the reason is the human's and is not stored."""
+def reject(rt, key, reason=None, by="operator", channel="cli"):
+    """Reject a ready task, keeping who rejected it and why (``reason``, optional)."""
+    check_name("by", by)
+    check_channel(channel)
+    reason = check_reason(reason)
     now = rt.clock.now()
     task = get_task(key)
     key = task.key
     try:
         with db.atomic():
-            move_task(key, [T.READY], T.REJECTED, now, code="rejected")
+            move_task(key, [T.READY], T.REJECTED, now, code="rejected", rejected_by=by,
+                      reject_reason=reason)
             audit(now, "rejected", task.monitor, task_key=key, actor=by, channel=channel)
     except Fenced:
         raise Refused("not_ready", f"task is {get_task(key).status}, not ready") from None
     return answer(get_task(key))
 
 
-def retry(rt, key):
+def retry(rt, key, by="operator", channel="cli"):
     """Queue a parked, approved or uncertain task for submission again."""
+    check_name("by", by)
+    check_channel(channel)
     now = rt.clock.now()
     task = get_task(key)
     key = task.key
@@ -251,7 +380,7 @@ def retry(rt, key):
     try:
         with db.atomic():
             update_task(key, now, [T.APPROVED, T.UNCERTAIN], parked=False, next_at=now)
-            audit(now, "retry", task.monitor, task_key=key)
+            audit(now, "retry", task.monitor, task_key=key, actor=by, channel=channel)
     except Fenced:
         raise Refused("not_retryable", f"task is {get_task(key).status}") from None
     rt.wakers.wake("submit")

@@ -1,6 +1,8 @@
 """Dead letters: listing them and replaying one with a fresh budget."""
 
+from .approval import check_channel
 from ..errors import Refused
+from ..rules.events import check_name
 from ..state.lifecycle import (Fenced, audit, move_delivery, move_task, TaskStatus as T,
                                DeliveryStatus as D)
 from ..models import DeadLetter, Delivery, Task, db
@@ -14,12 +16,15 @@ def row(letter):
             "last_at": letter.last_at, "replayed": letter.replayed}
 
 
-def replay(rt, letter_id):
+def replay(rt, letter_id, by="operator", channel="cli"):
     """Queue the dead delivery or task again with a fresh budget and the same keys.
 
     A task that may have been written keeps ``outcome_unknown`` and goes back as
     ``uncertain``, so its next try starts by reading the receipt.
     """
+    check_name("by", by)
+    check_channel(channel)
+    who = {"actor": by, "channel": channel}
     now = rt.clock.now()
     letter = DeadLetter.get_or_none(DeadLetter.id == letter_id)
     if letter is None:
@@ -28,7 +33,7 @@ def replay(rt, letter_id):
         raise Refused("purged", "retention removed this task's result: it cannot be submitted")
     if letter.kind == "notification":
         from .notify import replay as replay_notification
-        replay_notification(rt, letter)
+        replay_notification(rt, letter, who)
         return row(DeadLetter.get_by_id(letter_id))
     # A row that died with its worker stays a suspect (see state/leases.py):
     # it is claimed alone, so it cannot take a batch down with it again.
@@ -39,13 +44,13 @@ def replay(rt, letter_id):
                 delivery = Delivery.get_by_id(int(letter.ref))
                 move_delivery(delivery.id, [D.DEAD], D.QUEUED, now, failures={}, next_at=now,
                               suspect=suspect, last_code=letter.code if suspect else "replayed")
-                audit(now, "replayed", delivery.monitor, delivery.event_id)
+                audit(now, "replayed", delivery.monitor, delivery.event_id, **who)
             else:
                 task = Task.get_by_id(letter.ref)
                 target = "uncertain" if task.write_possible else "approved"
                 move_task(task.key, [T.DEAD], target, now, failures={}, next_at=now, parked=False,
                           suspect=suspect, code=letter.code if suspect else "replayed")
-                audit(now, "replayed", task.monitor, task_key=task.key)
+                audit(now, "replayed", task.monitor, task_key=task.key, **who)
             DeadLetter.update(replayed=DeadLetter.replayed + 1).where(
                 DeadLetter.id == letter_id).execute()
     except Fenced:

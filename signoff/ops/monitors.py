@@ -4,7 +4,7 @@ from . import subscriptions
 from ..steps import batching
 from ..rules.canonical import digest
 from ..errors import Refused
-from ..rules.events import check_label
+from ..rules.events import check_label, check_name
 from ..errors import InvalidEvent
 from ..rules.events import check_name
 from ..state.lifecycle import DELIVERY_WAITING, audit, cancel_tasks
@@ -18,6 +18,7 @@ DEFAULT_EVENTS = ("comment.created",)
 ID_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:@")
 ID_RULE = "1-128 characters: ASCII letters, digits, '.', '_', '-', ':' and '@' (not '.' or '..')"
 MAX_ID = 128
+MAX_APPROVALS = 20  # a quorum larger than this is a typo, not a team
 
 
 def check_id(monitor_id):
@@ -28,7 +29,7 @@ def check_id(monitor_id):
 
 
 def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, window_s=60,
-         approval_ttl_s=None, batch_window_s=None, within=None):
+         approval_ttl_s=None, batch_window_s=None, within=None, approvals=1):
     """Bind a monitor from the host's current grant context.
 
     An id that exists already (active or cancelled) is refused: a cancelled
@@ -36,7 +37,7 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
     a host whose MCP server offers events the monitor is subscribed first
     (``subscriptions.subscribe``); ``event_names`` then defaults to the
     subscribed event's name. ``within()`` runs in the transaction that writes
-    the monitor.
+    the monitor. ``approvals``: the distinct approvers each task's digest needs.
     """
     events = subscriptions.settings_of(rt)
     if event_names is None:
@@ -44,6 +45,8 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
     _check_options(monitor_id, document, event_names, events,
                    {"ttl": ttl_s, "window": window_s, "approval-ttl": approval_ttl_s,
                     "batch-window": batch_window_s})
+    if isinstance(approvals, bool) or not isinstance(approvals, int) or not 1 <= approvals <= MAX_APPROVALS:
+        raise Refused("invalid_monitor", f"approvals: must be a whole number from 1 to {MAX_APPROVALS}")
     context = rt.host().context()
     actions = context.get("actions", []) if isinstance(context, dict) else []
     if not {"read", "draft"} <= set(actions):
@@ -59,7 +62,8 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
             _refuse_existing(monitor_id)
             Monitor.create(id=monitor_id, document=document, event_names=list(event_names),
                            expires_at=now + ttl_s, window_s=window_s,
-                           approval_ttl_s=approval_ttl_s, grant_digest=digest(context),
+                           approval_ttl_s=approval_ttl_s, approvals=approvals,
+                           grant_digest=digest(context),
                            active=True, created_at=now)
             if batch_window_s is not None:
                 batching.set_window(monitor_id, batch_window_s)
@@ -96,7 +100,7 @@ def _refuse_existing(monitor_id):
                       + ("" if existing.active else " and is cancelled; bind a new id"))
 
 
-def cancel(rt, monitor_id):
+def cancel(rt, monitor_id, by="operator", channel="cli"):
     """Stop intake, end the monitor's open tasks (see ``lifecycle.cancel_tasks``) and its
     MCP Events subscription (answered 410 from now on; the worker unsubscribes it).
 
@@ -105,13 +109,14 @@ def cancel(rt, monitor_id):
     ``done`` if its receipt confirms the write, else stays cancelled with
     ``outcome_unknown``.
     """
-    cancelled, in_flight = _cancel(monitor_id, rt.clock.now())
+    check_name("by", by)
+    cancelled, in_flight = _cancel(monitor_id, rt.clock.now(), {"actor": by, "channel": channel})
     return dict(row(Monitor.get_by_id(monitor_id)), tasks_cancelled=len(cancelled),
                 writes_in_flight=len(in_flight))
 
 
 @retried  # a deadlock with a worker's batch is tried again: every write here is guarded
-def _cancel(monitor_id, now):
+def _cancel(monitor_id, now, who):
     with db.atomic():
         if not Monitor.select().where(Monitor.id == monitor_id).exists():
             raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
@@ -119,7 +124,7 @@ def _cancel(monitor_id, now):
             Monitor.id == monitor_id, Monitor.active == True).execute()  # noqa: E712
         subscriptions.end_for_monitor(monitor_id, now, "cancelled")
         ended = cancel_tasks(Task.monitor == monitor_id, now)
-        audit(now, "cancelled", monitor_id)
+        audit(now, "cancelled", monitor_id, **who)
     return ended
 
 
@@ -168,7 +173,8 @@ def row(monitor):
             "event_names": monitor.event_names, "active": monitor.active,
             "paused": monitor.paused_at is not None, "paused_at": monitor.paused_at,
             "expires_at": monitor.expires_at, "window_s": monitor.window_s,
-            "approval_ttl_s": monitor.approval_ttl_s, "grant_digest": monitor.grant_digest,
+            "approval_ttl_s": monitor.approval_ttl_s, "approvals": monitor.approvals,
+            "grant_digest": monitor.grant_digest,
             "batch_window_s": batching.windows([monitor.id]).get(monitor.id)}
 
 

@@ -1,9 +1,13 @@
-"""``task.ready`` notifications: an outbox filled from the audit log, sent signed.
+"""Notifications: an outbox filled from the audit log, sent signed.
+
+Three kinds: ``task.ready`` (a task waits; how many approvals it needs),
+``task.approval_added`` (one place of a quorum filled: the next approver is
+wanted) and ``task.rejected`` (who rejected it, and why).
 
 Design: ingest is not touched. A pump thread started by the worker reads the
 ``ready`` audit rows past a stored cursor, puts one outbox row per task key
 (``Notification``, so a task is announced once however many events made it)
-for tasks still ready, and POSTs each due row to ``[notify] url`` signed the
+for tasks still ready (and one row per decision's audit row), and POSTs each due row to ``[notify] url`` signed the
 Standard Webhooks way (the ``webhook-id`` is the same on every try, so the
 receiver can dedupe). A failed try is retried with backoff; when the budget
 is spent the row goes to the dead letters (kind ``notification``), from where
@@ -35,9 +39,11 @@ from peewee import fn
 from ..config import ATTEMPTS, CONFIG_NAME, DELAY_S, NUMBER, Range, number_in, read_table
 from ..errors import ConfigError, Refused
 from ..state.lifecycle import (Fenced, NotificationStatus as N, TaskStatus as T, audit, bury,
-                               hold_notification, move_notification, new_notifications,
-                               record_attempts, update_notification)
-from ..models import Audit, Cursor, DeadLetter, Notification, Task, db
+                               hold_notification, move_notification,
+                               new_decision_notifications, new_notifications, record_attempts,
+                               update_notification)
+from ..models import Approval, Audit, Cursor, DeadLetter, Monitor, Notification, Task, db
+from ..rules.canonical import digest
 from ..rules.retry import backoff
 from .. import storage
 from ..storage import log_failed_pass
@@ -49,6 +55,9 @@ COLLECT_LIMIT = 500
 SEND_LIMIT = 20
 INTERVAL_S = 0.5
 MESSAGE_PREFIX = "ready_"
+# The audit codes announced, and the type each notification says.
+ANNOUNCED = {"ready": "task.ready", "rejected": "task.rejected",
+             "approval_added": "task.approval_added"}
 
 log = logging.getLogger("signoff.notify")
 
@@ -109,17 +118,19 @@ def collect(now):
         if top <= seen:
             return 0
         start = Cursor.select(Cursor.seq).where(Cursor.name == START).scalar() or 0
-        rows = list(Audit.select(Audit.seq, Audit.task_key)
+        rows = list(Audit.select(Audit.seq, Audit.task_key, Audit.code)
                     .where(Audit.seq > max(start, seen - LOOKBACK), Audit.seq <= top,
-                           Audit.code == "ready", Audit.task_key.is_null(False))
+                           Audit.code.in_(list(ANNOUNCED)), Audit.task_key.is_null(False))
                     .order_by(Audit.seq).limit(COLLECT_LIMIT))
         new_seq = rows[-1].seq if len(rows) == COLLECT_LIMIT else top
         if not Cursor.update(seq=new_seq).where(Cursor.name == CURSOR, Cursor.seq == seen).execute():
             return 0  # another pump moved the cursor first
-        keys = list({r.task_key for r in rows})
+        keys = list({r.task_key for r in rows if r.code == "ready"})
         ready = [k for (k,) in Task.select(Task.key).where(Task.key.in_(keys or [""]),
                                                               Task.status == T.READY).tuples()]
-        return len(new_notifications(ready, now))
+        decisions = [(digest(["notice", r.seq]), ANNOUNCED[r.code], r.task_key, r.seq)
+                     for r in rows if r.code != "ready"]
+        return len(new_notifications(ready, now)) + len(new_decision_notifications(decisions, now))
 
 
 def outbox_busy():
@@ -129,23 +140,40 @@ def outbox_busy():
     """
     cursor = Cursor.get_or_none(Cursor.name == CURSOR)
     behind = Audit.select().where(Audit.seq > (cursor.seq if cursor else 0),
-                                  Audit.code == "ready", Audit.task_key.is_null(False))
+                                  Audit.code.in_(list(ANNOUNCED)), Audit.task_key.is_null(False))
     return behind.exists() or Notification.select().where(
         Notification.status == N.PENDING).exists()
 
 
-def payload(task, settings):
-    """The notification body: identifiers, digest and the page; never record text."""
-    return {"type": "task.ready", "key": task.key, "monitor": task.monitor,
+def payload(task, settings, row=None):
+    """The notification body: identifiers, digest, the approvals it needs (the
+    monitor's quorum) and the page; never record text. A decision's (``row``, its
+    outbox row) adds who decided, through which face, and for a reject the reason."""
+    needed = Monitor.select(Monitor.approvals).where(Monitor.id == task.monitor).scalar() or 1
+    body = {"type": "task.ready", "key": task.key, "monitor": task.monitor,
             "record_id": task.record_id, "version": task.version, "digest": task.digest,
+            "approvals_needed": needed,
             "review_url": settings.review_url.rstrip("/") + f"/tasks/{task.key}"}
+    if row is None or row.type is None:
+        return body
+    decided = Audit.get_or_none(Audit.seq == row.audit_seq)
+    body.update(type=row.type, by=decided and decided.actor, channel=decided and decided.channel)
+    if row.type == "task.rejected":
+        body["reason"] = task.reject_reason
+    else:  # the approvals of the digest as they stood at that row: the same body every try
+        given = Approval.select().where(Approval.task_key == task.key,
+                                        Approval.digest == task.digest,
+                                        Approval.at <= (decided.at if decided else 0)).count()
+        body["approvals_missing"] = max(0, needed - given)
+    return body
 
 
-def signed_request(task, settings, now):
+def signed_request(task, settings, now, row=None):
     """``(body, headers)`` of one try, signed with ``[notify] secret``."""
     from standardwebhooks.webhooks import Webhook
-    body = json.dumps(payload(task, settings), separators=(",", ":"))
-    msg_id = MESSAGE_PREFIX + task.key
+    body = json.dumps(payload(task, settings, row), separators=(",", ":"))
+    msg_id = (MESSAGE_PREFIX + task.key if row is None or row.type is None
+              else f"{row.type.split('.')[1]}_{row.audit_seq}")
     at = datetime.datetime.fromtimestamp(int(now), tz=datetime.timezone.utc)
     return body, {"content-type": "application/json", "webhook-id": msg_id,
                   "webhook-timestamp": str(int(now)),
@@ -162,8 +190,8 @@ def send_due(rt, settings, client):
         # Hold the row for the length of a try so another pump leaves it alone.
         if not hold_notification(row.task_key, row.next_at, now + 2 * settings.timeout_s + 1):
             continue
-        task = Task.get_or_none(Task.key == row.task_key)
-        code = _try_send(client, task, settings, now) if task else "unknown_task"
+        task = Task.get_or_none(Task.key == (row.task or row.task_key))
+        code = _try_send(client, task, settings, now, row) if task else "unknown_task"
         if code is None:
             sent += 1
         else:
@@ -172,9 +200,9 @@ def send_due(rt, settings, client):
     return sent, failed
 
 
-def _try_send(client, task, settings, now):
+def _try_send(client, task, settings, now, row=None):
     import httpx
-    body, headers = signed_request(task, settings, now)
+    body, headers = signed_request(task, settings, now, row)
     try:
         response = client.post(settings.url, content=body, headers=headers)
     except httpx.HTTPError as exc:
@@ -208,7 +236,7 @@ class _Policy:
     max_delay_s: float
 
 
-def replay(rt, letter):
+def replay(rt, letter, who=None):
     """Send a dead notification again with a fresh budget (``dlq replay``)."""
     now = rt.clock.now()
     try:
@@ -216,7 +244,7 @@ def replay(rt, letter):
             move_notification(letter.ref, [N.DEAD], N.PENDING, now, attempts=0, next_at=now)
             DeadLetter.update(replayed=DeadLetter.replayed + 1).where(
                 DeadLetter.id == letter.id).execute()
-            audit(now, "replayed", task_key=letter.ref)
+            audit(now, "replayed", task_key=letter.ref, **(who or {}))
     except Fenced:
         raise Refused("not_dead", "this notification was replayed already and is in progress") from None
 

@@ -33,9 +33,9 @@ from peewee import Value, fn
 from .approval import approve_many
 from ..rules.canonical import digest
 from ..errors import InvalidEvent, Refused
-from ..rules.events import check_label
+from ..rules.events import check_label, check_name
 from ..rules.gate import gate
-from ..state.lifecycle import audit, move_tasks, TaskStatus as T
+from ..state.lifecycle import audit, move_tasks, withdraw_approvals, TaskStatus as T
 from ..models import Audit, Monitor, Policy, PolicyDecision, Task, db, insert_rows
 from ..storage import lock_rows, log_failed_pass
 
@@ -83,7 +83,7 @@ def add(rt, monitor_id, ttl_s=None, max_per_hour=None, by="operator", include_wa
         policy = Policy.create(monitor=monitor.id, grant_digest=monitor.grant_digest,
                                expires_at=ends, max_per_hour=max_per_hour, created_by=by,
                                created_at=now)
-        audit(now, "policy_added", monitor.id)
+        audit(now, "policy_added", monitor.id, actor=by, channel="cli")
         waiting = Task.select(Task.key).where(Task.monitor == monitor.id, Task.status == "ready")
         count = waiting.count()
         if not include_waiting:
@@ -107,12 +107,13 @@ def _end_or_refuse(monitor, context, now):
         _end(other, code, now)
 
 
-def revoke(rt, policy_id):
+def revoke(rt, policy_id, by="operator", channel="cli"):
     """End a policy now; its approved tasks whose write has not started go back to ready."""
+    check_name("by", by)
     policy = Policy.get_or_none(Policy.id == policy_id)
     if policy is None:
         raise Refused("unknown_policy", f"no policy {policy_id}")
-    returned = _end(policy, "revoked", rt.clock.now())
+    returned = _end(policy, "revoked", rt.clock.now(), {"actor": by, "channel": channel})
     return dict(row(Policy.get_by_id(policy_id)), tasks_returned=returned)
 
 
@@ -185,13 +186,17 @@ def _end_code(policy, monitor, context, now):
     return gate(monitor, context, now)
 
 
-def _end(policy, code, now):
-    """Mark ``policy`` ended with ``code`` (once) and return its unwritten tasks."""
+def _end(policy, code, now, who=None):
+    """Mark ``policy`` ended with ``code`` (once) and return its unwritten tasks.
+
+    ``who`` names the person who ended it (a revoke); null when it ran out by itself.
+    """
     with db.atomic():
         ended = Policy.update(ended_at=now, end_code=code).where(
             Policy.id == policy.id, Policy.ended_at.is_null()).execute()
         if ended:
-            audit(now, "policy_ended", policy.monitor)
+            audit(now, "policy_ended", policy.monitor, **(who or {}))
+            withdraw_approvals([tag(policy.id)])  # its places in quorums still open
         return _return_tasks(now, [tag(policy.id)])
 
 
@@ -215,6 +220,7 @@ def _return_tasks(now, tags):
                            parked=False, code="policy_revoked")
         insert_rows(Audit, [{"at": now, "code": "policy_revoked", "monitor": m, "event_id": None,
                              "task_key": k} for k, m in rows if k in moved])
+        withdraw_approvals(tags)  # the places of the tasks it had approved
     return len(moved)
 
 
@@ -227,7 +233,7 @@ def _approve_waiting(rt, policy, now, summary):
     # The digest of the result as it is now: approve_many refuses it
     # (digest_mismatch) unless it is still the digest taken at drafting.
     outcomes = approve_many(rt, [(k, digest(results[k])) for k in keys], tag(policy.id),
-                            audit_code="auto_approved")
+                            audit_code="auto_approved", channel="policy")
     for key, outcome in zip(keys, outcomes):
         if isinstance(outcome, Refused):
             _refused(policy, key, outcome.code, now)

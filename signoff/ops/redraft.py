@@ -19,23 +19,29 @@ Redraftable: ``ready`` tasks, and ``blocked`` ones whose code is
 possible (a host that may hold a result under the key keeps the task).
 """
 
-from .approval import acceptance, get_task, host_refusal, with_retries
+from .approval import acceptance, check_channel, get_task, host_refusal, with_retries
 from ..errors import Blocked, Refused
 from ..rules.gate import INGEST_ACTIONS, gate
 from ..steps.ingest import check_draft, new_task
-from ..state.lifecycle import Fenced, audit, move_task, TaskStatus as T, new_tasks
+from ..rules.events import check_name
+from ..state.lifecycle import (Fenced, audit, clear_approvals, move_task, TaskStatus as T,
+                               new_tasks)
 from ..models import Monitor, Task, db
 from ..rules.records import check_material, check_record
 
 REDRAFTABLE_BLOCKS = ("source_changed", "acceptance_failed")
 
 
-def redraft(rt, key):
+def redraft(rt, key, by="operator", channel="cli"):
     """Draft task ``key`` (or a unique key prefix) again; see the module docstring.
 
     Answers ``{key, status, digest, changed, replaces}``: ``key`` is the task
     to review now, ``replaces`` the superseded key when a new task was made.
+    The approvals given so far are forgotten: the quorum starts again at zero.
     """
+    check_name("by", by)
+    check_channel(channel)
+    who = {"actor": by, "channel": channel}
     task = get_task(key)
     _check_redraftable(task)
     now = rt.clock.now()
@@ -50,8 +56,8 @@ def redraft(rt, key):
     if problem:
         raise Refused("acceptance_failed", f"the new draft fails acceptance: {problem}")
     if fresh["key"] == task.key:
-        return _same_version(task, fresh, now)
-    return _new_version(task, fresh, now)
+        return _same_version(task, fresh, now, who)
+    return _new_version(task, fresh, now, who)
 
 
 def _check_redraftable(task):
@@ -97,7 +103,7 @@ def _earlier(task, now):
         {"at": now, "digest": task.digest, "result": task.result, "record": task.record}]
 
 
-def _same_version(task, fresh, now):
+def _same_version(task, fresh, now, who):
     if task.status == "ready" and fresh["digest"] == task.digest and fresh["record"] == task.record:
         return _answer(task.key, task.status, task.digest, changed=False)
     try:
@@ -108,13 +114,14 @@ def _same_version(task, fresh, now):
                       approval_deadline=fresh["approval_deadline"], approved_digest=None,
                       approved_by=None, approved_at=None, failures={},
                       previous_drafts=_earlier(current, now))
-            audit(now, "redrafted", task.monitor, task_key=task.key)
+            clear_approvals(task.key)
+            audit(now, "redrafted", task.monitor, task_key=task.key, **who)
     except Fenced:
         raise _moved_on() from None
     return _answer(task.key, "ready", fresh["digest"], changed=True)
 
 
-def _new_version(task, fresh, now):
+def _new_version(task, fresh, now, who):
     fresh["previous_drafts"] = _earlier(task, now)
     try:
         with db.atomic():
@@ -122,9 +129,9 @@ def _new_version(task, fresh, now):
             made = new_tasks([fresh]).run()
             move_task(task.key, [task.status], T.BLOCKED, now, code="superseded", parked=False,
                       superseded_by=fresh["key"])
-            audit(now, "superseded", task.monitor, task_key=task.key)
+            audit(now, "superseded", task.monitor, task_key=task.key, **who)
             if made:
-                audit(now, "redrafted", task.monitor, task_key=fresh["key"])
+                audit(now, "redrafted", task.monitor, task_key=fresh["key"], **who)
     except Fenced:
         raise _moved_on() from None
     successor = Task.get_by_id(fresh["key"])  # made now, or by an event that came first

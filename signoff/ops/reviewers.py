@@ -51,7 +51,7 @@ class Viewer:
         return isinstance(given, str) and hmac.compare_digest(given.encode(), self.csrf.encode())
 
 
-def add(rt, name, read_only=False, monitors=(), by=None, channel=None):
+def add(rt, name, read_only=False, monitors=(), by="operator", channel="cli"):
     """Create a reviewer; returns ``{name, token, read_only, monitors}`` (the token, this once).
 
     ``monitors`` limits the reviewer to those monitors' tasks (each must exist,
@@ -61,8 +61,7 @@ def add(rt, name, read_only=False, monitors=(), by=None, channel=None):
         check_label("name", name)
     except InvalidEvent as exc:
         raise Refused("invalid_reviewer", exc.reason) from None
-    if by is not None:
-        check_name("by", by)
+    check_name("by", by)
     token = "sor_" + secrets.token_urlsafe(32)
     now = rt.clock.now()
     monitors = sorted(set(monitors))
@@ -81,15 +80,16 @@ def add(rt, name, read_only=False, monitors=(), by=None, channel=None):
             "monitors": monitors or None}
 
 
-def remove(rt, name):
+def remove(rt, name, by="operator", channel="cli"):
     """Delete a reviewer and end every session of theirs."""
+    check_name("by", by)
     now = rt.clock.now()
     with db.atomic():
         if not Reviewer.delete().where(Reviewer.name == name).execute():
             raise Refused("unknown_reviewer", f"no reviewer {name!r}")
         ended = ReviewSession.delete().where(ReviewSession.reviewer == name).execute()
         ReviewerMonitor.delete().where(ReviewerMonitor.reviewer == name).execute()
-        audit(now, "reviewer_removed")
+        audit(now, "reviewer_removed", actor=by, channel=channel)
     return {"name": name, "removed": True, "sessions_ended": ended}
 
 

@@ -11,6 +11,7 @@ import binascii
 import os
 
 from ..errors import Refused
+from ..rules.events import check_name
 from ..state.lifecycle import audit
 from ..models import Monitor, WebhookSecret, db
 
@@ -43,14 +44,15 @@ def _monitor(monitor_id):
         raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
 
 
-def add(rt, monitor_id, secret=None):
+def add(rt, monitor_id, secret=None, by="operator", channel="cli"):
     """Add a secret to a monitor (a new one when ``secret`` is None); the only time it is shown."""
+    check_name("by", by)
     secret = check_secret(secret) if secret is not None else generate()
     now = rt.clock.now()
     with db.atomic():
         _monitor(monitor_id)
         row = WebhookSecret.create(monitor=monitor_id, secret=secret, created_at=now)
-        audit(now, "secret_added", monitor_id)
+        audit(now, "secret_added", monitor_id, actor=by, channel=channel)
     return {"monitor": monitor_id, "secret_id": row.id, "secret": secret}
 
 
@@ -63,8 +65,9 @@ def listing(monitor_id):
             .order_by(WebhookSecret.id)]
 
 
-def remove(rt, monitor_id, secret_id):
+def remove(rt, monitor_id, secret_id, by="operator", channel="cli"):
     """Remove one secret; requests signed only with it fail from the next one on."""
+    check_name("by", by)
     now = rt.clock.now()
     with db.atomic():
         _monitor(monitor_id)
@@ -73,7 +76,7 @@ def remove(rt, monitor_id, secret_id):
             WebhookSecret.secret != REMOVED).execute()
         if not gone:
             raise Refused("unknown_secret", f"monitor {monitor_id!r} has no secret {secret_id}")
-        audit(now, "secret_removed", monitor_id)
+        audit(now, "secret_removed", monitor_id, actor=by, channel=channel)
     return {"monitor": monitor_id, "secret_id": secret_id, "removed": True}
 
 

@@ -13,7 +13,9 @@ from ..steps import batching
 from . import gaps, subscriptions
 from .approval import get_task
 from ..errors import Refused
-from ..models import Attempt, Audit, AuditReviewer, DeadLetter, Delivery, Monitor, Task
+from ..models import (Approval, Attempt, Audit, AuditReviewer, DeadLetter, Delivery, Monitor,
+                      Task)
+from ..rules.text import hidden_characters
 from .retention import purged_at
 from ..state import heartbeats
 
@@ -168,7 +170,8 @@ def task_detail(key):
     t = get_task(key)
     key = t.key
     history = _history("task", key)
-    events = [{"at": a.at, "code": a.code, "event_id": a.event_id}
+    events = [{"at": a.at, "code": a.code, "event_id": a.event_id, "actor": a.actor,
+               "channel": a.channel}
               for a in Audit.select().where(Audit.task_key == key).order_by(Audit.seq)]
     previous = list(t.previous_drafts or [])
     purged = purged_at(key)
@@ -183,7 +186,22 @@ def task_detail(key):
                 superseded_by=t.superseded_by, previous_drafts=previous,
                 draft_changes=draft_changes(previous[-1] if previous else None, t),
                 purged=purged is not None, purged_at=purged, covers=batching.covers(key),
-                history=history, audit=events)
+                history=history, audit=events, **decisions(t))
+
+
+def decisions(t):
+    """Who decided what on task ``t``: its quorum, its edits, its rejection, and the
+    hidden characters its draft holds (``⟨U+XXXX⟩`` on every face)."""
+    needed = Monitor.select(Monitor.approvals).where(Monitor.id == t.monitor).scalar() or 1
+    given = [{"by": a.by, "channel": a.channel, "at": a.at} for a in Approval.select().where(
+        Approval.task_key == t.key, Approval.digest == t.digest).order_by(Approval.at, Approval.id)]
+    edits = list(t.edits or [])
+    draft = t.result.get("draft") if isinstance(t.result, dict) else None
+    return {"approvals": given, "approvals_needed": needed,
+            "approvals_missing": max(0, needed - len(given)) if t.status == "ready" else 0,
+            "edits": edits, "drafted_digest": edits[0]["from_digest"] if edits else t.digest,
+            "rejected_by": t.rejected_by, "reject_reason": t.reject_reason,
+            "hidden_characters": hidden_characters(draft)}
 
 
 def draft_changes(previous, task):

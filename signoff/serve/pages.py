@@ -22,7 +22,7 @@ from starlette.templating import Jinja2Templates
 from ..ops import gaps
 from ..errors import Blocked, Refused
 from ..models import Task
-from ..commands.output import visible
+from ..rules.text import hidden_characters, visible
 from ..ops.views import delivery_detail, describe
 from ..ops import reviewers
 
@@ -35,6 +35,7 @@ MAX_PATH = 2000  # the longest path login returns to
 # behind a <details>; past that the page says how much it leaves out.
 TEXT_SHOWN = 2000
 TEXT_LIMIT = 100_000
+EXCERPT_LINES, EXCERPT_CHARS = 4, 400  # a draft beside its checkbox in the task list
 LIST_LIMIT = 50  # sources, batch records, earlier drafts shown at most
 HEADINGS = {"ready": "Waiting for approval", "approved": "Approved", "uncertain": "Outcome uncertain",
             "done": "Done: submitted and confirmed", "rejected": "Rejected", "blocked": "Blocked",
@@ -42,7 +43,8 @@ HEADINGS = {"ready": "Waiting for approval", "approved": "Approved", "uncertain"
 STATUSES = ("ready", "approved", "uncertain", "done", "rejected", "blocked", "expired",
             "cancelled", "dead")
 REFUSAL_STATUS = {"unknown_task": 404, "unknown_dead_letter": 404, "unknown_delivery": 404,
-                  "host_unavailable": 503, "not_allowed": 403, "read_only": 403}
+                  "host_unavailable": 503, "not_allowed": 403, "read_only": 403,
+                  "invalid_reason": 400, "invalid_edit": 400, "hidden_characters": 400}
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 STYLE = (Path(__file__).parent / "templates" / "style.css").read_text(encoding="utf-8")
 
@@ -56,6 +58,14 @@ def fold(text):
     text = visible(text) if isinstance(text, str) else ""
     return {"head": text[:TEXT_SHOWN], "rest": text[TEXT_SHOWN:TEXT_LIMIT],
             "left_out": max(0, len(text) - TEXT_LIMIT)}
+
+
+def excerpt(text, lines=EXCERPT_LINES, limit=EXCERPT_CHARS):
+    """The first lines of a draft for a list, hidden characters made visible."""
+    text = visible(text) if isinstance(text, str) else ""
+    head = "\n".join(text.split("\n")[:lines])
+    head = head if len(head) <= limit else head[:limit]
+    return head + ("…" if head != text else "")
 
 
 def clip(value, limit=500):
@@ -198,8 +208,9 @@ class Pages:
             problem = "host_unavailable"
         except Exception as exc:  # a host bug shows on the page instead of failing it
             problem = type(exc).__name__
-        timeline = sorted([(a["at"], "audit", a["code"], a.get("event_id") or "") for a in t["audit"]]
-                          + attempt_rows(t["history"]))
+        # Sorted by time alone: rows of one instant keep the audit log's order.
+        timeline = sorted([(a["at"], "audit", a["code"], a.get("event_id") or _who(a))
+                           for a in t["audit"]] + attempt_rows(t["history"]), key=lambda e: e[0])
         records = t["record"] if isinstance(t["record"], list) else [t["record"] or {}]
         draft = (t["result"] or {}).get("draft")
         return {"t": t, "current": current, "current_problem": problem,
@@ -264,25 +275,33 @@ class Pages:
     # -- forms -----------------------------------------------------------------
 
     async def approve(self, request):
-        """``POST /tasks/{key}/approve`` with ``digest``; approved_by is the reviewer."""
+        """``POST /tasks/{key}/approve`` with ``digest`` (and ``edit``, the draft as the
+        reviewer edited it; ``ack_hidden_characters``); the reviewer's approval."""
         viewer, refusal = await self.form_guard(request)
         if refusal:
             return refusal
-        key, digest = request.path_params["key"], (await request.form()).get("digest") or ""
-        return await self._act(request, viewer, key,
-                               lambda: self.rt.approve(key, digest, by=viewer.name))
+        form = await request.form()
+        key, digest = request.path_params["key"], form.get("digest") or ""
+        edit = form.get("edit")
+        if isinstance(edit, str):
+            edit = edit.replace("\r\n", "\n")  # browsers send a textarea's lines with CRLF
+        ack = form.get("ack_hidden_characters") in ("1", "on", "true")
+        return await self._act(request, viewer, key, lambda: self.rt.approve(
+            key, digest, by=viewer.name, channel="page", edit=edit, ack_hidden_characters=ack))
 
     async def reject(self, request):
         """``POST /tasks/{key}/reject`` with the ``digest`` shown on the page."""
         viewer, refusal = await self.form_guard(request)
         if refusal:
             return refusal
-        key, digest = request.path_params["key"], (await request.form()).get("digest") or ""
+        form = await request.form()
+        key, digest = request.path_params["key"], form.get("digest") or ""
+        reason = form.get("reason") or None  # an empty field: no reason given
 
         def reject():
             if self.rt.task(key)["digest"] != digest:
                 raise Refused("digest_mismatch", "the digest does not match the task's result")
-            return self.rt.reject(key, reason=None)
+            return self.rt.reject(key, reason=reason, by=viewer.name, channel="page")
         return await self._act(request, viewer, key, reject)
 
     async def retry(self, request):
@@ -291,7 +310,8 @@ class Pages:
         if refusal:
             return refusal
         key = request.path_params["key"]
-        return await self._act(request, viewer, key, lambda: self.rt.retry(key))
+        return await self._act(request, viewer, key,
+                               lambda: self.rt.retry(key, by=viewer.name, channel="page"))
 
     async def replay(self, request):
         """``POST /dead-letters/{id}/replay``."""
@@ -300,7 +320,7 @@ class Pages:
             return refusal
         letter = request.path_params["letter"]
         try:
-            await run_in_threadpool(self.rt.replay, letter)
+            await run_in_threadpool(lambda: self.rt.replay(letter, by=viewer.name, channel="page"))
         except Refused as exc:
             return self._refused(request, viewer, exc)
         return RedirectResponse("/dead-letters", status_code=303)
@@ -332,7 +352,7 @@ class Pages:
                 except Refused as exc:
                     refused[i] = exc
         kept = [item for i, item in enumerate(items) if i not in refused]
-        answers = iter(self.rt.approve_many(kept, viewer.name) if kept else [])
+        answers = iter(self.rt.approve_many(kept, viewer.name, channel="page") if kept else [])
         return [refused[i] if i in refused else next(answers) for i in range(len(items))]
 
     async def _act(self, request, viewer, key, action):
@@ -348,6 +368,11 @@ class Pages:
     def _refused(self, request, viewer, exc, key=""):
         return self.render(request, "outcome.html", status_code=REFUSAL_STATUS.get(exc.code, 409),
                            viewer=viewer, title="Refused", results=[(key, exc.code, exc.message)])
+
+
+def _who(row):
+    """Who made an audited decision, as the timeline shows it (``""`` for the engine's)."""
+    return f"{row['actor']} ({row['channel']})" if row.get("actor") else ""
 
 
 def attempt_rows(history):
@@ -387,7 +412,7 @@ def allowed(viewer, monitor):
 def _task_rows(status, monitor, parked, monitors=None):
     query = Task.select(Task.key, Task.monitor, Task.record_id, Task.version, Task.status,
                         Task.code, Task.parked, Task.outcome_unknown, Task.digest,
-                        Task.updated_at, Task.created_at)
+                        Task.updated_at, Task.created_at, Task.result)
     if status != "all":
         query = query.where(Task.status == status)
     if monitor:
@@ -401,6 +426,15 @@ def _task_rows(status, monitor, parked, monitors=None):
     rows = [{"key": t.key, "monitor": t.monitor, "record_id": t.record_id, "version": t.version,
              "status": t.status, "state": describe(t), "parked": t.parked, "digest": t.digest,
              "may_be_written": t.status == "uncertain" or t.outcome_unknown,
-             "updated_at": t.updated_at}
+             "updated_at": t.updated_at, **_shown_draft(t)}
             for t in query.order_by(Task.created_at, Task.key).limit(PAGE_LIMIT)]
     return rows, dict(counted.tuples())
+
+
+def _shown_draft(task):
+    """What the list shows of a ready task's draft: its first lines, and whether it
+    holds hidden characters (bulk approval refuses those: approve them on their page)."""
+    draft = task.result.get("draft") if task.status == "ready" and isinstance(task.result, dict) else None
+    if not isinstance(draft, str):
+        return {"draft": None, "hidden": False}
+    return {"draft": excerpt(draft), "hidden": bool(hidden_characters(draft))}

@@ -12,12 +12,12 @@ act on it.
 
 from enum import StrEnum
 
-from peewee import SQL
+from peewee import SQL, fn
 
 from .. import storage
-from ..models import (Attempt, Audit, DeadLetter, Delivery, Inbox, Notification, Subscription,
-                      Task, db)
-from ..storage import PreparedInsert, insert_rows
+from ..models import (Approval, Attempt, Audit, DeadLetter, Delivery, Inbox, Notification,
+                      Subscription, Task, db)
+from ..storage import PreparedInsert, insert_rows, lock_rows
 
 
 class DeliveryStatus(StrEnum):
@@ -339,6 +339,15 @@ def new_notifications(keys, now):
          "updated_at": now} for k in keys], ignore_conflicts=True, returning=("task_key",))]
 
 
+def new_decision_notifications(rows, now):
+    """``pending`` notifications of decisions: ``(outbox key, type, task key, audit seq)``
+    each (one per audit row, ever); the keys added."""
+    return [k for (k,) in insert_rows(Notification, [
+        {"task_key": k, "type": kind, "task": task, "audit_seq": seq, "status": N.PENDING,
+         "next_at": now, "created_at": now, "updated_at": now} for k, kind, task, seq in rows],
+        ignore_conflicts=True, returning=("task_key",))]
+
+
 def hold_notification(task_key, next_at, until):
     """Push a pending notification's ``next_at`` from ``next_at`` to ``until`` while one
     sender tries it; False when another sender holds it already."""
@@ -384,9 +393,81 @@ def mark_write_possible(keys, token, now):
 
 def strip_tasks(keys, where):
     """Drop the record snapshots and results of the tasks ``keys`` that still meet
-    ``where`` (retention); returns ``[(key, status)]`` of those stripped."""
-    return list(Task.update(record={}, result={}, previous_drafts=[]).where(
+    ``where`` (retention), and the differences their edits kept; returns
+    ``[(key, status)]`` of those stripped (who edited stays in the audit log)."""
+    return list(Task.update(record={}, result={}, previous_drafts=[], edits=[]).where(
         key_in(Task.key, keys), where).returning(Task.key, Task.status).tuples().execute())
+
+
+# -- approvals: the quorum ---------------------------------------------------------
+
+def add_approvals(wanted, by, channel, now, audit_code="approved"):
+    """Record ``by``'s approval of each task in ``wanted`` (``{key: (digest, needed)}``)
+    and approve those whose digest now has ``needed`` distinct approvers.
+
+    Run in the caller's transaction. The task rows are locked first (PostgreSQL;
+    SQLite's transaction holds the write lock since BEGIN), so two approvers at
+    once are counted one after the other: never a lost approval, never a second
+    move. Only a task still ``ready`` with that very digest counts. Returns
+    ``(counted, approved, repeated, stale)``: sets of keys whose approval was
+    added, that moved to ``approved``, that ``by`` had approved already, and that
+    moved on or changed digest meanwhile.
+    """
+    keys = sorted(wanted)
+    current = {k: (st, d) for k, st, d in lock_rows(Task.select(Task.key, Task.status, Task.digest)
+                                                     .where(key_in(Task.key, keys))
+                                                     .order_by(Task.key)).tuples()} if keys else {}
+    live = [k for k in keys if current.get(k) == (T.READY, wanted[k][0])]
+    stale = set(keys) - set(live)
+    counted = {k for (k,) in insert_rows(Approval, [
+        {"task_key": k, "digest": wanted[k][0], "by": by, "channel": channel, "at": now}
+        for k in live], ignore_conflicts=True, returning=("task_key",))} if live else set()
+    counts = approval_counts(live)
+    complete = {k: wanted[k][0] for k in live if counts.get(k, 0) >= wanted[k][1]}
+    approved = move_tasks(complete, [T.READY], T.APPROVED, now, per_row={"approved_digest": complete},
+                          approved_by=by, approved_at=now, next_at=now, code=None) if complete else set()
+    rows = [{"at": now, "code": audit_code if k in approved else "approval_added",
+             "monitor": None, "event_id": None, "task_key": k, "actor": by, "channel": channel}
+            for k in keys if k in counted]
+    if rows:
+        monitors = dict(Task.select(Task.key, Task.monitor).where(key_in(Task.key, [r["task_key"] for r in rows])).tuples())
+        insert_rows(Audit, [dict(r, monitor=monitors.get(r["task_key"])) for r in rows])
+    return counted, approved, set(live) - counted, stale
+
+
+def approval_counts(keys):
+    """``{key: approvers of its current digest}`` for the task ``keys``."""
+    if not keys:
+        return {}
+    query = (Approval.select(Approval.task_key, fn.COUNT(Approval.id))
+             .join(Task, on=(Task.key == Approval.task_key) & (Task.digest == Approval.digest))
+             .where(key_in(Approval.task_key, list(keys))).group_by(Approval.task_key))
+    return dict(query.tuples())
+
+
+def clear_approvals(key):
+    """Forget the approvals of task ``key`` (its draft was edited or drafted again)."""
+    Approval.delete().where(Approval.task_key == key).execute()
+
+
+def withdraw_approvals(approvers):
+    """Forget the places ``approvers`` (ended policies) hold in quorums still open."""
+    Approval.delete().where(Approval.by.in_(list(approvers)), Approval.task_key.in_(
+        Task.select(Task.key).where(Task.status == T.READY))).execute()
+
+
+def edit_task(key, reviewed, result, new_digest, edit, now):
+    """Replace the result of ready task ``key`` (still at digest ``reviewed``) by an edit.
+
+    ``edit`` is appended to the task's ``edits``; earlier approvals are forgotten.
+    Run in the caller's transaction; ``Fenced`` if the task moved on or changed.
+    """
+    row = lock_rows(Task.select(Task.status, Task.digest, Task.edits).where(Task.key == key)).first()
+    if row is None or row.status != T.READY or row.digest != reviewed:
+        raise Fenced(key)
+    update_task(key, now, [T.READY], result=result, digest=new_digest,
+                edits=list(row.edits or []) + [edit])
+    clear_approvals(key)
 
 
 def audit(now, code, monitor=None, event_id=None, task_key=None, actor=None, channel=None):
