@@ -5,9 +5,10 @@ import threading
 
 from .ops import (approval, deadletters, gaps, intake, monitors, policy, redraft, subscriptions,
                   views)
-from .steps import ingest, reaper, submit
+from .steps import drafting, ingest, reaper, submit
 from . import storage, tracing
 from .clock import Clock
+from .errors import ConfigError
 from .config import (call_factory, load_config, load_plugin, make_private, resolve_home,
                      write_default)
 from .rules.events import check_value
@@ -107,9 +108,10 @@ class Signoff:
         """The configured ``draft(record, material)`` callable."""
         if self._drafter is None:
             factory = load_plugin(self.config.drafter_factory, "drafter")
-            self._drafter = tracing.traced_drafter(call_factory(
-                factory, self.config.drafter_factory, "drafter", self.home,
-                self.config.drafter_options))
+            draft = call_factory(factory, self.config.drafter_factory, "drafter", self.home,
+                                 self.config.drafter_options)
+            _check_drafter_timeout(draft, self.config.lease_ttl_s)
+            self._drafter = tracing.traced_drafter(draft)
         return self._drafter
 
     # -- monitors and intake -------------------------------------------------
@@ -282,4 +284,13 @@ class Signoff:
     def stats(self):
         """The operator's numbers, as ``signoff stats`` prints them: one snapshot."""
         with storage.read_snapshot(self.database):
-            return views.stats(self.clock.now())
+            return views.stats(self.clock.now(), drafting.tokens_per_hour(self))
+
+
+def _check_drafter_timeout(draft, lease_ttl_s):
+    """A drafter bounded by ``timeout_s`` must answer within the lease it is called under."""
+    timeout = getattr(draft, "timeout_s", None)
+    if isinstance(timeout, (int, float)) and timeout >= lease_ttl_s:
+        raise ConfigError("bad_config", f"[drafter.options] timeout_s ({timeout:g} s) must be "
+                          f"below the worker's lease ({lease_ttl_s:g} s): a later answer "
+                          "would come after another worker took the delivery over")

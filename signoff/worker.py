@@ -11,6 +11,8 @@ import threading
 import time
 from dataclasses import replace
 
+from peewee import fn
+
 from .steps import batching
 from .ops import notify, policy, retention, subscriptions
 from . import storage
@@ -34,12 +36,17 @@ log = logging.getLogger("signoff.worker")
 def can_progress(notifying=False, tending_at=None):
     """True while some delivery or task can still move without a human.
 
-    Parked tasks, ready tasks and approval deadlines do not count: they wait
+    Parked tasks, ready tasks, approval deadlines and deliveries over their
+    drafter token budget do not count: they wait
     for a person or for a cause to be fixed. An open batch does: it closes on its own.
     So does, when this worker sends them (``notifying``), a notification not yet sent,
     and, when it tends subscriptions (``tending_at``: now), subscription work due now.
     """
-    return (Delivery.select().where(Delivery.status.in_(list(DELIVERY_PENDING))).exists()
+    # A delivery waiting for its monitor's next hour of drafter tokens waits for
+    # the clock, not for work: like a paused monitor's, it does not hold a drain.
+    budget_wait = (Delivery.status == "retrying") & (Delivery.last_code == "budget_exhausted")
+    return (Delivery.select().where(Delivery.status.in_(list(DELIVERY_PENDING)),
+                                    ~fn.COALESCE(budget_wait, False)).exists()
             or Task.select().where(Task.status.in_(list(TASK_ACTIVE)),
                                    Task.parked == False).exists()  # noqa: E712
             or batching.holds_drain()

@@ -6,6 +6,7 @@ its only callers.
 
 from .. import tracing
 from ..steps.batching import read_back
+from ..rules.drafts import needs_answers
 from ..errors import Blocked, InvalidRecord, Refused
 from ..rules.events import check_name
 from ..rules.gate import INGEST_ACTIONS, gate
@@ -212,7 +213,8 @@ def acceptance(result, record):
     if not isinstance(draft, str) or not draft.strip():
         return "the draft is blank"
     sources = result.get("sources")
-    if not isinstance(sources, list) or not sources:
+    # A result that asks open questions may cite nothing: the person answers them.
+    if not isinstance(sources, list) or not (sources or needs_answers(result)):
         return "the result has no source"
     return None
 

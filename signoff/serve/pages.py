@@ -357,7 +357,7 @@ def to_login(request):
 def _task_rows(status, monitor, parked):
     query = Task.select(Task.key, Task.monitor, Task.record_id, Task.version, Task.status,
                         Task.code, Task.parked, Task.outcome_unknown, Task.digest,
-                        Task.updated_at, Task.created_at)
+                        Task.updated_at, Task.created_at, Task.needs_answers)
     if status != "all":
         query = query.where(Task.status == status)
     if monitor:
@@ -367,7 +367,7 @@ def _task_rows(status, monitor, parked):
     rows = [{"key": t.key, "monitor": t.monitor, "record_id": t.record_id, "version": t.version,
              "status": t.status, "state": describe(t), "parked": t.parked, "digest": t.digest,
              "may_be_written": t.status == "uncertain" or t.outcome_unknown,
-             "updated_at": t.updated_at}
+             "needs_answers": t.needs_answers, "updated_at": t.updated_at}
             for t in query.order_by(Task.created_at, Task.key).limit(PAGE_LIMIT)]
     counts = dict(Task.select(Task.status, fn.COUNT(Task.key)).group_by(Task.status).tuples())
     return rows, counts
