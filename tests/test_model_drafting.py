@@ -384,3 +384,48 @@ def test_kill_9_while_the_model_call_is_in_flight(home, model):
         assert len(model.requests) == 2
     finally:
         rt.close()
+
+
+# -- the review page ---------------------------------------------------------------------
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_the_review_page_shows_open_questions_first_and_a_person_approves(home, model):
+    from playwright.sync_api import sync_playwright
+    from servekit import Server
+    from signoff.ops import reviewers
+    from test_serve_browser import ARGS, CHROMIUM, log_in
+    rt = model_home(home, None, model)
+    server = None
+    try:
+        rt.add_policy("default")
+        model.answer(ASKING)
+        rt.enqueue_events([make_event(occurred=int(time.time()))])
+        rt.run_until_idle()
+        task = the_task()
+        assert (task.status, task.needs_answers) == ("ready", True)
+        token = reviewers.add(rt, "alice")["token"]
+        server = Server(home)
+        with sync_playwright() as p:
+            chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = log_in(chromium, server, "alice", token)
+            assert "open questions" in page.inner_text(f"tr:has(a[href='/tasks/{task.key}'])")
+            page.click(f"a[href='/tasks/{task.key}']")
+            questions = page.locator("#open-questions")
+            assert "Which date was agreed for the demo?" in questions.inner_text()
+            # First: above what is being approved, the record and the draft.
+            assert questions.evaluate(
+                "q => !!(q.compareDocumentPosition(document.querySelector('#draft'))"
+                " & Node.DOCUMENT_POSITION_FOLLOWING)")
+            assert "scripted-model" in page.inner_text("#draft-meta")
+            shots = os.environ.get("SIGNOFF_SCREENSHOTS")
+            if shots:
+                page.screenshot(path=os.path.join(shots, "drafter-questions.png"), full_page=True)
+            page.click("#approve")
+            assert page.get_attribute("#status", "data-status") == "approved"
+            chromium.close()
+        assert rt.task(task.key)["approved_by"] == "alice"
+    finally:
+        if server is not None:
+            assert server.stop() == 0, server.stderr()
+        rt.close()
