@@ -429,3 +429,56 @@ def test_the_review_page_shows_open_questions_first_and_a_person_approves(home, 
         if server is not None:
             assert server.stop() == 0, server.stderr()
         rt.close()
+
+
+# -- record batches ----------------------------------------------------------------------
+
+def batch_of_two(rt, clock):
+    from signoff.steps import batching
+    rt.bind("doc-demo", "b", batch_window_s=30, window_s=DAY)
+    for n in (1, 2):
+        rt.enqueue_events([make_event(event_id=f"b{n}", record_id=f"comment-{n}",
+                                      occurred=int(clock.now()))], monitor_id="b")
+    rt.run_until_idle()
+    clock.advance(31)
+    return batching
+
+
+def test_a_batch_keeps_the_open_questions_and_the_call_metadata(drafting, model, clock):
+    rt = drafting(records=2)
+    batching = batch_of_two(rt, clock)
+    model.answer({**ASKING, "evidence": ["reference://doc-demo/comment-2"]})
+    assert batching.close_due(rt) == 1
+    task = the_task()
+    assert task.result["records"] == [["comment-1", 1], ["comment-2", 1]]
+    assert task.result["open_questions"] == ASKING["open_questions"]
+    assert task.needs_answers and task.draft_meta["model"] == "scripted-model"
+    assert len(json.loads(model.requests[0]["json"]["messages"][1]["content"])["record"]) == 2
+
+
+def test_a_batch_whose_draft_is_refused_finally_closes_without_a_task(drafting, model, clock):
+    from signoff.models import RecordBatch
+    rt = drafting(records=2)
+    batching = batch_of_two(rt, clock)
+    model.error(401, error_body("bad key", code="invalid_api_key"))
+    batching.close_due(rt)
+    [batch] = RecordBatch.select()
+    assert (batch.closed_at is not None, batch.task_key, batch.code) == (True, None, "drafter_auth")
+    assert Task.select().count() == 0 and len(model.requests) == 1
+
+
+def test_a_redraft_once_the_material_is_there_answers_the_questions(drafting, model, clock):
+    rt = drafting()
+    model.answer(ASKING)
+    rt.enqueue_events([make_event()])
+    rt.run_until_idle()
+    asked = the_task()
+    assert asked.needs_answers
+    model.answer(GOOD, usage=(50, 5))
+    answer = rt.redraft(asked.key)
+    assert answer["changed"] and answer["key"] == asked.key
+    task = Task.get_by_id(asked.key)
+    assert (task.status, task.needs_answers) == ("ready", False)
+    assert "open_questions" not in task.result and task.result["sources"] == [MATERIAL_SOURCE]
+    assert task.draft_meta["input_tokens"] == 50
+    assert task.previous_drafts[-1]["result"]["open_questions"] == ASKING["open_questions"]
