@@ -67,6 +67,7 @@ class Signoff:
         try:
             storage.create_schema(rt.database, MODELS)
             rt.host()  # a host that keeps files (the reference host) creates them now
+            rt.drafter()  # a drafter that cannot start (a missing key) is said at once
             make_private(path)
         except BaseException:
             rt.close()

@@ -482,3 +482,16 @@ def test_a_redraft_once_the_material_is_there_answers_the_questions(drafting, mo
     assert "open_questions" not in task.result and task.result["sources"] == [MATERIAL_SOURCE]
     assert task.draft_meta["input_tokens"] == 50
     assert task.previous_drafts[-1]["result"]["open_questions"] == ASKING["open_questions"]
+
+
+def test_init_and_worker_start_without_the_key_say_bad_config_naming_the_variable(
+        home, model, monkeypatch):
+    configure(home, model)
+    monkeypatch.delenv(KEY_ENV)
+    for args in (["init"], ["worker", "--drain"]):
+        done = subprocess.run(signoff_cmd(home, *args, "--json"), env=child_env(),
+                              capture_output=True, timeout=60, text=True)
+        assert done.returncode == 1, (args, done.stdout, done.stderr)
+        answer = json.loads(done.stdout)
+        assert answer["error"] == "bad_config" and KEY_ENV in answer["message"]
+        assert "Traceback" not in done.stderr and KEY not in done.stdout + done.stderr
