@@ -495,3 +495,30 @@ def test_init_and_worker_start_without_the_key_say_bad_config_naming_the_variabl
         answer = json.loads(done.stdout)
         assert answer["error"] == "bad_config" and KEY_ENV in answer["message"]
         assert "Traceback" not in done.stderr and KEY not in done.stdout + done.stderr
+
+
+def test_an_answer_that_comes_after_the_lease_was_taken_over_is_fenced_off(
+        drafting, model, clock):
+    import threading
+    rt = drafting()
+    model.answer({**GOOD, "draft": "the late answer"}, delay=3)  # the first worker's call
+    model.answer(GOOD)  # the second worker's
+    rt.enqueue_events([make_event()])
+    late = threading.Thread(target=rt.ingest_batch, args=("worker-a",))
+    late.start()
+    try:
+        wait_for(lambda: len(model.requests) == 1, timeout=30, what="the first model call")
+        clock.advance(rt.config.lease_ttl_s + 1)  # worker-a's lease expires mid-call
+        rt.reap()  # an attempt that ended without an outcome: retried after its backoff
+        clock.advance(60)
+        rt.ingest_batch("worker-b")
+        assert the_task().result["draft"] == GOOD["draft"]
+    finally:
+        late.join(60)
+    assert not late.is_alive()
+    task = the_task()
+    assert task.result["draft"] == GOOD["draft"] and Task.select().count() == 1
+    row = delivery()
+    assert (row.status, row.outcome, row.attempts) == ("done", "ready", 2)
+    assert len(model.requests) == 2 and rt.stats()["drafter"]["calls"] == {"ok": 2}
+    assert [a.worker for a in Attempt.select().where(Attempt.code == "ready")] == ["worker-b"]
