@@ -504,7 +504,11 @@ def test_an_answer_that_comes_after_the_lease_was_taken_over_is_fenced_off(
     model.answer({**GOOD, "draft": "the late answer"}, delay=3)  # the first worker's call
     model.answer(GOOD)  # the second worker's
     rt.enqueue_events([make_event()])
-    late = threading.Thread(target=rt.ingest_batch, args=("worker-a",))
+
+    def worker_a():
+        with rt.database.connection_context():  # the thread's connection closed after it
+            rt.ingest_batch("worker-a")
+    late = threading.Thread(target=worker_a)
     late.start()
     try:
         wait_for(lambda: len(model.requests) == 1, timeout=30, what="the first model call")
