@@ -328,8 +328,12 @@ def test_a_spent_token_budget_makes_deliveries_wait_for_the_next_hour_without_an
     assert waiting.next_at == clock.now() + 3600
     assert len(model.requests) == 1
     assert Attempt.select().where(Attempt.ref == str(waiting.id)).count() == 0
+    from signoff.worker import can_progress
+    assert not can_progress()  # waiting for the clock does not hold `worker --drain`
     stats = rt.stats()
     assert stats["drafter"]["budget_exhausted"] == ["default"]
+    assert stats["drafter"]["this_hour"]["default"] == {
+        "tokens": 110, "calls": 1, "budget_exhausted": True}
     assert "exhausted: default" in render_stats(stats)
     clock.advance(1800)
     rt.run_until_idle()
