@@ -112,8 +112,18 @@ class Signoff:
             draft = call_factory(factory, self.config.drafter_factory, "drafter", self.home,
                                  self.config.drafter_options)
             _check_drafter_timeout(draft, self.config.lease_ttl_s)
+            timeout = getattr(draft, "timeout_s", None)
+            self._drafter_timeout_s = float(timeout) if isinstance(timeout, (int, float)) else 0.0
             self._drafter = tracing.traced_drafter(draft)
         return self._drafter
+
+    def drafter_timeout_s(self):
+        """How long one drafter call may wait (its ``timeout_s``; 0 when it has none)."""
+        try:
+            self.drafter()
+        except Exception:  # the draft attempt itself records why the drafter cannot start
+            return 0.0
+        return self._drafter_timeout_s
 
     # -- monitors and intake -------------------------------------------------
 

@@ -60,8 +60,10 @@ def ingest_batch(rt, owner):
         Inbox.monitor.in_(list(batch.monitors) or [""]),
         Inbox.event_id.in_(list({r.event_id for r in batch.rows})))}
     outcomes = []
+    # A drafter bounded by timeout_s (below the lease) gets a lease that outlasts its call.
+    need = rt.drafter_timeout_s()
     for row in batch.rows:
-        now = batch.keep_lease()
+        now = batch.keep_lease(need)
         # One span per delivery, in the trace that accepted its event (tracing.py).
         with tracing.span("signoff.ingest", row, delivery=row.id,
                           event_id=row.event_id, monitor=row.monitor) as span:
