@@ -67,7 +67,9 @@ class Signoff:
         try:
             storage.create_schema(rt.database, MODELS)
             rt.host()  # a host that keeps files (the reference host) creates them now
-            rt.drafter()  # a drafter that cannot start (a missing key) is said at once
+            # A drafter that cannot start (a missing key) is said at once; not kept,
+            # so that tracing started later still wraps the one the runtime uses.
+            rt._new_drafter()
             make_private(path)
         except BaseException:
             rt.close()
@@ -108,14 +110,19 @@ class Signoff:
     def drafter(self):
         """The configured ``draft(record, material)`` callable."""
         if self._drafter is None:
-            factory = load_plugin(self.config.drafter_factory, "drafter")
-            draft = call_factory(factory, self.config.drafter_factory, "drafter", self.home,
-                                 self.config.drafter_options)
-            _check_drafter_timeout(draft, self.config.lease_ttl_s)
+            draft = self._new_drafter()
             timeout = getattr(draft, "timeout_s", None)
             self._drafter_timeout_s = float(timeout) if isinstance(timeout, (int, float)) else 0.0
             self._drafter = tracing.traced_drafter(draft)
         return self._drafter
+
+    def _new_drafter(self):
+        """The configured drafter, made now (``bad_config`` when it cannot be), untraced."""
+        factory = load_plugin(self.config.drafter_factory, "drafter")
+        draft = call_factory(factory, self.config.drafter_factory, "drafter", self.home,
+                             self.config.drafter_options)
+        _check_drafter_timeout(draft, self.config.lease_ttl_s)
+        return draft
 
     def drafter_timeout_s(self):
         """How long one drafter call may wait (its ``timeout_s``; 0 when it has none)."""
