@@ -5,9 +5,10 @@ import threading
 
 from .ops import (approval, deadletters, gaps, intake, monitors, policy, redraft, retention,
                   reviewers, secrets, subscriptions, views)
-from .steps import ingest, reaper, submit
+from .steps import drafting, ingest, reaper, submit
 from . import storage, tracing
 from .clock import Clock
+from .errors import ConfigError
 from .config import (call_factory, load_config, load_plugin, make_private, resolve_home,
                      write_default)
 from .rules.events import check_value
@@ -66,6 +67,9 @@ class Signoff:
         try:
             storage.create_schema(rt.database, MODELS)
             rt.host()  # a host that keeps files (the reference host) creates them now
+            # A drafter that cannot start (a missing key) is said at once; not kept,
+            # so that tracing started later still wraps the one the runtime uses.
+            rt._new_drafter()
             make_private(path)
         except BaseException:
             rt.close()
@@ -106,11 +110,27 @@ class Signoff:
     def drafter(self):
         """The configured ``draft(record, material)`` callable."""
         if self._drafter is None:
-            factory = load_plugin(self.config.drafter_factory, "drafter")
-            self._drafter = tracing.traced_drafter(call_factory(
-                factory, self.config.drafter_factory, "drafter", self.home,
-                self.config.drafter_options))
+            draft = self._new_drafter()
+            timeout = getattr(draft, "timeout_s", None)
+            self._drafter_timeout_s = float(timeout) if isinstance(timeout, (int, float)) else 0.0
+            self._drafter = tracing.traced_drafter(draft)
         return self._drafter
+
+    def _new_drafter(self):
+        """The configured drafter, made now (``bad_config`` when it cannot be), untraced."""
+        factory = load_plugin(self.config.drafter_factory, "drafter")
+        draft = call_factory(factory, self.config.drafter_factory, "drafter", self.home,
+                             self.config.drafter_options)
+        _check_drafter_timeout(draft, self.config.lease_ttl_s)
+        return draft
+
+    def drafter_timeout_s(self):
+        """How long one drafter call may wait (its ``timeout_s``; 0 when it has none)."""
+        try:
+            self.drafter()
+        except Exception:  # the draft attempt itself records why the drafter cannot start
+            return 0.0
+        return self._drafter_timeout_s
 
     # -- monitors and intake -------------------------------------------------
 
@@ -377,4 +397,13 @@ class Signoff:
     def stats(self):
         """The operator's numbers, as ``signoff stats`` prints them: one snapshot."""
         with storage.read_snapshot(self.database):
-            return views.stats(self.clock.now())
+            return views.stats(self.clock.now(), drafting.tokens_per_hour(self))
+
+
+def _check_drafter_timeout(draft, lease_ttl_s):
+    """A drafter bounded by ``timeout_s`` must answer within the lease it is called under."""
+    timeout = getattr(draft, "timeout_s", None)
+    if isinstance(timeout, (int, float)) and timeout >= lease_ttl_s:
+        raise ConfigError("bad_config", f"[drafter.options] timeout_s ({timeout:g} s) must be "
+                          f"below the worker's lease ({lease_ttl_s:g} s): a later answer "
+                          "would come after another worker took the delivery over")

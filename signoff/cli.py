@@ -663,7 +663,7 @@ def tasks():
 
 
 TASK_COLUMNS = ["key", "monitor", "record_id", "version", "status", "code",
-                "outcome_unknown", "attempts", "updated_at"]
+                "outcome_unknown", "needs_answers", "attempts", "updated_at"]
 
 
 @command(tasks, "list")

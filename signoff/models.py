@@ -128,6 +128,11 @@ class Task(BaseModel):
     # The W3C trace context of the span that drafted it (signoff/tracing.py), if traced.
     traceparent = Text(null=True)
     tracestate = Text(null=True)
+    # The result asks a person open questions (rules/drafts.py): no policy approves it.
+    needs_answers = BooleanField(default=False)
+    # The drafter call's metadata (model, response id, prompt version, tokens,
+    # seconds); never content, never in audit.
+    draft_meta = JSON(null=True)
 
     class Meta:
         # Claim order (storage.claim): due first, then as created, then by key.
@@ -508,3 +513,28 @@ class Approval(BaseModel):
 
 
 MODELS += [Approval]
+
+
+# -- the model drafter: tokens per monitor and hour, calls by outcome ----------
+
+class DrafterUsage(BaseModel):
+    """Tokens the drafter spent for one monitor in one clock hour (``tokens_per_hour``)."""
+
+    monitor = CharField()
+    hour = BigIntegerField()  # Unix seconds // 3600, by signoff's clock
+    input_tokens = BigIntegerField(default=0)
+    output_tokens = BigIntegerField(default=0)
+    calls = BigIntegerField(default=0)
+
+    class Meta:
+        primary_key = CompositeKey("monitor", "hour")
+
+
+class DrafterCallCount(BaseModel):
+    """Drafter calls counted by outcome (``ok`` or the failed attempt's code)."""
+
+    outcome = CharField(primary_key=True)
+    count = BigIntegerField(default=0)
+
+
+MODELS += [DrafterUsage, DrafterCallCount]

@@ -11,6 +11,8 @@ import threading
 import time
 from dataclasses import replace
 
+from peewee import fn
+
 from .steps import batching
 from .ops import notify, policy, retention, subscriptions
 from . import storage
@@ -34,14 +36,20 @@ log = logging.getLogger("signoff.worker")
 def can_progress(notifying=False, tending_at=None):
     """True while some delivery or task can still move without a human.
 
-    Parked tasks, ready tasks, approval deadlines and the waiting deliveries of
-    paused monitors do not count: they wait for a person or for a cause to be
-    fixed. An open batch does: it closes on its own. So does, when this worker sends them (``notifying``), a notification not yet sent,
-    and, when it tends subscriptions (``tending_at``: now), subscription work due now.
+    Parked tasks, ready tasks, approval deadlines, the waiting deliveries of
+    paused monitors and deliveries over their drafter token budget do not count:
+    they wait for a person, the clock or a cause to be fixed. An open batch does:
+    it closes on its own. So does, when this worker sends them (``notifying``), a
+    notification not yet sent, and, when it tends subscriptions (``tending_at``:
+    now), subscription work due now.
     """
     paused = Monitor.select(Monitor.id).where(Monitor.paused_at.is_null(False))
+    # A delivery waiting for its monitor's next hour of drafter tokens waits for
+    # the clock, not for work: like a paused monitor's, it does not hold a drain.
+    budget_wait = (Delivery.status == "retrying") & (Delivery.last_code == "budget_exhausted")
     moving = (Delivery.status == D.PROCESSING) | (
-        Delivery.status.in_(list(DELIVERY_WAITING)) & Delivery.monitor.not_in(paused))
+        Delivery.status.in_(list(DELIVERY_WAITING)) & Delivery.monitor.not_in(paused)
+        & ~fn.COALESCE(budget_wait, False))
     return (Delivery.select().where(moving).exists()
             or Task.select().where(Task.status.in_(list(TASK_ACTIVE)),
                                    Task.parked == False).exists()  # noqa: E712

@@ -19,7 +19,7 @@ def render_task(t):
     line of theirs can pass for one of ours, with hidden characters shown.
     """
     result = t["result"] if isinstance(t.get("result"), dict) else {}
-    lines = [
+    lines = _questions(t) + [
         f"task      {fmt(t['key'])}",
         f"state     {fmt(t['state'])}",
         f"record    {fmt(t['record_id'])} v{fmt(t['version'])} (monitor {fmt(t['monitor'])})",
@@ -31,6 +31,8 @@ def render_task(t):
     lines += _decisions(t)
     if t.get("superseded_by"):
         lines.append(f"replaced  by task {fmt(t['superseded_by'])} (a newer record version)")
+    if t.get("draft_meta"):
+        lines.append(_drafted_by(t["draft_meta"]))
     lines += _texts(t, result)
     lines += _draft_history(t)
     lines += ["", "timeline:"]
@@ -63,6 +65,25 @@ def _decisions(t):
         lines.append(f"WARNING   the draft holds hidden characters ({fmt(', '.join(t['hidden_characters']))}), "
                      "marked below as ⟨U+XXXX⟩; approving needs --ack-hidden-characters")
     return lines
+
+
+def _questions(t):
+    """The open questions, first of all: the task waits for a person to answer them."""
+    questions = t.get("open_questions") or []
+    if not questions:
+        return []
+    lines = [f"OPEN QUESTIONS ({len(questions)}): the material did not answer; "
+             "no policy approves this task"]
+    for n, question in enumerate(questions, 1):
+        lines += [f"  {n}. " + visible(question).replace("\n", "\n     ")]
+    return lines + [""]
+
+
+def _drafted_by(meta):
+    return (f"drafted   by {fmt(meta.get('model'))} (response {fmt(meta.get('response_id'))}, "
+            f"prompt {fmt(str(meta.get('prompt_version'))[:12])}, tokens "
+            f"{fmt(meta.get('input_tokens'))} in / {fmt(meta.get('output_tokens'))} out, "
+            f"{fmt(meta.get('seconds'))} s)")
 
 
 def _texts(t, result):
@@ -131,7 +152,17 @@ def render_stats(s):
         _not_observed(s.get("observation_gaps")),
         "workers     " + render_workers(s["workers"]),
         _subscribed(s["subscriptions"]),
+        _drafted(s.get("drafter")),
     ])
+
+
+def _drafted(d):
+    if not d or not d["calls"]:
+        return "drafter     no model calls"
+    exhausted = ", ".join(fmt(m) for m in d["budget_exhausted"]) or "none"
+    limit = "no limit" if d["tokens_per_hour"] is None else f"{d['tokens_per_hour']}/hour"
+    return (f"drafter     calls {_pairs(d['calls'])}; tokens {d['tokens']['input']} in, "
+            f"{d['tokens']['output']} out; budget {limit}, exhausted: {exhausted}")
 
 
 def render_workers(w):

@@ -12,6 +12,7 @@ from .. import tracing
 from ..rules.canonical import digest
 from ..rules.text import check_reason, hidden_characters
 from ..steps.batching import read_back
+from ..rules.drafts import needs_answers
 from ..errors import Blocked, InvalidRecord, Refused
 from ..rules.events import check_name
 from ..rules.gate import INGEST_ACTIONS, gate
@@ -343,7 +344,8 @@ def acceptance(result, record):
     if not isinstance(draft, str) or not draft.strip():
         return "the draft is blank"
     sources = result.get("sources")
-    if not isinstance(sources, list) or not sources:
+    # A result that asks open questions may cite nothing: the person answers them.
+    if not isinstance(sources, list) or not (sources or needs_answers(result)):
         return "the result has no source"
     return None
 

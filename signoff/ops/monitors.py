@@ -6,7 +6,6 @@ from ..rules.canonical import digest
 from ..errors import Refused
 from ..rules.events import check_label, check_name
 from ..errors import InvalidEvent
-from ..rules.events import check_name
 from ..state.lifecycle import DELIVERY_WAITING, audit, cancel_tasks
 from ..models import Delivery, Monitor, Task, db
 from ..storage import retried

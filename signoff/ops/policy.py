@@ -248,8 +248,10 @@ def _decide(policy, now, summary):
     # Tasks this policy capped or refused wait for a person: never taken again.
     settled = PolicyDecision.select(PolicyDecision.task_key).where(
         mine, PolicyDecision.task_key == Task.key, PolicyDecision.decision != "approved")
+    # A task with open questions is a person's to answer: no policy ever approves it.
     waiting_now = Task.select(Task.key).where(
-        Task.monitor == policy.monitor, Task.status == "ready", ~fn.EXISTS(settled))
+        Task.monitor == policy.monitor, Task.status == "ready",
+        Task.needs_answers == False, ~fn.EXISTS(settled))  # noqa: E712
     if not waiting_now.exists():
         return []  # the idle pass, every second: a read, no write lock
     with db.atomic():

@@ -20,9 +20,10 @@ possible (a host that may hold a result under the key keeps the task).
 """
 
 from .approval import acceptance, check_channel, get_task, host_refusal, with_retries
-from ..errors import Blocked, Refused
+from ..errors import AttemptFailed, Blocked, Refused
 from ..rules.gate import INGEST_ACTIONS, gate
-from ..steps.ingest import check_draft, new_task
+from ..steps import drafting
+from ..steps.ingest import new_task
 from ..rules.events import check_name
 from ..state.lifecycle import (Fenced, audit, clear_approvals, move_task, TaskStatus as T,
                                new_tasks)
@@ -51,7 +52,7 @@ def redraft(rt, key, by="operator", channel="cli"):
     if refusal:
         raise Refused(refusal, f"the monitor's gate refused: {refusal}")
     record = _read_record(rt, host, task.record_id, monitor)
-    fresh = new_task(monitor, record, _draft(rt, host, record), now)
+    fresh = new_task(monitor, record, _draft(rt, host, monitor, record), now)
     problem = acceptance(fresh["result"], record)
     if problem:
         raise Refused("acceptance_failed", f"the new draft fails acceptance: {problem}")
@@ -83,14 +84,18 @@ def _read_record(rt, host, record_id, monitor):
     return record
 
 
-def _draft(rt, host, record):
+def _draft(rt, host, monitor, record):
+    if drafting.wait_until(rt, monitor.id, rt.clock.now()) is not None:
+        raise Refused("budget_exhausted", "the monitor's drafter tokens for this hour are spent; "
+                      "redraft in the next hour")
     try:
         material = check_material(with_retries(rt, lambda: host.read_material(record["document"])),
                                   rt.config.max_material_bytes)
-        drafted = rt.drafter()(record, material)
-        check_draft(drafted)
+        drafted = drafting.draft(rt, monitor.id, record, material)
     except (Blocked, Refused) as exc:
         raise host_refusal(exc, "drafting failed") from None
+    except AttemptFailed as exc:  # the drafter's own code (draft_invalid, drafter_auth, ...)
+        raise Refused(exc.code, f"drafting failed: {exc.message}; nothing was changed") from None
     except Exception as exc:  # a drafter's bug: one line for the operator, nothing changed
         raise Refused("draft_failed", f"the drafter failed ({type(exc).__name__}); "
                       "nothing was changed") from None
@@ -112,6 +117,7 @@ def _same_version(task, fresh, now, who):
             move_task(task.key, [task.status], T.READY, now, code=None, parked=False,
                       record=fresh["record"], result=fresh["result"], digest=fresh["digest"],
                       approval_deadline=fresh["approval_deadline"], approved_digest=None,
+                      needs_answers=fresh["needs_answers"], draft_meta=fresh["draft_meta"],
                       approved_by=None, approved_at=None, failures={},
                       previous_drafts=_earlier(current, now))
             clear_approvals(task.key)

@@ -9,7 +9,7 @@ import difflib
 
 from peewee import Case, fn
 
-from ..steps import batching
+from ..steps import batching, drafting
 from . import gaps, subscriptions
 from .approval import get_task
 from ..errors import Refused
@@ -32,7 +32,8 @@ def task_row(t):
     return {"key": t["key"], "monitor": t["monitor"], "record_id": t["record_id"],
             "version": t["version"], "status": t["status"], "code": t["code"],
             "parked": t["parked"], "outcome_unknown": t["outcome_unknown"],
-            "attempts": t["attempts"], "updated_at": t["updated_at"], "digest": t["digest"]}
+            "attempts": t["attempts"], "updated_at": t["updated_at"], "digest": t["digest"],
+            "needs_answers": t["needs_answers"]}
 
 
 # name -> (model, row function, columns read, order oldest first, status column)
@@ -42,7 +43,8 @@ LISTINGS = {
                Delivery.last_code), (Delivery.id,), Delivery.status),
     "tasks": (Task, task_row, (Task.key, Task.monitor, Task.record_id, Task.version,
               Task.status, Task.code, Task.parked, Task.outcome_unknown, Task.attempts,
-              Task.updated_at, Task.digest), (Task.created_at, Task.key), Task.status),
+              Task.updated_at, Task.digest, Task.needs_answers), (Task.created_at, Task.key),
+              Task.status),
     # Audit and dead-letter rows are shown with their column names as they are
     # (an audit row's reviewer, for logins, is kept beside it).
     "audit": (Audit, dict, (Audit.seq, Audit.at, Audit.monitor, Audit.event_id,
@@ -178,7 +180,8 @@ def task_detail(key):
     if purged is not None:  # retention removed the snapshot and the result
         t.record = t.result = None
     return dict(task_row(t.__data__), state=describe(t) if purged is None else f"purged ({t.status})",
-                record=t.record, result=t.result,
+                open_questions=list((t.result or {}).get("open_questions") or []),
+                record=t.record, result=t.result, draft_meta=t.draft_meta,
                 digest=t.digest, approved_digest=t.approved_digest,
                 approved_by=t.approved_by, approved_at=t.approved_at,
                 approval_deadline=t.approval_deadline, write_possible=t.write_possible,
@@ -228,8 +231,9 @@ def audit(limit=None, after=0, latest=None, newest_first=False):
     return rows("audit", limit=limit, newest_first=newest_first, where=(Audit.seq > after,))
 
 
-def stats(now):
-    """The operator's numbers: states, leases, retries, uncertainty, dead letters, gaps.
+def stats(now, tokens_per_hour=None):
+    """The operator's numbers: states, leases, retries, uncertainty, dead letters, gaps,
+    and the drafter's calls and tokens (``tokens_per_hour``: the per-monitor budget).
 
     Read them inside ``storage.read_snapshot`` (``Signoff.stats`` does) so that
     they agree with each other even while workers commit.
@@ -265,6 +269,7 @@ def stats(now):
         "lease_expiries": Attempt.select().where(Attempt.code == "lease_expired").count(),
         "workers": heartbeats.summary(now),
         "subscriptions": subscriptions.summary(),
+        "drafter": drafting.summary(tokens_per_hour, now),
     }
 
 

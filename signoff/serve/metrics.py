@@ -12,6 +12,7 @@ from prometheus_client.exposition import generate_latest
 from ..models import Attempt, Notification, Task, WebhookRefusal
 from ..ops.health import probe_database, probe_queue
 from ..ops.views import stats
+from ..steps.drafting import tokens_per_hour
 from ..state.heartbeats import LIVE_S
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -43,7 +44,7 @@ class SignoffCollector:
     def collect(self):
         """Every family, from one ``stats`` snapshot plus a few grouped counts."""
         now = self.rt.clock.now()
-        s = stats(now)
+        s = stats(now, tokens_per_hour(self.rt))
         yield _gauge_by("signoff_deliveries", "Deliveries by status.", "status", s["deliveries"])
         yield _gauge_by("signoff_tasks", "Tasks by status.", "status", s["tasks"])
         attempts = CounterMetricFamily("signoff_attempts", "Attempts by step and code.",
@@ -86,6 +87,16 @@ class SignoffCollector:
         for code, n in sorted(subscribed["requests"].items()):
             deliveries.add_metric([code], n)
         yield deliveries
+        calls = CounterMetricFamily("signoff_drafter_calls", "Drafter calls by outcome "
+                                    "(ok, or the failed attempt's code).", labels=["outcome"])
+        for outcome, n in sorted(s["drafter"]["calls"].items()):
+            calls.add_metric([outcome], n)
+        yield calls
+        spent = CounterMetricFamily("signoff_drafter_tokens", "Tokens the drafter spent, "
+                                    "by kind (input, output).", labels=["kind"])
+        for kind, n in sorted(s["drafter"]["tokens"].items()):
+            spent.add_metric([kind], n)
+        yield spent
         yield _gauge_by("signoff_notifications", "task.ready notifications by status.", "status",
                         dict(Notification.select(Notification.status, fn.COUNT(Notification.task_key))
                              .group_by(Notification.status).tuples()))

@@ -412,7 +412,7 @@ def allowed(viewer, monitor):
 def _task_rows(status, monitor, parked, monitors=None):
     query = Task.select(Task.key, Task.monitor, Task.record_id, Task.version, Task.status,
                         Task.code, Task.parked, Task.outcome_unknown, Task.digest,
-                        Task.updated_at, Task.created_at, Task.result)
+                        Task.updated_at, Task.created_at, Task.result, Task.needs_answers)
     if status != "all":
         query = query.where(Task.status == status)
     if monitor:
@@ -426,7 +426,7 @@ def _task_rows(status, monitor, parked, monitors=None):
     rows = [{"key": t.key, "monitor": t.monitor, "record_id": t.record_id, "version": t.version,
              "status": t.status, "state": describe(t), "parked": t.parked, "digest": t.digest,
              "may_be_written": t.status == "uncertain" or t.outcome_unknown,
-             "updated_at": t.updated_at, **_shown_draft(t)}
+             "needs_answers": t.needs_answers, "updated_at": t.updated_at, **_shown_draft(t)}
             for t in query.order_by(Task.created_at, Task.key).limit(PAGE_LIMIT)]
     return rows, dict(counted.tuples())
 

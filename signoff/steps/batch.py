@@ -20,15 +20,16 @@ class Batch:
     context_error: Exception | None
     renew_at: float
 
-    def keep_lease(self):
-        """Renew the batch's leases once half their time has passed; returns now.
+    def keep_lease(self, need=0.0):
+        """Renew the batch's leases once half their time has passed, or when they
+        would end within ``need`` seconds (a call about to start); returns now.
 
         Host calls take time: without this a long batch loses its rows to
         another worker before it writes, and is redone until its budget is spent.
         """
         now = self.rt.clock.now()
-        if now >= self.renew_at:
-            ttl = self.rt.config.lease_ttl_s
+        ttl = self.rt.config.lease_ttl_s
+        if now >= self.renew_at or now + need >= self.renew_at + ttl / 2:
             renew(self.model, self.token, now, ttl)
             self.renew_at = now + ttl / 2
         return now

@@ -23,8 +23,10 @@ window has passed starts a new batch; a closed batch never changes.
 import logging
 
 from .. import tracing
+from . import drafting
+from ..rules.drafts import result_fields, task_fields
 from ..rules.canonical import digest
-from ..errors import Blocked, InvalidRecord
+from ..errors import AttemptFailed, Blocked, InvalidRecord
 from ..rules.gate import gate
 from ..state.lifecycle import audit, link_batched, new_tasks
 from ..models import (BatchMember, Delivery, Monitor, MonitorBatching, RecordBatch, db,
@@ -111,6 +113,9 @@ def close_due(rt):
             with tracing.span("signoff.batch", links=_member_traces(batch),
                               monitor=batch.monitor) as span:
                 closed += _close(rt, batch, tracing.carrier(span))
+        except AttemptFailed as exc:  # the drafter's: final ones close the batch at once
+            log.warning("closing batch %s failed: %s", batch.id, exc.code)
+            _failed(rt, batch, exc.code, final=exc.final, retry_after=exc.retry_after)
         except Exception as exc:  # a failed close is an attempt; the batch stays open
             log.warning("closing batch %s failed: %s", batch.id, type(exc).__name__)
             _failed(rt, batch, type(exc).__name__)
@@ -145,15 +150,20 @@ def _close(rt, batch, trace):
                                   rt.config.max_material_bytes)
     except InvalidRecord as exc:  # final: the same material would be read again
         return _commit(batch, members, now, code=exc.code)
-    drafted = rt.drafter()(records, material)
+    waiting = drafting.wait_until(rt, monitor.id, now)
+    if waiting is not None:  # the hour's tokens are spent: no attempt, tried next hour
+        RecordBatch.update(next_at=waiting, code="budget_exhausted").where(
+            RecordBatch.id == batch.id, RecordBatch.closed_at.is_null()).execute()
+        return 0
+    drafted = drafting.draft(rt, monitor.id, records, material)
     covers = sorted([r["id"], r["version"]] for r in records)
-    result = {"records": covers, "draft": drafted["draft"], "sources": list(drafted["sources"])}
+    result = {"records": covers, **result_fields(drafted)}
     key = digest([monitor.id, monitor.grant_digest, covers])
     deadline = now + monitor.approval_ttl_s if monitor.approval_ttl_s else None
     task = {"key": key, "monitor": monitor.id, "record_id": f"batch:{batch.id}",
             "version": len(records), "record": records, "result": result,
             "digest": digest(result), "approval_deadline": deadline, "created_at": now,
-            "updated_at": now, **trace}
+            "updated_at": now, **task_fields(drafted), **trace}
     return _commit(batch, members, now, task=task, kept=[m for m, _ in kept])
 
 
@@ -197,13 +207,15 @@ def _commit(batch, members, now, task=None, kept=(), code=None):
     return 1
 
 
-def _failed(rt, batch, code):
-    """Count a failed close: retried with backoff; past the read budget it closes without a task."""
+def _failed(rt, batch, code, final=False, retry_after=None):
+    """Count a failed close: retried with backoff; past the read budget (or at once
+    when ``final``) it closes without a task, saying why."""
     attempts = batch.attempts + 1
     now = rt.clock.now()
-    delay = decide(attempts, "read", rt.config.retry)
+    delay = None if final else decide(attempts, "read", rt.config.retry)
     if delay is not None:
-        RecordBatch.update(attempts=attempts, code=code, next_at=now + delay).where(
+        next_at = now + max(delay, retry_after or 0)
+        RecordBatch.update(attempts=attempts, code=code, next_at=next_at).where(
             RecordBatch.id == batch.id, RecordBatch.closed_at.is_null()).execute()
         return
     members = list(BatchMember.select().where(BatchMember.batch == batch.id))

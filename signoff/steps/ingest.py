@@ -7,10 +7,10 @@ batch is written in one transaction, each write fenced by the lease token.
 
 from dataclasses import dataclass, field
 
-from . import batching
+from . import batching, drafting
 from .. import tracing
 from ..rules.canonical import canonical, digest, task_key
-from ..errors import Blocked, InvalidEvent
+from ..errors import Blocked, InvalidEvent, SignoffError
 from ..rules.events import validate
 from ..rules.gate import gate, held_s
 from .batch import open_batch
@@ -21,6 +21,7 @@ from ..state.lifecycle import (RELEASED, DeliveryStatus as D, Fenced, TaskStatus
                                new_tasks, relabel_duplicate,
                                prepare_move_deliveries, run_moves)
 from ..models import Delivery, Inbox, Task
+from ..rules.drafts import result_fields, task_fields
 from ..rules.records import check_material, check_record
 from ..rules.retry import decide
 from ..storage import PreparedInsert, lock_rows, unstorable
@@ -32,7 +33,7 @@ FUTURE_TOLERANCE_S = 5
 class Outcome:
     """What became of one delivery in this attempt."""
 
-    kind: str  # "final", "retry" or "dead"
+    kind: str  # "final", "retry", "dead" or "wait" (no attempt spent)
     code: str
     step: str
     consume: bool = False  # write the inbox row (a redelivery is then a duplicate)
@@ -59,8 +60,10 @@ def ingest_batch(rt, owner):
         Inbox.monitor.in_(list(batch.monitors) or [""]),
         Inbox.event_id.in_(list({r.event_id for r in batch.rows})))}
     outcomes = []
+    # A drafter bounded by timeout_s (below the lease) gets a lease that outlasts its call.
+    need = rt.drafter_timeout_s()
     for row in batch.rows:
-        now = batch.keep_lease()
+        now = batch.keep_lease(need)
         # One span per delivery, in the trace that accepted its event (tracing.py).
         with tracing.span("signoff.ingest", row, delivery=row.id,
                           event_id=row.event_id, monitor=row.monitor) as span:
@@ -113,11 +116,13 @@ def examine(rt, host, row, monitor, context, consumed, now):
             return Outcome("final", "duplicate", "dedupe", consume=True, task_key=closed.task_key)
         return Outcome("final", "batched", "batch", consume=True,
                        member=batching.member(monitor, record, row.event_id))
+    waiting = drafting.wait_until(rt, monitor.id, now)
+    if waiting is not None:  # the hour's tokens are spent: wait for the next, no attempt
+        return Outcome("wait", "budget_exhausted", "draft", next_at=waiting)
     try:
         material = check_material(host.read_material(record["document"]),
                                   rt.config.max_material_bytes)
-        drafted = rt.drafter()(record, material)
-        check_draft(drafted)
+        drafted = drafting.draft(rt, monitor.id, record, material)
     except Blocked as exc:
         return Outcome("final", exc.code, "draft")
     except Exception as exc:
@@ -129,36 +134,29 @@ def examine(rt, host, row, monitor, context, consumed, now):
 def new_task(monitor, record, drafted, now):
     """The row of a ``ready`` task for ``record`` as drafted (ingest's last step)."""
     result = {"record_id": record["id"], "version": record["version"],
-              "draft": drafted["draft"], "sources": list(drafted["sources"])}
+              **result_fields(drafted)}
     key = task_key(monitor.id, monitor.grant_digest, record["id"], record["version"])
     deadline = now + monitor.approval_ttl_s if monitor.approval_ttl_s else None
     return {"key": key, "monitor": monitor.id, "record_id": record["id"],
             "version": record["version"], "record": record,
             "result": result, "digest": digest(result), "approval_deadline": deadline,
-            "created_at": now, "updated_at": now}
+            "created_at": now, "updated_at": now, **task_fields(drafted)}
 
 
 def failed(rt, row, step, exc, now, monitor=None):
     """A failed attempt: retry later, end as stale, or go to the dead letters."""
-    code = exc.code if isinstance(exc, Blocked) else type(exc).__name__
+    code = exc.code if isinstance(exc, SignoffError) else type(exc).__name__
     failures = dict(row.failures or {})
     failures[step] = failures.get(step, 0) + 1
     delay = decide(failures[step], step, rt.config.retry)
-    if delay is None:
+    if delay is None or getattr(exc, "final", False):  # final: no try can succeed until fixed
         return Outcome("dead", code, step, failures=failures)
-    next_at = now + delay
+    # A server that said when to come back (429 Retry-After) is not asked sooner.
+    next_at = now + max(delay, getattr(exc, "retry_after", None) or 0)
     if step == "read" and monitor is not None and (
             next_at - held_s(monitor, row.accepted_at) - row.occurred > monitor.window_s):
         return Outcome("final", "stale_event", step, consume=True, failures=failures)
     return Outcome("retry", code, step, next_at=next_at, failures=failures)
-
-
-def check_draft(drafted):
-    """Raise ``TypeError`` unless the drafter's answer has the documented shape."""
-    if (not isinstance(drafted, dict) or not isinstance(drafted.get("draft"), str)
-            or not isinstance(drafted.get("sources"), list)
-            or not all(isinstance(s, str) for s in drafted["sources"])):
-        raise TypeError("the drafter must return {'draft': str, 'sources': [str, ...]}")
 
 
 def write_outcomes(rt, token, owner, rows, outcomes):
@@ -185,7 +183,7 @@ def write_outcomes(rt, token, owner, rows, outcomes):
 
 
 def _audit_row(row, out, now):
-    if out.kind == "retry":
+    if out.kind in ("retry", "wait"):
         return None
     return {"at": now, "monitor": row.monitor, "event_id": row.event_id,
             "task_key": out.task_key, "code": "dead_letter" if out.kind == "dead" else out.code}
@@ -293,6 +291,9 @@ def _apply(row, out, token, now):
         if out.kind == "retry":
             move_delivery(row.id, [D.PROCESSING], D.RETRYING, now, token, next_at=out.next_at,
                           last_code=out.code, failures=failures, **RELEASED)
+        elif out.kind == "wait":  # the claim counted an attempt this was not: undone
+            move_delivery(row.id, [D.PROCESSING], D.RETRYING, now, token, next_at=out.next_at,
+                          last_code=out.code, attempts=row.attempts - 1, **RELEASED)
         elif out.kind == "dead":
             move_delivery(row.id, [D.PROCESSING], D.DEAD, now, token, last_code=out.code,
                           failures=failures, **RELEASED)
@@ -305,4 +306,5 @@ def _apply(row, out, token, now):
 
 
 STEP = Step(kind="delivery", ref=lambda row: row.id, settled=lambda out: out.kind == "final",
-            prepare=_prepare_finish, apply=_apply, audit=_audit_row)
+            prepare=_prepare_finish, apply=_apply, audit=_audit_row,
+            counted=lambda out: out.kind != "wait")

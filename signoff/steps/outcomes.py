@@ -28,6 +28,7 @@ class Step:
     apply: Callable  # (row, outcome, token, now) -> False when the row is no longer ours
     audit: Callable  # (row, outcome, now) -> the audit row, or None for none
     after: Callable | None = None  # (rows not written, token), inside the transaction
+    counted: Callable | None = None  # outcome -> False when it is no attempt (None: all are)
 
 
 @retried
@@ -42,6 +43,8 @@ def write(rt, step, token, owner, pairs):
             ours = (step.ref(row) in kept) if step.settled(out) else step.apply(row, out, token, now)
             if not ours:
                 skipped.append(row)
+                continue
+            if step.counted is not None and not step.counted(out):
                 continue
             attempts.append({"kind": step.kind, "ref": str(step.ref(row)), "at": now,
                              "step": out.step, "code": out.code, "worker": owner})
