@@ -1,6 +1,6 @@
 """Chaos: two worker processes, a flaky host, SIGKILLs at random, then a drain.
 
-Run with ``pytest -m slow tests/test_chaos.py -s``. The figures (events, kills,
+Run with ``pytest -m slow tests/acceptance/test_chaos.py -s``. The figures (events, kills,
 lost acknowledgements, redundant submits, time to drain, how long a killed
 worker's rows wait before another worker takes them) are printed at the end.
 Set ``CHAOS_SEED`` to replay a run's kill schedule and host faults.

@@ -4,7 +4,7 @@ waiting wake-ups lost once.
 
 Runs only under the backend switch with a PostgreSQL database and a Redis or
 PostgreSQL queue: ``SIGNOFF_TEST_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/test
-SIGNOFF_TEST_QUEUE_URL=redis://127.0.0.1:6379/0 pytest -n 0 -m slow tests/test_chaos_backends.py -s``
+SIGNOFF_TEST_QUEUE_URL=redis://127.0.0.1:6379/0 pytest -n 0 -m slow tests/acceptance/test_chaos_backends.py -s``
 (or the PostgreSQL URL for both). The faults are set off by the run's progress,
 not by the clock, and each counts only once it hit something, so a loaded machine
 gets all of them too. Nothing may be lost and nothing written twice; the figures
