@@ -26,6 +26,7 @@ from signoff import storage
 from signoff.app import Signoff
 from signoff.clock import FakeClock
 
+
 @pytest.fixture
 def clock():
     return FakeClock(T0)
