@@ -5,6 +5,7 @@ handlers, and leave the process's logging as they found it."""
 import json
 import logging
 
+import pytest
 from click.testing import CliRunner
 
 from signoff.cli import WARNING_LOGGERS, main
@@ -45,7 +46,9 @@ def test_each_invocation_prints_warning_lines_at_its_own_level_once(rt, home, tm
         assert len(warned) == 1 and warned[0].startswith("warning: queue_unreachable: "), warned
 
 
-def test_the_worker_log_lines_follow_each_invocations_level(home):
+def test_the_worker_log_lines_follow_each_invocations_level(home, backend):
+    if backend is not None:  # a worker run in this process leaves its threads' server connections
+        pytest.skip("the in-process worker is for SQLite; its logging is the same on every backend")
     invoke(home, "init")
     before = logging_state()
     quiet = invoke(home, "--log-level", "warning", "worker", "--drain")
