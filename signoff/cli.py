@@ -209,15 +209,28 @@ def _home_option(ctx, param, value):
     return value
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+# Loggers whose warnings every command prints as one ``warning: CODE: ...`` line: a
+# wake-up that cannot be sent after a commit, tracing asked for that cannot run. The
+# answers stand; the line tells the operator.
+WARNING_LOGGERS = ("signoff.wakeups", "signoff.tracing")
+
+
 @click.group(cls=JsonAwareGroup, context_settings={"auto_envvar_prefix": ENV_PREFIX})
 @click.option("--home", type=click.Path(file_okay=False), default=None, callback=_home_option,
               help="signoff home folder (default: ./.signoff).")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
+              default="info", show_default=True,
+              help="Least severe line logged on stderr: the lines of worker and serve, "
+                   "and every command's warning lines (error: none).")
 @click.version_option(package_name="signoff", allow_from_autoenv=False)
 @click.pass_context
-def main(ctx, home):
+def main(ctx, home, log_level):
     """signoff: durable, human-approved, exactly-once actions on change events."""
     ctx.obj = Ctx(home)
-    _warnings_to_stderr()
+    ctx.obj.log_level = logging.getLevelName(log_level.upper())
+    ctx.with_resource(_warning_lines(ctx.obj.log_level))
     from . import tracing
     tracing.start()  # when the OTEL_* variables ask for traces
 
@@ -229,15 +242,42 @@ class _WarningLine(logging.Handler):
         click.echo(f"warning: {record.getMessage()}", err=True)
 
 
-def _warnings_to_stderr():
-    # A wake-up that cannot be sent after a commit is a warning, not a failure
-    # of the command: the answers stand, this line tells the operator.
-    # Tracing that was asked for and cannot run is one such line too.
-    for name in ("signoff.wakeups", "signoff.tracing"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(h, _WarningLine) for h in logger.handlers):
-            logger.addHandler(_WarningLine(logging.WARNING))
-            logger.propagate = False
+@contextlib.contextmanager
+def _warning_lines(level):
+    """The warning lines for one invocation, taken away when it ends.
+
+    Set per invocation, not per process: an invocation in a process that runs
+    several (a test's CliRunner, an embedding program) neither stacks handlers
+    nor leaves its level or its lines behind for the next one or the Python API.
+    """
+    handler = _WarningLine(max(level, logging.WARNING))
+    loggers = [logging.getLogger(name) for name in WARNING_LOGGERS]
+    saved = [logger.propagate for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.propagate = False  # printed here, not again by a root handler
+    try:
+        yield
+    finally:
+        for logger, propagate in zip(loggers, saved):
+            logger.removeHandler(handler)
+            logger.propagate = propagate
+
+
+@contextlib.contextmanager
+def _log_lines(level):
+    """Log lines of the running process (worker, serve) on stderr, for this invocation."""
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    saved = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(saved)
 
 
 @command(main)
@@ -595,10 +635,8 @@ def _enqueue_end(as_json, show_progress, counts):
               help="Lease seconds (default from signoff.toml, 30).")
 def worker(obj, as_json, workers, drain, lease_ttl):
     """Run the worker until SIGTERM/SIGINT (or, with --drain, until idle)."""
-    import logging
     from .worker import run
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    click.get_current_context().with_resource(_log_lines(obj.log_level))
     summary = run(obj.home, workers=workers, drain=drain, lease_ttl=lease_ttl)
     emit(summary, as_json, lambda s: f"worker stopped: {s['stopped']} after {s['seconds']}s")
 
@@ -840,6 +878,7 @@ def reviewer_list(obj, as_json):
 @click.option("--access-log", is_flag=True, help="Log one line per request on stderr.")
 def serve(obj, as_json, bind_host, port, secure_cookies, access_log):
     """Serve webhooks, the review pages, /healthz and /metrics until SIGTERM."""
+    click.get_current_context().with_resource(_log_lines(obj.log_level))
     summary = _serve_module().run(obj.home, host=bind_host, port=port,
                                   secure_cookies=secure_cookies, access_log=access_log)
     emit(summary, as_json, lambda s: f"serve stopped ({s['stopped']})")

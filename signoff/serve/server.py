@@ -10,7 +10,6 @@ import json
 import logging
 import signal
 import socket
-import sys
 
 import uvicorn
 
@@ -57,8 +56,6 @@ def run(home=None, host="127.0.0.1", port=8080, secure_cookies=None, access_log=
                             forwarded_allow_ips=settings["trusted_proxies"])
     if access_log:  # log_level quiets uvicorn's own lines, not the access lines asked for
         logging.getLogger("uvicorn.access").setLevel(logging.INFO)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
     shown = f"[{host}]" if ":" in host else host
     print(json.dumps({"listening": f"http://{shown}:{actual}", "home": str(rt.home)}), flush=True)
     server = uvicorn.Server(config)

@@ -1,0 +1,185 @@
+"""`signoff bench --json` (and `--http`) runs end to end with small N and reports every figure."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import child_env
+
+from bench.pipeline import GROWTH_KEYS, KEYS, PER_EVENT_PAIRS
+
+TARGETS = ("ingest_ratio", "pipeline_ratio", "commits_per_event", "enqueue_per_s",
+           "worker_peak_rss_mb", "per_event_ratio_1p", "per_event_ratio_2p",
+           "ingest_growth_ratio", "claim_growth_ratio")
+NOT_RATES = ("events", "workers", "backend", "processes", "commits_breakdown", "by_processes")
+# A whole bench run per test: minutes on a busy machine.
+pytestmark = pytest.mark.timeout(900)
+
+
+def bench(tmp_path, *args):
+    # Under the backend switch too: the bench's homes are on the backends its flags name.
+    with subprocess.Popen([sys.executable, "-m", "bench", "--json", *args],
+                          cwd=tmp_path, env=child_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as proc:
+        try:
+            out, err = proc.communicate(timeout=840)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    done.pid = proc.pid  # the bench names its databases signoff_bench_<pid>_…
+    return done
+
+
+# A bench's homes are on the backends its flags name, never on the test switch's:
+# the runs without those flags are the same in every stage.
+@pytest.mark.slow
+@pytest.mark.backend_independent
+def test_bench_json_has_every_key(tmp_path):
+    done = bench(tmp_path, "--events", "40", "--processes", "1,2", "--growth",
+                 "--growth-rows", "1000")
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    report = json.loads(done.stdout)
+    for key in KEYS + GROWTH_KEYS:
+        assert key in report, key
+    assert (report["events"], report["workers"], report["processes"]) == (40, 2, 1)
+    assert report["backend"] == "sqlite/sqlite" and report["growth_rows"] == 1000
+    for key in KEYS + GROWTH_KEYS:
+        if key not in NOT_RATES:
+            assert isinstance(report[key], (int, float)) and report[key] > 0, (key, report[key])
+    assert set(report["by_processes"]) == {"1", "2"}
+    for figures in report["by_processes"].values():
+        for key in ("ingest_per_s", "pipeline_per_s", "huey_noop_per_s", "huey_chain_per_s",
+                    "per_event_ratio", "ingest_scaling"):
+            assert figures[key] > 0, (key, figures)
+    assert report["by_processes"]["1"]["ingest_scaling"] == 1.0
+    for figures in report["by_processes"].values():
+        # Batch and one-call-per-event runs in turn: the median pair gives the ratio.
+        ratios = figures["per_event_ratios"]
+        assert len(ratios) == PER_EVENT_PAIRS and ratios == sorted(ratios)
+        assert figures["per_event_ratio"] == ratios[len(ratios) // 2]
+        assert figures["per_event_ingest_lag_s"] >= 0
+        assert figures["batch_after_ingest_s"] > 0 and figures["per_event_after_ingest_s"] > 0
+    breakdown = report["commits_breakdown"]
+    assert set(breakdown["by_file"]) >= {"signoff.db", "host.db"}
+    assert set(breakdown["by_step"]) == {"enqueue", "ingest", "approve", "submit"}
+    assert sum(breakdown["by_step"].values()) == pytest.approx(report["commits_per_event"], abs=0.01)
+    assert set(report["targets"]) == set(TARGETS)
+    for key in TARGETS:
+        target = report["targets"][key]
+        value = (report["by_processes"][key[-2]]["per_event_ratio"]
+                 if key.startswith("per_event_ratio") else report[key])
+        assert isinstance(target["pass"], bool) and target["value"] == value
+
+
+@pytest.mark.parametrize("args", [["--processes", "0"], ["--processes", "1,x"],
+                                  ["--processes", "2,2"], ["--queue-url", "mysql://h/db"],
+                                  ["--database-url", "redis://127.0.0.1:6379/0"]])
+@pytest.mark.backend_independent
+def test_bench_refuses_bad_flags_as_usage_errors(tmp_path, args):
+    done = bench(tmp_path, *args)
+    assert done.returncode == 2, done
+    assert b"Traceback" not in done.stderr
+
+
+DATABASE_URL = os.environ.get("SIGNOFF_TEST_DATABASE_URL")
+QUEUE_URL = os.environ.get("SIGNOFF_TEST_QUEUE_URL")
+
+
+@pytest.mark.skipif(not (DATABASE_URL or QUEUE_URL),
+                    reason="SIGNOFF_TEST_DATABASE_URL / SIGNOFF_TEST_QUEUE_URL not set")
+def test_bench_on_the_test_backends_leaves_no_database_behind(tmp_path):
+    args = ["--events", "30"]
+    args += ["--database-url", DATABASE_URL] if DATABASE_URL else []
+    args += ["--queue-url", QUEUE_URL] if QUEUE_URL else []
+    done = bench(tmp_path, *args)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    report = json.loads(done.stdout)
+    assert report["backend"] != "sqlite/sqlite"
+    assert report["commits_per_event"] is None  # only SQLite files are traced
+    assert report["by_processes"]["1"]["per_event_flow_per_s"] > 0
+    assert left_behind(done) == ([], [])
+
+
+def left_behind(done):
+    """The databases and Redis queue keys the bench run ``done`` made that are still there.
+
+    Only this run's (named after its pid): other benchmarks may share the servers.
+    """
+    databases, keys = [], []
+    if DATABASE_URL:
+        import psycopg
+        with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
+            databases = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s",
+                                     (f"signoff_bench_{done.pid}_%",)).fetchall()
+    if QUEUE_URL and not QUEUE_URL.startswith(("postgres://", "postgresql://")):
+        import redis
+        with redis.Redis.from_url(QUEUE_URL) as client:
+            keys = list(client.scan_iter(match=f"huey.*.bench{done.pid}_*"))
+    return databases, keys
+
+
+@pytest.mark.slow
+@pytest.mark.backend_independent
+def test_http_bench_reports_every_figure_and_loses_nothing(tmp_path):
+    done = bench(tmp_path, "--http", "--events", "120")
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    report = json.loads(done.stdout)
+    assert report["backend"] == "sqlite/sqlite"  # the test switch is not the bench's
+    assert report["events"] == 120 and report["clients"] == 50
+    assert report["signoff"]["statuses"] == {"202": 120}
+    assert report["bare"]["statuses"] == {"202": 120}
+    assert report["bad_signatures"]["statuses"] == {"401": 3} and report["bad_all_401"]
+    assert report["accepted"] == 120 + 30 and report["lost"] == 0
+    assert report["events_per_commit"] >= 1
+    for name in ("bare", "bare_half_rate", "signoff", "half_rate"):
+        assert report[name]["per_s"] > 0 and report[name]["p99_ms"] >= report[name]["p50_ms"] > 0
+    assert set(report["targets"]) == {"ratio", "p99_ms_at_half_rate"}
+    assert all(isinstance(t["pass"], bool) for t in report["targets"].values())
+
+
+@pytest.mark.slow
+@pytest.mark.backend_independent
+def test_tracing_bench_reports_ingest_with_tracing_off_and_on(tmp_path):
+    done = bench(tmp_path, "--tracing", "--events", "30")
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    report = json.loads(done.stdout)
+    assert (report["events"], report["rounds"]) == (30, 3)
+    for key in ("ingest_off_per_s", "ingest_on_per_s", "on_over_off", "off_hooks_ns_per_event",
+                "exported_bytes_per_event"):
+        assert report[key] > 0, key
+    # enqueue, ingest, host.get, host.read_material, draft: every span of every event ended
+    assert report["spans_per_event"] == 5
+    assert [len(v) for v in report["rounds_per_s"].values()] == [3, 3]
+
+
+@pytest.mark.skipif(not DATABASE_URL, reason="SIGNOFF_TEST_DATABASE_URL is not set")
+def test_http_bench_runs_on_the_test_backends_and_drops_its_database(tmp_path):
+    args = ["--database-url", DATABASE_URL] + (["--queue-url", QUEUE_URL] if QUEUE_URL else [])
+    done = bench(tmp_path, "--http", "--events", "40", *args)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    report = json.loads(done.stdout)
+    assert report["backend"].startswith("postgresql/") and report["lost"] == 0
+    assert report["signoff"]["statuses"] == {"202": 40}
+    assert left_behind(done) == ([], [])  # the served home's wake-ups had no worker
+
+
+@pytest.mark.skipif(not (QUEUE_URL or "").startswith(("postgres://", "postgresql://")),
+                    reason="SIGNOFF_TEST_QUEUE_URL is not a PostgreSQL server")
+def test_plain_huey_baseline_on_postgresql_is_handed_over_in_one_transaction(backend):
+    # A commit per message would make the baseline time the producer, not the consumers.
+    import psycopg
+
+    from bench.pipeline import _close_queue, _hand_over, plain_huey
+    huey, tasks = plain_huey({"url": backend.queue_url, "name": backend.queue_name})
+    try:
+        _hand_over(huey, [huey.serialize_task(tasks["noop"].s()) for _ in range(25)])
+        assert huey.storage.queue_size() == 25
+    finally:
+        _close_queue(huey)
+    with psycopg.connect(backend.queue_url, autocommit=True) as conn:
+        (transactions,) = conn.execute("SELECT count(DISTINCT xmin::text) FROM huey_task "
+                                       "WHERE queue = %s", (backend.queue_name,)).fetchone()
+    assert transactions == 1

@@ -1,0 +1,131 @@
+"""Logins to a real ``signoff serve``: the throttle, the audit rows, the counts, the log lines.
+
+Client addresses come from ``X-Forwarded-For``: the test talks from 127.0.0.1,
+which is the default trusted proxy, so each header value is a client of its own.
+"""
+
+import json
+import re
+import subprocess
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from helpers import child_env, signoff_cmd, state_tables, wait_for
+from servekit import Server, make_home
+
+PASTED = "sor_" + "Q" * 43  # a token typed into the name field by mistake
+
+
+@pytest.fixture
+def site(home):
+    rt = make_home(home)
+    tokens = {name: rt.add_reviewer(name)["token"] for name in ("alice", "bob")}
+    servers = []
+
+    def serve(*args, toml=""):
+        if toml:
+            with open(home / "signoff.toml", "a", encoding="utf-8") as f:
+                f.write("\n[serve]\n" + toml)
+        servers.append(Server(home, *args))
+        return servers[-1]
+    yield rt, tokens, serve
+    for server in servers:
+        assert server.stop() == 0, server.stderr()
+    rt.close()
+
+
+def log_in(server, name, token, client):
+    """Open the login form and post it as ``client``; the response (not followed)."""
+    headers = {"x-forwarded-for": client}
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        page = c.get("/login", headers=headers).text
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+        return c.post("/login", data={"name": name, "token": token, "csrf_token": csrf},
+                      headers=headers)
+
+
+def logins_total(server):
+    text = httpx.get(server.url + "/metrics", timeout=30).text
+    return {s.labels["outcome"]: s.value for f in text_string_to_metric_families(text)
+            for s in f.samples if s.name == "signoff_logins_total"}
+
+
+def test_failed_logins_from_one_client_are_throttled_and_others_are_not(site):
+    rt, tokens, serve = site
+    server = serve()
+    for _ in range(5):
+        assert log_in(server, "nobody", "sor_wrong", "10.0.0.1").status_code == 401
+    throttled = log_in(server, "alice", tokens["alice"], "10.0.0.1")  # even the right token
+    assert throttled.status_code == 429
+    assert "signoff_session" not in throttled.headers.get("set-cookie", "")
+    assert 1 <= int(throttled.headers["retry-after"]) <= 60
+    assert "Too many failed logins" in throttled.text
+    # Another client is not held back, and its success resets nobody's count.
+    assert log_in(server, "alice", tokens["alice"], "10.0.0.2").status_code == 303
+    assert log_in(server, "bob", tokens["bob"], "10.0.0.1").status_code == 429
+    assert logins_total(server) == {"ok": 1, "failed": 5, "throttled": 2}
+
+
+def test_failed_logins_for_one_reviewer_are_throttled_from_any_client(site):
+    rt, tokens, serve = site
+    server = serve()
+    for n in range(5):
+        assert log_in(server, "alice", "sor_wrong", f"10.0.1.{n}").status_code == 401
+    assert log_in(server, "alice", tokens["alice"], "10.0.2.1").status_code == 429
+    assert log_in(server, "bob", tokens["bob"], "10.0.2.1").status_code == 303
+
+
+def test_the_throttle_lifts_when_its_window_has_passed(site):
+    rt, tokens, serve = site
+    server = serve(toml="login_failures = 2\nlogin_window_s = 1.5\n")
+    for _ in range(2):
+        assert log_in(server, "alice", "sor_wrong", "10.0.0.1").status_code == 401
+    first = log_in(server, "alice", tokens["alice"], "10.0.0.1")
+    assert first.status_code == 429 and int(first.headers["retry-after"]) in (1, 2)
+    wait_for(lambda: log_in(server, "alice", tokens["alice"], "10.0.0.1").status_code == 303,
+             timeout=60, what="the throttle to lift")
+
+
+def test_logins_are_audited_and_logged_without_tokens_or_unknown_names(site):
+    rt, tokens, serve = site
+    server = serve()
+    assert log_in(server, "alice", "sor_wrong-token", "10.0.0.1").status_code == 401
+    assert log_in(server, PASTED, "x", "10.0.0.2").status_code == 401
+    assert log_in(server, "alice", tokens["alice"], "10.0.0.3").status_code == 303
+    logins = [(a["code"], a["reviewer"]) for a in rt.audit() if a["code"].startswith("login")]
+    assert logins == [("login_failed", "alice"), ("login_failed", None), ("login", "alice")]
+    stored = json.dumps(state_tables(rt), default=str)
+    log = server.stderr()
+    for secret in (PASTED, "sor_wrong-token", tokens["alice"]):
+        assert secret not in stored and secret not in log
+    failed = [line for line in log.splitlines() if "login_failed" in line]
+    assert len(failed) == 2, log
+    assert "reviewer=alice" in failed[0] and "client=10.0.0.1" in failed[0]
+    assert "reviewer=-" in failed[1] and "client=10.0.0.2" in failed[1]
+    out = subprocess.run(signoff_cmd(rt.home, "audit", "--json"), env=child_env(),
+                         capture_output=True, text=True, timeout=60)
+    newest = json.loads(out.stdout)[0]
+    assert (newest["code"], newest["reviewer"]) == ("login", "alice")
+
+
+def test_a_throttle_is_one_log_line_not_one_per_request(site):
+    rt, tokens, serve = site
+    server = serve()
+    for _ in range(5):
+        log_in(server, "nobody", "sor_wrong", "10.0.0.9")
+    for _ in range(3):
+        assert log_in(server, "nobody", "sor_wrong", "10.0.0.9").status_code == 429
+    lines = [line for line in server.stderr().splitlines() if "login_throttled" in line]
+    assert len(lines) == 1 and "client=10.0.0.9" in lines[0], lines
+
+
+def test_access_log_is_off_by_default_and_on_with_the_option(site):
+    rt, tokens, serve = site
+    quiet = serve()
+    assert httpx.get(quiet.url + "/healthz", timeout=30).status_code == 200
+    loud = serve("--access-log")
+    assert httpx.get(loud.url + "/healthz", timeout=30).status_code == 200
+    wait_for(lambda: '"GET /healthz HTTP/1.1" 200' in loud.stderr(), what="the access line")
+    assert "/healthz" not in quiet.stderr()

@@ -1,0 +1,427 @@
+"""The review pages of a real ``signoff serve``, driven with plain HTTP (no browser).
+
+Sessions, CSRF, read-only reviewers, approve/reject/bulk/retry/replay forms,
+stale digests and changed records, and that GET changes nothing.
+"""
+
+import json
+import re
+import time
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from helpers import child_env, signoff_cmd, read_here
+from servekit import Server, event, make_home
+from signoff.app import Signoff
+from signoff.clock import FakeClock
+from signoff.models import MODELS, Task
+
+import subprocess
+
+
+@pytest.fixture
+def site(home):
+    rt = make_home(home)
+    for n in (2, 3):
+        rt.host().put_record(f"comment-{n}", document="doc-demo", text=f"comment {n}")
+    rt.enqueue_events([event(n) for n in (1, 2, 3)])
+    rt.run_until_idle()
+    alice = rt.add_reviewer("alice")["token"]
+    reader = rt.add_reviewer("rita", read_only=True)["token"]
+    server = Server(home)
+    tokens = {"alice": alice, "rita": reader}
+    clients = []
+
+    def login(name):
+        client = httpx.Client(base_url=server.url, timeout=30)
+        clients.append(client)
+        r = post_login(client, name, tokens[name])
+        assert r.status_code == 303, r.text
+        return client
+    yield rt, server, tokens, login
+    for client in clients:
+        client.close()
+    assert server.stop() == 0, server.stderr()
+    rt.close()
+
+
+def csrf(page):
+    return re.search(r'name="csrf_token" value="([0-9a-f]+)"', page).group(1)
+
+
+def post_login(client, name, token, **fields):
+    """Open the login page (its CSRF cookie and field), then post the form."""
+    page = client.get("/login").text
+    login_csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+    return client.post("/login", data={"name": name, "token": token, "csrf_token": login_csrf,
+                                       **fields})
+
+
+def ready_keys(rt):
+    return [t["key"] for t in rt.tasks("ready")]
+
+
+def snapshot():
+    return {m.__name__: m.select().count() for m in MODELS}
+
+
+def test_without_a_session_pages_redirect_and_posts_answer_401(site):
+    rt, server, tokens, login = site
+    key = ready_keys(rt)[0]
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        for path, back in (("/", ""), (f"/tasks/{key}", f"?next=%2Ftasks%2F{key}"),
+                           ("/dead-letters", "?next=%2Fdead-letters")):
+            r = c.get(path)
+            assert (r.status_code, r.headers["location"]) == (303, "/login" + back)
+        r = c.post(f"/tasks/{key}/approve", data={"digest": rt.task(key)["digest"]})
+        assert r.status_code == 401
+        assert post_login(c, "alice", "sor_wrong").status_code == 401
+        assert post_login(c, "nobody", tokens["alice"]).status_code == 401
+        # the right token without the login form's CSRF pair is refused too
+        c.cookies.clear()
+        r = c.post("/login", data={"name": "alice", "token": tokens["alice"]})
+        assert r.status_code == 403 and "bad_csrf_token" in r.text and "set-cookie" not in r.headers
+    assert rt.task(key)["status"] == "ready"
+
+
+def test_login_sets_a_strict_httponly_cookie_and_logout_ends_it(site):
+    rt, server, tokens, login = site
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        r = post_login(c, "alice", tokens["alice"])
+        cookie = r.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie and "secure" not in cookie
+        page = c.get("/").text
+        assert c.post("/logout", data={"csrf_token": csrf(page)}).status_code == 303
+        assert c.get("/").status_code == 303
+
+
+def test_approve_needs_the_csrf_token_and_binds_the_reviewer(site):
+    rt, server, tokens, login = site
+    key = ready_keys(rt)[0]
+    c = login("alice")
+    page = c.get(f"/tasks/{key}").text
+    digest = rt.task(key)["digest"]
+    assert digest in page and 'id="approve"' in page
+    for form in ({"digest": digest}, {"digest": digest, "csrf_token": "0" * 64}):
+        assert c.post(f"/tasks/{key}/approve", data=form).status_code == 403
+    assert rt.task(key)["status"] == "ready"
+    r = c.post(f"/tasks/{key}/approve", data={"digest": digest},
+               headers={"X-CSRF-Token": csrf(page)})
+    assert (r.status_code, r.headers["location"]) == (303, f"/tasks/{key}")
+    t = rt.task(key)
+    assert (t["status"], t["approved_by"], t["approved_digest"]) == ("approved", "alice", digest)
+
+
+def test_a_stale_digest_is_409_digest_mismatch_and_approves_nothing(site):
+    rt, server, tokens, login = site
+    key = ready_keys(rt)[0]
+    c = login("alice")
+    token = csrf(c.get(f"/tasks/{key}").text)
+    r = c.post(f"/tasks/{key}/approve", data={"digest": "f" * 64, "csrf_token": token})
+    assert r.status_code == 409 and "digest_mismatch" in r.text
+    assert rt.task(key)["status"] == "ready"
+
+
+def test_a_changed_record_is_flagged_on_the_page_and_refused(site):
+    rt, server, tokens, login = site
+    key = ready_keys(rt)[0]
+    record_id = rt.task(key)["record_id"]
+    c = login("alice")
+    assert 'id="record-changed"' not in c.get(f"/tasks/{key}").text
+    rt.host().put_record(record_id, version=2, text="edited after the draft")
+    page = c.get(f"/tasks/{key}").text
+    assert 'id="record-changed"' in page and 'id="current-version">2<' in page
+    r = c.post(f"/tasks/{key}/approve", data={"digest": rt.task(key)["digest"],
+                                               "csrf_token": csrf(page)})
+    assert r.status_code == 409 and "source_changed" in r.text
+    assert rt.task(key)["status"] == "blocked"
+
+
+def test_read_only_reviewers_see_no_actions_and_forged_posts_are_403(site):
+    rt, server, tokens, login = site
+    key = ready_keys(rt)[0]
+    c = login("rita")
+    index, page = c.get("/").text, c.get(f"/tasks/{key}").text
+    assert key[:12] in index and 'type="checkbox" name="task"' not in index
+    assert 'id="approve"' not in page and "read-only" in page
+    digest = rt.task(key)["digest"]
+    for path, form in ((f"/tasks/{key}/approve", {"digest": digest}),
+                       (f"/tasks/{key}/reject", {"digest": digest}),
+                       ("/approve", {"task": f"{key}:{digest}"})):
+        r = c.post(path, data=dict(form, csrf_token=csrf(page)))
+        assert r.status_code == 403, (path, r.text)
+    assert rt.task(key)["status"] == "ready"
+
+
+def test_bulk_approve_binds_each_task_to_its_own_digest(site):
+    rt, server, tokens, login = site
+    k1, k2, k3 = ready_keys(rt)
+    c = login("alice")
+    index = c.get("/?status=ready").text
+    assert all(f'value="{k}:{rt.task(k)["digest"]}"' in index for k in (k1, k2, k3))
+    form = {"csrf_token": csrf(index),
+            "task": [f"{k1}:{rt.task(k1)['digest']}", f"{k2}:{rt.task(k1)['digest']}"]}
+    r = c.post("/approve", data=form)
+    assert r.status_code == 409 and "digest_mismatch" in r.text and "approved" in r.text
+    assert [rt.task(k)["status"] for k in (k1, k2, k3)] == ["approved", "ready", "ready"]
+    assert rt.task(k1)["approved_by"] == "alice"
+
+
+def test_reject_carries_the_digest(site):
+    rt, server, tokens, login = site
+    key = ready_keys(rt)[0]
+    c = login("alice")
+    token = csrf(c.get(f"/tasks/{key}").text)
+    assert c.post(f"/tasks/{key}/reject", data={"digest": "0" * 64, "csrf_token": token}).status_code == 409
+    assert rt.task(key)["status"] == "ready"
+    r = c.post(f"/tasks/{key}/reject", data={"digest": rt.task(key)["digest"], "csrf_token": token})
+    assert r.status_code == 303 and rt.task(key)["status"] == "rejected"
+
+
+def test_parked_uncertain_and_dead_letters_are_shown_with_their_actions(site, home):
+    rt, server, tokens, login = site
+    k1, k2, k3 = ready_keys(rt)
+    clock = FakeClock(time.time())
+    fake = Signoff(home, clock=clock)
+    read_here(fake)
+    # k1 parks at submit (the grant lost submit_review); k2 ends uncertain (lost ack)
+    fake.approve(k1, fake.task(k1)["digest"])
+    fake.host().put_grant(actions=["read", "draft"])
+    fake.run_until_idle()
+    fake.host().put_grant(actions=["read", "draft", "submit_review"])
+    # a delivery whose read budget is spent becomes a dead letter
+    fake.host().set_fault("read-timeout", 100)
+    fake.enqueue_events([event(3, event_id="evt-dead")])
+    for _ in range(20):
+        fake.run_until_idle()
+        clock.advance(60)
+    fake.host().clear_faults()
+    fake.host().set_fault("lose-ack", 1)
+    fake.approve(k2, fake.task(k2)["digest"])
+    fake.run_until_idle()
+    assert rt.task(k1)["parked"] and rt.task(k2)["status"] == "uncertain"
+    [letter] = rt.dead_letters()
+
+    c = login("alice")
+    parked = c.get("/?status=all&parked=1").text
+    assert k1[:12] in parked and k2[:12] not in parked
+    assert "may have been written" in c.get("/?status=uncertain").text
+    page = c.get(f"/tasks/{k2}").text
+    assert 'id="may-be-written"' in page and 'id="retry"' in page
+    page = c.get(f"/tasks/{k1}").text
+    assert 'id="retry"' in page
+    assert c.post(f"/tasks/{k1}/retry", data={"csrf_token": csrf(page)}).status_code == 303
+    assert not rt.task(k1)["parked"]
+    dead = c.get("/dead-letters").text
+    assert f"/dead-letters/{letter['id']}/replay" in dead
+    r = c.post(f"/dead-letters/{letter['id']}/replay", data={"csrf_token": csrf(dead)})
+    assert r.status_code == 303 and rt.dead_letters()[0]["replayed"] == 1
+    fake.close()
+
+
+def test_get_requests_change_nothing(site):
+    rt, server, tokens, login = site
+    c = login("alice")
+    before = snapshot()
+    for path in ["/", "/?status=all", "/dead-letters", "/metrics", "/healthz", "/login",
+                 *[f"/tasks/{k}" for k in ready_keys(rt)], "/tasks/nope"]:
+        assert c.get(path).status_code in (200, 404)
+    assert snapshot() == before
+
+
+def test_removing_a_reviewer_ends_their_sessions(site):
+    rt, server, tokens, login = site
+    c = login("alice")
+    assert c.get("/").status_code == 200
+    out = subprocess.run(signoff_cmd(rt.home, "reviewer", "remove", "alice", "--json"),
+                         env=child_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and json.loads(out.stdout)["sessions_ended"] == 1
+    assert c.get("/").status_code == 303
+
+
+def test_reviewer_cli_shapes_and_refusals(home):
+    rt = make_home(home)
+
+    def cli(*args):
+        out = subprocess.run(signoff_cmd(home, "reviewer", *args, "--json"), env=child_env(),
+                             capture_output=True, text=True, timeout=60)
+        return out.returncode, json.loads(out.stdout)
+    code, added = cli("add", "sam", "--read-only")
+    assert code == 0 and set(added) == {"name", "token", "read_only", "monitors"}
+    assert added["read_only"] and added["monitors"] is None
+    assert cli("add", "sam")[1]["error"] == "reviewer_exists"
+    assert cli("add", "bad\x07name")[1]["error"] == "invalid_reviewer"
+    code, rows = cli("list")
+    assert rows == [{"name": "sam", "read_only": True, "monitors": None,
+                     "created_at": rows[0]["created_at"]}]
+    assert added["token"] not in json.dumps(rows) + json.dumps(rt.audit())
+    assert cli("remove", "nobody")[1]["error"] == "unknown_reviewer"
+    rt.close()
+
+
+def test_metrics_match_stats(site, home):
+    rt, server, tokens, login = site
+    k1 = ready_keys(rt)[0]
+    rt.approve(k1, rt.task(k1)["digest"])
+    rt.run_until_idle()
+    stats = json.loads(subprocess.run(signoff_cmd(home, "stats", "--json"), env=child_env(),
+                                      capture_output=True, text=True, timeout=60).stdout)
+    text = httpx.get(server.url + "/metrics", timeout=30).text
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    by = lambda name, label: {dict(k)[label]: v for k, v in samples[name].items()}  # noqa: E731
+    assert by("signoff_deliveries", "status") == stats["deliveries"]
+    assert by("signoff_tasks", "status") == stats["tasks"] == {"done": 1, "ready": 2}
+    assert samples["signoff_dead_letters"][()] == stats["dead_letters"]["total"]
+    assert samples["signoff_lease_takeovers_total"][()] == stats["lease_expiries"]
+    assert samples["signoff_uncertain_recovered_total"][()] == stats["uncertain"]["recovered"]
+    assert samples["signoff_stale_events_total"][()] == stats["stale_event_gaps"]
+    assert samples["signoff_oldest_ready_seconds"][()] > 0
+    attempts = samples["signoff_attempts_total"]
+    assert sum(attempts.values()) == sum(1 for _ in rt.task(k1)["history"]) + len(rt.events())
+
+
+def test_record_and_draft_text_cannot_script_or_forge_a_form(home):
+    rt = make_home(home)
+    hostile = '<script>alert(1)</script><form method="post" action="/approve"><button>go</button></form>'
+    rt.host().put_record("comment-1", text=hostile)
+    rt.enqueue_events([event(1)])
+    rt.run_until_idle()
+    token = rt.add_reviewer("alice")["token"]
+    server = Server(home)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            post_login(c, "alice", token)
+            [task] = rt.tasks("ready")
+            r = c.get(f"/tasks/{task['key']}")
+        assert "&lt;script&gt;" in r.text and "<script" not in r.text
+        assert r.text.count("<form") == 4  # log out, approve, reject, edit: none from the record
+        csp = r.headers["content-security-policy"]
+        assert "default-src 'none'" in csp and "script-src" not in csp
+        assert r.headers["x-frame-options"] == "DENY"
+    finally:
+        assert server.stop() == 0
+        rt.close()
+
+
+def test_what_was_not_observed_is_on_the_review_page(site):
+    rt, server, tokens, login = site
+    client = login("rita")  # read-only reviewers see it too
+    assert 'id="unobserved"' not in client.get("/").text
+    assert client.get("/gaps").text.count("None.") == 3  # resume gaps, lapses, stale events
+    rt.enqueue_events([event(7, occurred=int(time.time()) - 7200)])  # outside the 1 h window
+    rt.run_until_idle()
+    rt.cancel("default")
+    gap = rt.resume("default", "default-2", "new_only")["gap"]
+    index = client.get("/").text
+    assert 'id="unobserved"' in index and "1 resume gap(s)" in index and "1 stale event(s)" in index
+    page = client.get("/gaps")
+    assert page.status_code == 200 and page.text.count("None.") == 1  # no lapsed subscription
+    assert "default → default-2" in page.text and gap["observed"] in page.text
+    assert "evt-7" in page.text and "comment-7" in page.text
+
+
+def test_login_returns_to_the_page_asked_for_and_only_on_this_site(site):
+    rt, server, tokens, login = site
+    key = ready_keys(rt)[0]
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        # A notification's link, opened without a session.
+        r = c.get(f"/tasks/{key}?from=notification")
+        assert r.status_code == 303
+        form = c.get(r.headers["location"]).text
+        assert f'name="next" value="/tasks/{key}?from=notification"' in form
+        r = post_login(c, "alice", tokens["alice"], next=f"/tasks/{key}?from=notification")
+        assert (r.status_code, r.headers["location"]) == (303, f"/tasks/{key}?from=notification")
+        assert c.get(r.headers["location"]).status_code == 200
+    for hostile in ("https://evil.example/", "//evil.example/x", "/\\evil.example",
+                    "javascript:alert(1)", "/x\r\nSet-Cookie: a=b", "tasks/x"):
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            assert 'name="next"' not in c.get("/login", params={"next": hostile}).text
+            r = post_login(c, "alice", tokens["alice"], next=hostile)
+            assert (r.status_code, r.headers["location"]) == (303, "/"), hostile
+
+
+def top_of(page):
+    """The task page's text above its first section: the heading and the state in words."""
+    return re.sub(r"<[^>]+>", " ", page[page.index("<main>"):page.index("<section")])
+
+
+def test_the_task_page_says_its_state_once_and_in_the_past_after_a_decision(site):
+    rt, server, tokens, login = site
+    k1, k2 = ready_keys(rt)[:2]
+    c = login("alice")
+    page = c.get(f"/tasks/{k1}").text
+    assert re.search(r"<h1[^>]*>\s*Waiting for approval", page)
+    assert "ready" not in top_of(page).lower()
+    r = c.post(f"/tasks/{k1}/approve", data={"digest": rt.task(k1)["digest"],
+                                              "csrf_token": csrf(page)}, follow_redirects=True)
+    assert re.search(r"<h1[^>]*>\s*Approved", r.text)
+    assert top_of(r.text).lower().count("approved") == 1
+    assert 'id="retry"' not in r.text  # merely approved: nothing to retry
+    page = c.get(f"/tasks/{k2}").text
+    r = c.post(f"/tasks/{k2}/reject", data={"digest": rt.task(k2)["digest"],
+                                             "csrf_token": csrf(page)}, follow_redirects=True)
+    assert re.search(r"<h1[^>]*>\s*Rejected", r.text)
+    assert top_of(r.text).lower().count("rejected") == 1
+
+
+def test_long_record_text_and_drafts_are_collapsed_and_the_page_stays_bounded(home):
+    rt = make_home(home)
+    # ~210 KB: past every fold of the page, within [host] max_record_bytes (256 KiB).
+    record = "".join(f"line {n:07d} of a very long comment\n" for n in range(6_000))
+    rt.host().put_record("comment-1", text=record)
+    rt.enqueue_events([event(1)])
+    rt.run_until_idle()
+    [task] = rt.tasks("ready")
+    Task.update(result=dict(Task.get_by_id(task["key"]).result, draft="d" * 3000)).where(
+        Task.key == task["key"]).execute()
+    token = rt.add_reviewer("alice")["token"]
+    server = Server(home)
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            post_login(c, "alice", token)
+            page = c.get(f"/tasks/{task['key']}").text
+    finally:
+        assert server.stop() == 0
+        rt.close()
+    assert len(page) < 400_000  # the record alone is 2 MB
+    head = re.search(r'<pre class="record"[^>]*>(.*?)</pre>', page, re.S).group(1)
+    assert head == record[:2000]
+    assert "<details" in page and record[2000:2100] in page
+    assert f"{len(record) - 100_000:,} more characters" in page
+    # The draft is shown whole, its rest behind a <details> too.
+    draft_head = re.search(r'<pre class="draft" id="draft">(.*?)</pre>', page, re.S).group(1)
+    assert draft_head == "d" * 2000 and "d" * 1000 in page.split('id="draft"')[1]
+
+
+def test_dead_letters_link_to_their_delivery_or_task_and_show_the_code(home):
+    config = home / "signoff.toml"
+    rt = make_home(home)
+    config.write_text(config.read_text().replace("read_attempts = 5", "read_attempts = 1"))
+    rt.close()
+    rt = Signoff(home)
+    read_here(rt)
+    rt.host().set_fault("read-timeout", times=1)
+    rt.enqueue_events([event(1)])
+    rt.run_until_idle()
+    [letter] = rt.dead_letters()
+    token = rt.add_reviewer("alice")["token"]
+    server = Server(home)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            post_login(c, "alice", token)
+            listing = c.get("/dead-letters").text
+            assert f'href="/deliveries/{letter["ref"]}"' in listing
+            assert "<code>TimeoutError</code>" in listing
+            delivery = c.get(f"/deliveries/{letter['ref']}")
+            assert delivery.status_code == 200
+            assert "evt-1" in delivery.text and "comment-1" in delivery.text
+            assert "TimeoutError" in delivery.text and "dead" in delivery.text
+            assert c.get("/deliveries/999999").status_code == 404
+    finally:
+        assert server.stop() == 0
+        rt.close()

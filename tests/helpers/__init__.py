@@ -1,0 +1,133 @@
+"""Helpers shared by every tier of the suite (fixtures live in ``tests/conftest.py``).
+
+This folder is on the test path (``pythonpath`` in pyproject.toml) as well as the
+``helpers`` package: its modules are imported by their own names (``backends``,
+``servekit``, ``modelserver``) and the functions below as ``from helpers import …``,
+from unit, integration and acceptance tests alike.
+"""
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from signoff import storage
+from signoff.app import Signoff
+from signoff.config import DEFAULT_TOML
+
+T0 = 1_000_000
+ROOT = Path(__file__).resolve().parent.parent.parent
+PLUGINS = ROOT / "tests" / "plugins"
+
+
+def make_event(**changes):
+    """A matching event for the default fixture record, at the fake clock's start."""
+    event = {"event_id": "evt-1", "name": "comment.created", "document": "doc-demo",
+             "record_id": "comment-1", "occurred": T0, "text": "wake only"}
+    event.update(changes)
+    return event
+
+
+def parent_of(pid):
+    """``pid``'s parent process id, or ``None`` once it has exited (or is a zombie)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else int(fields[1])
+
+
+def state_tables(rt):
+    """Every table of ``rt``'s state database: ``{name: [row tuples]}``, on any backend."""
+    database = rt.database
+    return {t: [tuple(r) for r in database.execute_sql(f'SELECT * FROM "{t}"').fetchall()]
+            for t in database.get_tables()}
+
+
+def set_keys(home, **values):
+    """Give keys of the home's ``signoff.toml`` new values (keys that appear once, as
+    init writes them)."""
+    config = home / "signoff.toml"
+    text = config.read_text(encoding="utf-8")
+    for key, value in values.items():
+        text = re.sub(f"(?m)^{key} = .*$", f"{key} = {value}", text)
+    config.write_text(text, encoding="utf-8")
+
+
+READS = []  # the open test's bindings (conftest opens and ends one per test)
+
+
+def read_here(app):
+    """Let this test's own model queries read ``app``'s database until it ends.
+
+    signoff's code never needs this (every ``Signoff`` method binds its own
+    database); a test that looks at rows directly does.
+    """
+    READS[-1].enter_context(storage.bind(app.database))
+    return app
+
+
+@contextlib.contextmanager
+def reads_for_one_test():
+    """The bindings ``read_here`` makes in one test, ended when it ends."""
+    with contextlib.ExitStack() as stack:
+        READS.append(stack)
+        try:
+            yield
+        finally:
+            READS.remove(stack)
+
+
+def open_home(home, factory, clock=None, records=1, options="", **keys):
+    """Init ``home`` on host ``factory`` (``options``: lines of its ``[host.options]``;
+    ``keys``: other config values) with open records ``comment-0`` … and doc-demo's
+    material, bound as monitor ``default`` with an hour's window; the caller closes the
+    runtime it returns."""
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "signoff.toml"
+    text = config.read_text(encoding="utf-8") if config.exists() else DEFAULT_TOML
+    text = text.replace('"signoff.hosts.reference:ReferenceHost"', f'"{factory}"')
+    config.write_text(text.replace("[host.options]\n", f"[host.options]\n{options}\n", 1),
+                      encoding="utf-8")
+    set_keys(home, **keys)
+    app = Signoff.init(home, clock=clock)
+    host = app.host()
+    for n in range(records):
+        host.put_record(f"comment-{n}", document="doc-demo", text="add the date")
+    host.put_material("doc-demo", "2026-11-01")
+    app.bind("doc-demo", window_s=3600)
+    return read_here(app)
+
+
+def signoff_cmd(home, *args):
+    """The argv that runs the signoff CLI on ``home`` in a child process."""
+    return [sys.executable, "-m", "signoff", "--home", str(home), *args]
+
+
+def child_env(**extra):
+    """Environment for child processes: the test plug-ins importable."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), str(ROOT),
+                                                      env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+def wait_for(predicate, timeout=60.0, interval=0.05, what="condition"):
+    """Poll ``predicate`` until it returns a truthy value or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def start_worker(home, *args, env=None):
+    """Start ``signoff worker`` as a real child process."""
+    return subprocess.Popen(signoff_cmd(home, "worker", *args), env=env or child_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -1,0 +1,94 @@
+"""Helpers for tests against a real ``signoff serve`` process."""
+
+import datetime
+import json
+import os
+import select
+import signal
+import subprocess
+import time
+
+from helpers import child_env, signoff_cmd, read_here
+from signoff.app import Signoff
+from standardwebhooks.webhooks import Webhook
+
+SECRET_TEXT = "event text that must never be stored"
+
+
+def make_home(path, extra_toml=""):
+    """An initialised home (real clock): one open record, its material, a monitor."""
+    rt = Signoff.init(path)
+    if extra_toml:
+        with open(path / "signoff.toml", "a", encoding="utf-8") as f:
+            f.write("\n" + extra_toml)
+    rt.host().put_record("comment-1", document="doc-demo", text="please add the demo date")
+    rt.host().put_material("doc-demo", "2026-11-01")
+    rt.bind("doc-demo", window_s=3600)
+    return read_here(rt)  # the test looks at its rows
+
+
+def event(n=1, **changes):
+    """A matching event for record ``comment-<n>``, occurring now."""
+    ev = {"event_id": f"evt-{n}", "name": "comment.created", "document": "doc-demo",
+          "record_id": f"comment-{n}", "occurred": int(time.time()), "text": SECRET_TEXT}
+    ev.update(changes)
+    return ev
+
+
+def signed(secret, body, msg_id, at=None):
+    """Standard Webhooks headers for ``body`` (str) under ``secret``."""
+    at = at or datetime.datetime.now(datetime.timezone.utc)
+    return {"webhook-id": msg_id, "webhook-timestamp": str(int(at.timestamp())),
+            "webhook-signature": Webhook(secret).sign(msg_id, at, body),
+            "content-type": "application/json"}
+
+
+class Server:
+    """``signoff serve --port 0`` (or ``port``) as a child process; ``url`` once it listens."""
+
+    def __init__(self, home, *args, env=None, port=0):
+        self.log = open(home.parent / f"serve-{time.monotonic_ns()}.log", "wb")
+        self.proc = subprocess.Popen(signoff_cmd(home, "serve", "--port", str(port), *args),
+                                     env=env or child_env(), stdout=subprocess.PIPE,
+                                     stderr=self.log)
+        self.url = self._wait_listening()
+
+    def _wait_listening(self, timeout=30.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
+            if ready:
+                line = self.proc.stdout.readline()
+                if line:
+                    return json.loads(line)["listening"]
+            if self.proc.poll() is not None:
+                break
+        self.kill()
+        raise AssertionError(f"signoff serve did not start: {self.stderr()}")
+
+    def stderr(self):
+        if not self.log.closed:
+            self.log.flush()
+        with open(self.log.name, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def stop(self, timeout=30):
+        """SIGTERM and wait; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._close()
+
+    def kill(self):
+        """SIGKILL and reap."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+        self._close()
+
+    def _close(self):
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        self.log.close()

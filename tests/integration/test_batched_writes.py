@@ -1,0 +1,118 @@
+"""The batched writes keep the per-row rules: fencing, dedupe races, defaults, order.
+
+Ingest, submit and approval write a whole batch in a few statements; each test
+here makes one row of a batch behave differently from the others and checks
+that only that row is treated differently.
+"""
+
+from helpers import make_event
+from signoff.steps import ingest, submit
+from signoff.errors import Refused
+from signoff.state.leases import claim_deliveries, claim_tasks
+from signoff.models import Attempt, Audit, Delivery, Inbox, Task, insert_rows
+
+TTL = 30.0
+
+
+def enqueue_many(rt, n):
+    host = rt.host()
+    for i in range(1, n + 1):
+        host.put_record(f"comment-{i}", document="doc-demo")
+    lines = rt.enqueue_events([make_event(event_id=f"evt-{i}", record_id=f"comment-{i}")
+                               for i in range(1, n + 1)])
+    assert all(line.accepted for line in lines)
+    return [line.delivery for line in lines]
+
+
+def examined(rt, rows, clock):
+    from signoff.models import Monitor
+    host = rt.host()
+    monitor = Monitor.get_by_id("default")
+    return [ingest.examine(rt, host, row, monitor, host.context(), {}, clock.now())
+            for row in rows]
+
+
+def test_insert_rows_writes_what_insert_many_writes(rt, clock):
+    base = {"monitor": "default", "status": "ready", "record_id": "r", "version": 1,
+            "record": {"id": "r", "n": [1, 2]}, "result": {"draft": "d", "sources": []},
+            "digest": "d" * 64, "approval_deadline": None, "created_at": 1.0, "updated_at": 2.0}
+    Task.insert_many([dict(base, key="by-peewee")]).execute()
+    insert_rows(Task, [dict(base, key="by-insert-rows")])
+    a, b = (Task.get_by_id(k) for k in ("by-peewee", "by-insert-rows"))
+    fields = [f.name for f in Task._meta.sorted_fields if f.name != "key"]
+    assert {f: getattr(a, f) for f in fields} == {f: getattr(b, f) for f in fields}
+    assert (b.status, b.parked, b.failures, b.approved_digest) == ("ready", False, {}, None)
+    # ON CONFLICT DO NOTHING: the second insert of a key is skipped, not an error.
+    assert insert_rows(Task, [dict(base, key="by-peewee")], ignore_conflicts=True,
+                       returning=("key",)) == []
+
+
+def test_a_fenced_row_in_an_ingest_batch_leaves_the_others_written(rt, clock):
+    ids = enqueue_many(rt, 3)
+    token, rows = claim_deliveries(clock.now(), "w1", TTL, 10)
+    assert [r.id for r in rows] == ids
+    outcomes = examined(rt, rows, clock)
+    # Another worker took the middle delivery over meanwhile.
+    Delivery.update(lease_token="other").where(Delivery.id == ids[1]).execute()
+    ingest.write_outcomes(rt, token, "w1", rows, outcomes)
+    got = {d.id: (d.status, d.outcome, d.lease_token) for d in Delivery.select()}
+    assert got == {ids[0]: ("done", "ready", None), ids[1]: ("processing", None, "other"),
+                   ids[2]: ("done", "ready", None)}
+    assert sorted(t.record_id for t in Task.select()) == ["comment-1", "comment-3"]
+    assert sorted(i.event_id for i in Inbox.select()) == ["evt-1", "evt-3"]
+    assert sorted(a.ref for a in Attempt.select()) == [str(ids[0]), str(ids[2])]
+    assert [d.task_key for d in Delivery.select().order_by(Delivery.id)] == [
+        outcomes[0].task_key, None, outcomes[2].task_key]
+
+
+def test_an_event_consumed_by_another_worker_meanwhile_becomes_a_duplicate(rt, clock):
+    ids = enqueue_many(rt, 2)
+    token, rows = claim_deliveries(clock.now(), "w1", TTL, 10)
+    outcomes = examined(rt, rows, clock)
+    Inbox.insert(monitor="default", event_id="evt-1", outcome="ready", task_key="k-other",
+                 at=clock.now()).execute()
+    ingest.write_outcomes(rt, token, "w1", rows, outcomes)
+    first, second = (Delivery.get_by_id(i) for i in ids)
+    assert (first.status, first.outcome, first.task_key) == ("done", "duplicate", "k-other")
+    assert (second.status, second.outcome) == ("done", "ready")
+    assert [t.record_id for t in Task.select()] == ["comment-2"]
+    codes = [(a.event_id, a.code) for a in Audit.select().where(Audit.event_id.is_null(False))]
+    assert sorted(codes) == [("evt-1", "duplicate"), ("evt-2", "ready")]
+
+
+def test_a_claim_takes_the_oldest_waiting_deliveries_first(rt, clock):
+    ids = enqueue_many(rt, 5)
+    clock.advance(1)
+    [late] = rt.enqueue_events([make_event(event_id="evt-late", record_id="comment-1")])
+    _, rows = claim_deliveries(clock.now(), "w1", TTL, 3)
+    assert [r.id for r in rows] == ids[:3]
+    _, rows = claim_deliveries(clock.now(), "w1", TTL, 10)
+    assert [r.id for r in rows] == ids[3:] + [late.delivery]
+
+
+def test_approve_many_approves_a_key_given_twice_once(rt, clock):
+    rt.enqueue_events([make_event()])
+    rt.run_until_idle()
+    task = Task.get()
+    first, again = rt.approve_many([(task.key, task.digest), (task.key, task.digest)])
+    assert first["status"] == "approved"
+    assert isinstance(again, Refused) and again.code == "not_ready"
+    assert [a.code for a in Audit.select().where(Audit.task_key == task.key)
+            if a.code == "approved"] == ["approved"]
+
+
+def test_a_late_done_from_the_old_owner_of_a_task_is_fenced(rt, clock):
+    rt.enqueue_events([make_event()])
+    rt.run_until_idle()
+    task = Task.get()
+    rt.approve(task.key, task.digest)
+    old, rows = claim_tasks(clock.now(), "w1", TTL, 10)
+    clock.advance(TTL + 1)
+    rt.reap()
+    clock.advance(rt.config.retry.base_delay_s)
+    new, _ = claim_tasks(clock.now(), "w2", TTL, 10)
+    submit.write_outcomes(rt, old, "w1", rows, {task.key: submit.Outcome("done", "done", "confirm")})
+    row = Task.get_by_id(task.key)
+    assert (row.status, row.lease_owner, row.lease_token) == ("approved", "w2", new)
+    submit.write_outcomes(rt, new, "w2", rows, {task.key: submit.Outcome("done", "done", "confirm")})
+    assert Task.get_by_id(task.key).status == "done"

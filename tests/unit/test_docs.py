@@ -1,0 +1,53 @@
+"""The documentation stays true to the repository: links resolve, every command is named."""
+
+import re
+
+import click
+import pytest
+from helpers import ROOT
+
+from signoff.cli import main
+
+pytestmark = pytest.mark.backend_independent
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def relative_links(page):
+    """The link targets of a Markdown page outside its code blocks, without URLs."""
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    for target in LINK.findall(text):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            continue  # a URL (https:, mailto:) or a place on the same page
+        yield target.split("#", 1)[0]
+
+
+def test_the_pages_exist():
+    assert (ROOT / "docs" / "index.md").is_file() and (ROOT / "docs" / "cli.md").is_file()
+    assert len(PAGES) > 2
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_relative_link_points_at_a_file_that_exists(page):
+    broken = [t for t in relative_links(page) if not (page.parent / t).exists()]
+    assert not broken, f"{page.relative_to(ROOT)} links to missing files: {broken}"
+
+
+def command_paths(group, prefix=()):
+    """Every command and group under ``group``, as tuples of names."""
+    for name, command in sorted(group.commands.items()):
+        path = (*prefix, name)
+        yield path
+        if isinstance(command, click.Group):
+            yield from command_paths(command, path)
+
+
+def test_every_command_is_named_in_the_commands_page():
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    paths = list(command_paths(main))
+    assert ("monitor", "secret", "add") in paths  # the walk reaches nested groups
+    missing = [" ".join(p) for p in paths
+               if not re.search(r"`" + re.escape(" ".join(p)) + r"[ `]", page)]
+    assert not missing, f"commands missing from docs/cli.md: {missing}"
