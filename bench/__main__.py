@@ -59,9 +59,12 @@ class BackendUrl(click.ParamType):
 @click.option("--http", is_flag=True, help="Instead: `signoff serve` webhook ingest against a bare endpoint.")
 @click.option("--tracing", "traced", is_flag=True,
               help="Instead: event → ready with OpenTelemetry tracing off and on (in this process).")
+@click.option("--concurrent", is_flag=True,
+              help="Instead: 8 concurrent API callers (one event a call) against one batch call, "
+              "2 worker processes, enqueue → done; and one sequential caller against bare commits.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def bench(n_events, workers, processes, database_url, queue_url, growth, growth_rows, over_mcp,
-          http, traced, as_json):
+          http, traced, concurrent, as_json):
     """Measure signoff against plain Huey on this machine, in one run.
 
     The homes it makes are its own: their backends are the flags' (SQLite by
@@ -77,7 +80,10 @@ def bench(n_events, workers, processes, database_url, queue_url, growth, growth_
             click.echo(json.dumps(report, ensure_ascii=False, indent=2))
         return
     from .pipeline import run_bench
-    if traced:
+    if concurrent:
+        from .concurrent import run_concurrent_bench
+        report = run_concurrent_bench(n_events, workers, database_url, queue_url, as_json)
+    elif traced:
         from .tracing import run_tracing_bench
         report = run_tracing_bench(n_events, as_json)
     elif over_mcp:
