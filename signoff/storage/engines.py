@@ -20,6 +20,7 @@ from ..errors import ConfigError, NoHome
 from . import claims
 from .bulk import Fetched
 from .database import db
+from .drivers import load
 from .urls import kind_of, postgres_dsn
 
 # The advisory lock concurrent `init`s queue on (state schema and queue tables).
@@ -330,6 +331,7 @@ class PostgresEngine(Engine):
     @classmethod
     def open(cls, url):
         """The server database at ``url``."""
+        load("psycopg")
         options = " ".join(f"-c {name}={value}" for name, value in SESSION.items())
         database = PostgresqlDatabase(postgres_dsn(url), prefer_psycopg3=True,
                                       connect_timeout=CONNECT_TIMEOUT_S,
