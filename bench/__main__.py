@@ -59,25 +59,40 @@ class BackendUrl(click.ParamType):
 @click.option("--http", is_flag=True, help="Instead: `signoff serve` webhook ingest against a bare endpoint.")
 @click.option("--tracing", "traced", is_flag=True,
               help="Instead: event → ready with OpenTelemetry tracing off and on (in this process).")
+@click.option("--concurrent", is_flag=True,
+              help="Instead: 8 concurrent API callers (one event a call) against one batch call, "
+              "2 worker processes, enqueue → done; and one sequential caller against bare commits.")
+@click.option("--cli", "through_cli", is_flag=True,
+              help="Instead: ingest through the CLI (enqueue, worker --drain) against plain Huey "
+              "producer and consumer processes, process start included; and the start-up alone.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def bench(n_events, workers, processes, database_url, queue_url, growth, growth_rows, over_mcp,
-          http, traced, as_json):
+          http, traced, concurrent, through_cli, as_json):
     """Measure signoff against plain Huey on this machine, in one run.
 
     The homes it makes are its own: their backends are the flags' (SQLite by
     default), whatever SIGNOFF_DATABASE_URL and SIGNOFF_QUEUE_URL say.
     """
+    from click.core import ParameterSource
+    given = click.get_current_context().get_parameter_source("n_events") != ParameterSource.DEFAULT
+    if through_cli:
+        from .cli import run_cli_bench
+        report = run_cli_bench(n_events if given else 10_000, as_json)
+        if as_json:
+            click.echo(json.dumps(report, ensure_ascii=False, indent=2))
+        return
     if http:
-        from click.core import ParameterSource
-        from .http import EVENTS, run_http_bench
-        given = click.get_current_context().get_parameter_source("n_events") != ParameterSource.DEFAULT
+        from .webhooks import EVENTS, run_http_bench
         report = run_http_bench(events=n_events if given else EVENTS, as_json=as_json,
                                 database_url=database_url, queue_url=queue_url)
         if as_json:
             click.echo(json.dumps(report, ensure_ascii=False, indent=2))
         return
     from .pipeline import run_bench
-    if traced:
+    if concurrent:
+        from .callers import run_concurrent_bench
+        report = run_concurrent_bench(n_events, workers, database_url, queue_url, as_json)
+    elif traced:
         from .tracing import run_tracing_bench
         report = run_tracing_bench(n_events, as_json)
     elif over_mcp:

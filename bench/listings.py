@@ -11,6 +11,7 @@ audit row each, so the home is ready in seconds.
 import argparse
 import time
 
+from signoff import storage
 from signoff.app import Signoff
 from signoff.models import Audit, Delivery, db, insert_rows
 
@@ -29,7 +30,7 @@ def build(home, deliveries):
                  "status": "done", "outcome": "nonmatch", "attempts": 1, "last_code": "nonmatch",
                  "next_at": now, "accepted_at": now, "updated_at": now, "failures": {}}
                 for i in range(n)]
-        with db.atomic():
+        with storage.bind(rt.database), db.atomic():
             insert_rows(Delivery, rows)
             insert_rows(Audit, [{"at": now, "monitor": "big", "event_id": r["event_id"],
                                  "task_key": None, "code": "nonmatch"} for r in rows])

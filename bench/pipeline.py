@@ -94,6 +94,7 @@ import threading
 import time
 from pathlib import Path
 
+from . import reads
 from .backends import BenchBackend, backend_env_set_aside, kind_of
 
 DOC = "doc-demo"
@@ -647,6 +648,7 @@ def _finished_task(i, at, tenant, draft, material, grant_digest):
     return delivery, inbox, task, audits
 
 
+@reads
 def add_history(rt, count=HISTORY):
     """``count`` finished tasks with the rows a real one leaves behind.
 
@@ -792,6 +794,8 @@ def bench_signoff(folder, n, workers, counter=None, history=0, pipeline=True, sa
             group.wait_ready()
             time.sleep(SETTLE_S)
             out = _run_events(rt, group, n, counter, pipeline, per_event)
+            # Batches the API's group commit wrote for other threads (SQLite only).
+            out["writer_batches"] = rt.commits.batches if rt.commits is not None else None
             final = group.stop()
         finally:
             group.kill()
@@ -904,11 +908,18 @@ def _event_lines(n):
 
 
 def _enqueue(rt, lines, per_event):
-    """Accept ``lines`` through the API: ``(accepted, wake-ups this process sent)``."""
+    """Accept ``lines`` through the API: ``(accepted, wake-ups this process sent)``.
+
+    ``per_event``: one call per event, from this thread (True) or from
+    ``per_event`` threads at once (a number above 1: concurrent callers of
+    ``enqueue_events``, each call one event).
+    """
     sent, send = [], rt.wakers.send
     rt.wakers.send = lambda kind, count: (sent.append(count), send(kind, count))
     try:
-        if per_event:
+        if per_event is not True and per_event > 1:
+            accepted = _enqueue_concurrently(rt, [json.loads(line) for line in lines], per_event)
+        elif per_event:
             accepted = sum(r.accepted for line in lines
                            for r in rt.enqueue(io.BytesIO(line), MONITOR))
         else:
@@ -918,6 +929,35 @@ def _enqueue(rt, lines, per_event):
     return accepted, sum(sent)
 
 
+def _enqueue_concurrently(rt, events, threads):
+    """``threads`` callers take the next event and enqueue it alone, until none is left."""
+    todo, accepted, failed = iter(events), [], []
+    lock = threading.Lock()
+
+    def caller():
+        count = 0
+        try:
+            while True:
+                with lock:
+                    event = next(todo, None)
+                if event is None:
+                    break
+                count += sum(r.accepted for r in rt.enqueue_events([event], MONITOR))
+        except Exception as exc:
+            failed.append(exc)
+        accepted.append(count)
+
+    workers = [threading.Thread(target=caller) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    if failed:
+        raise failed[0]
+    return sum(accepted)
+
+
+@reads
 def _run_events(rt, group, n, counter, pipeline, per_event):
     """Enqueue, ingest and (with ``pipeline``) approve and submit ``n`` events; the figures."""
     from signoff.models import Delivery
@@ -945,6 +985,7 @@ def _run_events(rt, group, n, counter, pipeline, per_event):
     return out
 
 
+@reads
 def _await_ingest(rt, group, n, first_id, out):
     from signoff.state.lifecycle import DELIVERY_PENDING
     from signoff.models import Delivery
@@ -978,6 +1019,7 @@ def _snapshot_covering(group, step, n, timeout=10.0):
         time.sleep(POLL_S)
 
 
+@reads
 def _approve_and_submit(rt, group, n, counter, w1, out):
     from signoff.state.lifecycle import TASK_ACTIVE
     from signoff.models import Task

@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from signoff import storage  # noqa: E402
 from signoff.ops import retention  # noqa: E402
 from signoff.app import Signoff  # noqa: E402
 from signoff.models import Task, db, insert_rows  # noqa: E402
@@ -32,7 +33,7 @@ def build(rt, n):
               "source": "reference://doc-demo/r"}
     result = {"record_id": "r", "version": 1, "draft": "Suggested demo date " * 5,
               "sources": ["reference://doc-demo/r", "reference://materials/doc-demo"]}
-    with db.atomic():
+    with storage.bind(rt.database), db.atomic():
         for lo in range(0, n, 5000):
             insert_rows(Task, [{"key": f"{i:064x}", "monitor": "default", "record_id": f"r{i}",
                                 "version": 1, "status": STATUSES[i % len(STATUSES)],
@@ -50,10 +51,10 @@ def main():
         rt = Signoff.init(Path(folder) / "home")
         build(rt, args.tasks)
         started = time.monotonic()
-        counted = retention.purge(rt, dry_run=True)["purged"]
+        counted = rt.purge(dry_run=True)["purged"]
         dry_s = time.monotonic() - started
         started = time.monotonic()
-        purged = retention.purge(rt)["purged"]
+        purged = rt.purge()["purged"]
         purge_s = time.monotonic() - started
         rt.database.close()
     report = {"tasks": args.tasks, "dry_run_counted": counted, "dry_run_s": round(dry_s, 2),

@@ -13,6 +13,7 @@ from .config import (call_factory, load_config, load_plugin, make_private, resol
                      write_default)
 from .rules.events import check_value
 from .models import MODELS
+from .storage.groupcommit import GroupCommit
 from .storage.queue import close_queue, make_queue
 from .storage.urls import require_extras
 from .tasks import Wakers
@@ -51,6 +52,10 @@ class Signoff:
             storage.drop_connection(self.database)
             raise
         self.wakers = Wakers(self.queue, self)
+        # Concurrent enqueue calls share commits where one writer at a time is
+        # all the database allows (see storage.groupcommit); None elsewhere.
+        self.commits = (GroupCommit(self._store_chunks, name="signoff-enqueue")
+                        if storage.engine_of(self.database).single_writer else None)
         self._local = threading.local()
         self._drafter = None
         self._host_factory = None
@@ -79,6 +84,8 @@ class Signoff:
     def close(self):
         """Send the wake-ups still held back, then close this thread's host (if it can
         be closed) and its connections to the database and queue (reopened on next use)."""
+        if self.commits is not None:
+            self.commits.close()
         self.wakers.flush()
         host = getattr(self._local, "host", None)
         if host is not None and callable(getattr(host, "close", None)):
@@ -214,6 +221,11 @@ class Signoff:
         An ``InvalidEvent`` is refused as a bad line is: one audit row, nothing else.
         """
         return list(intake.enqueue_items(self, list(enumerate(outcomes, 1)), monitor_id))
+
+    @_own_database
+    def _store_chunks(self, jobs):
+        # The writer of ``commits``: in the writer thread, or a caller's own.
+        return intake.store_chunks(self, jobs)
 
     # -- the worker's steps (Huey tasks call these) ---------------------------
 

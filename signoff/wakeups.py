@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 
-from .storage.queue import QUEUE_ERRORS
+from .storage.queue import queue_errors
 
 KINDS = ("ingest", "submit")
 CAP = 4  # wake-ups of one kind waiting at once: each drains batches for a while
@@ -128,7 +128,7 @@ class WakePolicy:
                 if missing > 0:
                     self.wakers.send(kind, missing)
                     sent += missing
-        except QUEUE_ERRORS as exc:
+        except queue_errors() as exc:
             self._failed(exc)
             return 0
         self.unreachable = None

@@ -18,7 +18,7 @@ from ..config import load_config, resolve_home
 from ..errors import SignoffError
 from ..state import heartbeats
 from ..storage.faults import first_line
-from ..storage.queue import QUEUE_ERRORS, close_queue, make_queue
+from ..storage.queue import queue_errors, close_queue, make_queue
 
 CHECKS = ("database", "schema", "queue", "workers")
 DEADLINE_S = 8.0  # the most the checks may take, connects included (each bounded at 5 s)
@@ -40,7 +40,7 @@ def probe_queue(queue):
     """``None`` when ``queue`` answers, else ``(code, message)``."""
     try:
         queue.pending_count()
-    except QUEUE_ERRORS as exc:
+    except queue_errors() as exc:
         return "queue_unreachable", f"{type(exc).__name__}: {first_line(exc)}"
     return None
 

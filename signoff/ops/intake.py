@@ -58,7 +58,11 @@ def enqueue_items(rt, items, monitor_id="default", progress=None):
             if progress:
                 progress(done)
     if chunk:
-        yield from _store(rt, monitor_id, chunk)
+        # A call that fits in one chunk (an event a webhook or agent sends alone)
+        # shares its commit with other threads' calls on a single-writer database.
+        grouped = rt.commits is not None and not done
+        yield from (rt.commits.run((monitor_id, chunk)) if grouped
+                    else _store(rt, monitor_id, chunk))
         if progress:
             progress(done + len(chunk))
 
@@ -83,7 +87,36 @@ def _monitor_exists(monitor_id):
 
 
 def _store(rt, monitor_id, chunk):
+    return store_chunks(rt, [(monitor_id, chunk)])[0]
+
+
+def store_chunks(rt, jobs):
+    """Store ``(monitor_id, [(line, Event | InvalidEvent), ...])`` jobs in one transaction.
+
+    Returns each job's line results, in order, or the exception that job alone
+    raised: each job is written in a savepoint of its own, so one that fails
+    leaves the others to commit. The queue is woken once, after the commit.
+    """
     now = rt.clock.now()
+    if len(jobs) == 1:
+        # One job needs no savepoint, and one event no transaction (see _write).
+        answers = [_write(*jobs[0], now)]
+    else:
+        answers = []
+        with db.atomic():
+            for monitor_id, chunk in jobs:
+                try:
+                    with db.atomic():
+                        answers.append(_write(monitor_id, chunk, now))
+                except Exception as exc:  # this job's own failure, answered to its caller
+                    answers.append(exc)
+    stored = sum(1 for a in answers if not isinstance(a, Exception) for r in a if r.accepted)
+    if stored:
+        rt.wakers.wake("ingest", stored)
+    return answers
+
+
+def _write(monitor_id, chunk, now):
     good = [(n, ev) for n, ev in chunk if not isinstance(ev, InvalidEvent)]
     bad = [(n, ev) for n, ev in chunk if isinstance(ev, InvalidEvent)]
     # One trace per event: its signoff.enqueue span's context is kept on its delivery.
@@ -100,15 +133,10 @@ def _store(rt, monitor_id, chunk):
         ids = _store_batch(monitor_id, good, bad, now, traces)
     for span, delivery in zip(spans, ids):
         tracing.end(span, delivery=delivery)
-    if good:
-        rt.wakers.wake("ingest", len(good))
     by_line = {n: ev for n, ev in bad}
     id_of = {n: i for (n, _), i in zip(good, ids)}
-    for n, ev in chunk:
-        if n in by_line:
-            yield LineResult(n, None, False, None, "invalid_event", ev.reason)
-        else:
-            yield LineResult(n, ev.event_id, True, id_of[n], None, None)
+    return [LineResult(n, None, False, None, "invalid_event", by_line[n].reason) if n in by_line
+            else LineResult(n, ev.event_id, True, id_of[n], None, None) for n, ev in chunk]
 
 
 def _store_batch(monitor_id, good, bad, now, traces):

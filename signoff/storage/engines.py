@@ -20,6 +20,7 @@ from ..errors import ConfigError, NoHome
 from . import claims
 from .bulk import Fetched
 from .database import resolve
+from .drivers import load
 from .urls import kind_of, postgres_dsn
 
 # The advisory lock concurrent `init`s queue on (state schema and queue tables).
@@ -95,6 +96,7 @@ class Engine:
     param = None  # the driver's placeholder
     json_holder = None  # the placeholder of a JSON value given as JSON text
     true = "TRUE"
+    single_writer = False  # one write transaction at a time for the whole database
 
     def __init__(self, database):
         self.database = database
@@ -206,6 +208,7 @@ class SqliteEngine(Engine):
 
     kind = "sqlite"
     param = "?"
+    single_writer = True
     json_holder = "json(?)"  # as a JSONField stores on SQLite: JSON-typed text
 
     @classmethod
@@ -327,6 +330,7 @@ class PostgresEngine(Engine):
     @classmethod
     def open(cls, url):
         """The server database at ``url``."""
+        load("psycopg")
         options = " ".join(f"-c {name}={value}" for name, value in SESSION.items())
         database = PostgresqlDatabase(postgres_dsn(url), prefer_psycopg3=True,
                                       connect_timeout=CONNECT_TIMEOUT_S,

@@ -6,32 +6,26 @@ worker's reaper sends again.
 """
 
 import sqlite3
+import sys
 import threading
 
 from huey import PostgresHuey, RedisHuey, SqliteHuey
 
 from ..errors import ConfigError, StorageError
+from .drivers import load
 from .engines import CONNECT_TIMEOUT_S, SCHEMA_LOCK
 from .urls import kind_of, postgres_dsn
 
 
-def _queue_errors():
+def queue_errors():
+    """What a send or a look at the queue may raise when the queue cannot be reached."""
+    # A driver not imported yet (see drivers) has raised nothing.
     errors = [OSError, sqlite3.Error]
-    try:
-        import redis
-        errors.append(redis.exceptions.RedisError)
-    except ImportError:
-        pass
-    try:
-        import psycopg
-        errors.append(psycopg.Error)
-    except ImportError:
-        pass
+    if sys.modules.get("redis") is not None:
+        errors.append(sys.modules["redis"].exceptions.RedisError)
+    if sys.modules.get("psycopg") is not None:
+        errors.append(sys.modules["psycopg"].Error)
     return tuple(errors)
-
-
-# What a send or a look at the queue may raise when the queue cannot be reached.
-QUEUE_ERRORS = _queue_errors()
 
 
 def make_queue(config, create=False):
@@ -50,10 +44,10 @@ def make_queue(config, create=False):
                           timeout=30, create_tables=fresh)
     if kind == "redis":
         # Connects bounded as PostgreSQL's are: a server that is down fails a call, never hangs it.
-        from redis import ConnectionPool
-        pool = ConnectionPool.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT_S)
+        pool = load("redis").ConnectionPool.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT_S)
         return RedisHuey(name=name, connection_pool=pool, results=False)
     if kind == "postgresql":
+        load("psycopg")
         queue = PostgresHuey(name=name, dsn=postgres_dsn(url), results=False,
                              create_tables=False, connection=QueueConnections(postgres_dsn(url)))
         if create:

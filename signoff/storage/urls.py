@@ -1,8 +1,7 @@
 """Backend URLs, classified in one place."""
 
-import importlib
-
 from ..errors import ConfigError
+from .drivers import load
 
 SCHEMES = {"postgresql": ("postgresql://", "postgres://"),
            "redis": ("redis://", "rediss://", "unix://")}
@@ -43,7 +42,7 @@ def require_extras(config):
             continue
         extra, module = EXTRAS[kind]
         try:
-            importlib.import_module(module)
+            load(module)
         except ImportError as exc:
             missing.setdefault(extra, f"the [{what}] url needs {module} ({exc})")
     if missing:

@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import reads
 from .backends import BenchBackend, backend_env_set_aside
 
 EVENTS = 20_000
@@ -138,12 +139,11 @@ async def _load(url, requests, sign, clients, rate=None):
 
 def _home(tmp, backend):
     from signoff.app import Signoff
-    from signoff.ops import secrets
     backend.write_config(tmp / "home", "http")
     rt = Signoff.init(tmp / "home")
     rt.host().put_grant(docs=["doc-bench"])  # the reference host grants doc-demo only
     rt.bind("doc-bench", "bench")
-    return rt, secrets.add(rt, "bench")["secret"]
+    return rt, rt.add_secret("bench")["secret"]
 
 
 def run_http_bench(events=EVENTS, clients=CLIENTS, bad=None, paced=None, as_json=False,
@@ -180,7 +180,7 @@ def run_http_bench(events=EVENTS, clients=CLIENTS, bad=None, paced=None, as_json
 def _passes(rt, secret, events, clients, bad, paced, say):
     """The bare endpoint, then ``signoff serve``: full rate, bad signatures, half rate."""
     good, sign = events_for(events, "evt"), signer(secret)
-    bare_proc, bare_url = _start([sys.executable, "-m", "bench.http"])
+    bare_proc, bare_url = _start([sys.executable, "-m", "bench.webhooks"])
     try:
         say(f"bare endpoint: {events} requests from {clients} clients")
         bare = asyncio.run(_load(bare_url, good, sign, clients))
@@ -204,6 +204,7 @@ def _passes(rt, secret, events, clients, bad, paced, say):
     return bare, ingest, refused, half, bare_half
 
 
+@reads
 def _report(rt, bare, ingest, refused, half, events, clients):
     from peewee import fn
 

@@ -1,0 +1,138 @@
+"""``python -m bench --concurrent``: concurrent API callers against the batch run, in one run.
+
+Fresh homes on the flags' backends (SQLite by default), ``PROCESSES`` worker
+processes each. The batch run enqueues N events in one API call; the
+concurrent run has ``CALLERS`` threads of this process call
+``Signoff.enqueue_events`` with one event each, each call durable before it
+answers, until the N are in. Both then go through the whole pipeline (ingest,
+one bulk approval, submit, receipt confirmed) and are timed from the first
+enqueue call to the last ``done``. The two alternate ``PAIRS`` times, each in
+a fresh home; the pair whose ratio is the median gives the figures.
+
+Then one sequential caller, with no worker running: ``SEQUENTIAL_CALLS``
+``enqueue_events`` calls of one event each against the bare commits one caller
+gets from the same database (single-row inserts into a scratch table, each
+committed alone), alternated ``PAIRS`` times; the median round gives the ratio.
+
+Run: ``python -m bench --concurrent [--events N] [--database-url URL] [--queue-url URL]``.
+"""
+
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .backends import BenchBackend, backend_env_set_aside
+from .pipeline import MONITOR, _close_home, _signoff_home, bench_signoff, commit_floor
+
+CALLERS = 8
+PROCESSES = 2
+PAIRS = 3
+SEQUENTIAL_CALLS = 1000
+
+
+def run_concurrent_bench(n_events=2000, workers=2, database_url=None, queue_url=None,
+                         as_json=False):
+    """Measure both runs and the sequential caller; the report (printed unless ``as_json``)."""
+    say = (lambda msg: None) if as_json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    tmp = Path(tempfile.mkdtemp(prefix="signoff-bench-concurrent-"))
+    backend = BenchBackend(database_url, queue_url)
+    try:
+        with backend_env_set_aside():
+            pairs = _pairs(tmp, backend, n_events, workers, say)
+            say(f"one sequential caller: {SEQUENTIAL_CALLS} calls against bare commits")
+            sequential = _sequential(tmp / "sequential", backend, say)
+    finally:
+        backend.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    report = _report(n_events, workers, backend, pairs, sequential)
+    if not as_json:
+        print("\n".join(describe(report)))
+    return report
+
+
+def _pairs(tmp, backend, n, workers, say):
+    pairs = []
+    for r in range(PAIRS):
+        say(f"[{backend.label}] ({r + 1}/{PAIRS}) {n} events in one call, then from {CALLERS}"
+            f" concurrent callers, one event per call; {PROCESSES} worker processes")
+        batch = bench_signoff(tmp / f"batch-{r}", n, workers, say=say, processes=PROCESSES,
+                              backend=backend)
+        concurrent = bench_signoff(tmp / f"concurrent-{r}", n, workers, say=say,
+                                   processes=PROCESSES, per_event=CALLERS, backend=backend)
+        pairs.append((concurrent["flow_per_s"] / batch["flow_per_s"], batch, concurrent))
+    pairs.sort(key=lambda pair: pair[0])
+    return pairs
+
+
+def _sequential(folder, backend, say):
+    """Rounds of (bare commits/s, one caller's calls/s), taken in turn on one home."""
+    rt = _signoff_home(folder, 0, 0, backend, say)
+    rounds = []
+    try:
+        for r in range(PAIRS):
+            floor = commit_floor(rt, SEQUENTIAL_CALLS)
+            events = [{"event_id": f"seq-{r}-{i}", "name": "comment.created", "document": "doc-demo",
+                       "record_id": f"r-{i}", "occurred": int(time.time()), "text": "wake only"}
+                      for i in range(SEQUENTIAL_CALLS)]
+            start = time.perf_counter()
+            for event in events:
+                rt.enqueue_events([event], MONITOR)
+            rounds.append((floor, SEQUENTIAL_CALLS / (time.perf_counter() - start)))
+    finally:
+        _close_home(rt)
+    return rounds
+
+
+def _report(n, workers, backend, pairs, sequential):
+    ratio, batch, concurrent = pairs[len(pairs) // 2]
+    floor, calls = sorted(sequential, key=lambda r: r[1] / r[0])[len(sequential) // 2]
+    batches = concurrent["writer_batches"]
+    return {
+        "events": n, "workers": workers, "processes": PROCESSES, "callers": CALLERS,
+        "backend": backend.label,
+        "batch_flow_per_s": round(batch["flow_per_s"], 1),
+        "concurrent_flow_per_s": round(concurrent["flow_per_s"], 1),
+        "concurrent_ratio": round(ratio, 3),
+        "concurrent_ratios": [round(p[0], 3) for p in pairs],
+        "concurrent_enqueue_per_s": round(concurrent["enqueue_per_s"], 1),
+        "batch_enqueue_per_s": round(batch["enqueue_per_s"], 1),
+        "concurrent_writer_batches": batches,
+        "concurrent_commit_floor_per_s": round(concurrent["commit_floor_per_s"], 1),
+        "sequential_calls_per_s": round(calls, 1),
+        "sequential_commit_floor_per_s": round(floor, 1),
+        "sequential_ratio": round(calls / floor, 3),
+        "sequential_ratios": [round(c / f, 3) for f, c in sequential],
+        "targets": {
+            "concurrent_ratio": {"target": ">= 0.9 x batch, enqueue → done",
+                                 "value": round(ratio, 3), "pass": ratio >= 0.9},
+            "sequential_ratio": {"target": ">= 0.5 x bare commits/s",
+                                 "value": round(calls / floor, 3), "pass": calls / floor >= 0.5},
+        },
+    }
+
+
+def describe(r):
+    """The report as lines of text."""
+    grouped = ("" if r["concurrent_writer_batches"] is None else
+               f"; the writer thread wrote {r['concurrent_writer_batches']} group commits")
+    lines = [
+        f"bench --concurrent: {r['events']} events, {r['backend']}, {r['processes']} worker "
+        f"processes x {r['workers']} threads, {r['callers']} callers", "",
+        f"enqueue → done, one call for all                {r['batch_flow_per_s']:,.0f} events/s",
+        f"enqueue → done, {r['callers']} callers, one event a call    "
+        f"{r['concurrent_flow_per_s']:,.0f} events/s ({r['concurrent_ratio']:.2f} of batch; "
+        f"pairs {', '.join(f'{x:.2f}' for x in r['concurrent_ratios'])})",
+        f"  enqueue calls, {r['callers']} callers                    "
+        f"{r['concurrent_enqueue_per_s']:,.0f}/s (batch call {r['batch_enqueue_per_s']:,.0f}"
+        f" events/s; bare commits {r['concurrent_commit_floor_per_s']:,.0f}/s{grouped})",
+        f"one sequential caller                           {r['sequential_calls_per_s']:,.0f}"
+        f" calls/s against {r['sequential_commit_floor_per_s']:,.0f} bare commits/s "
+        f"({r['sequential_ratio']:.2f}; rounds {', '.join(f'{x:.2f}' for x in r['sequential_ratios'])})",
+        "", "targets"]
+    for key, t in r["targets"].items():
+        lines.append(f"  {'pass' if t['pass'] else 'MISS'}  {key:<17} {t['value']:>7}  {t['target']}")
+    return lines
+
+

@@ -1,0 +1,165 @@
+"""``python -m bench --cli``: ingest through the CLI against plain Huey, process start included.
+
+On SQLite files in fresh folders, N events (default 10,000):
+
+- **signoff**: ``signoff enqueue FILE`` (one process), then ``signoff worker
+  --drain`` (one process, 2 threads) until every event is ``ready``; timed
+  from the first process's start to the second's exit.
+- **plain Huey**: one process that enqueues N no-op tasks (``task()`` once per
+  task, as a Huey producer does), then one consumer process (2 threads,
+  signoff's queue and consumer settings) that exits once the queue is empty
+  and every task ran; timed likewise.
+
+The two alternate ``ROUNDS`` times; each figure is the median round. Then the
+start-up alone: ``python -m signoff --help`` and a bare ``import huey``
+process, and the import time of ``signoff.cli`` (``-X importtime``), medians
+of ``STARTS`` runs each.
+"""
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .backends import backend_env_set_aside
+from .pipeline import DOC, MONITOR, ROOT, _close_home, _signoff_home
+
+ROUNDS = 3
+STARTS = 5
+
+_HUEY_CHILD = r"""
+import sys, threading, time
+from huey import SqliteHuey
+path, n, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+huey = SqliteHuey(name="bench", filename=path, fsync=False, results=False, timeout=30)
+done = []
+
+@huey.task(name="bench.noop")
+def noop():
+    done.append(1)
+
+if mode == "enqueue":
+    for _ in range(n):
+        noop()
+else:
+    consumer = huey.create_consumer(workers=2, worker_type="thread", periodic=False,
+                                    max_delay=0.1, initial_delay=0.05)
+    consumer.start()
+    while len(done) < n:
+        time.sleep(0.005)
+    consumer.stop(graceful=True)
+"""
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _timed(*argvs, cwd=None):
+    start = time.perf_counter()
+    for argv in argvs:
+        subprocess.run(argv, check=True, env=_env(), cwd=cwd, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE)
+    return time.perf_counter() - start
+
+
+def _signoff_round(folder, n):
+    rt = _signoff_home(folder, n, 0, None, lambda msg: None)
+    _close_home(rt)
+    events = folder / "events.jsonl"
+    now = int(time.time())
+    events.write_text("".join(json.dumps({"event_id": f"evt-{i}", "name": "comment.created",
+                                          "document": DOC, "record_id": f"r-{i}", "occurred": now,
+                                          "text": "wake only"}) + "\n" for i in range(n)))
+    cli = [sys.executable, "-m", "signoff", "--home", str(folder)]
+    seconds = _timed([*cli, "enqueue", "--monitor", MONITOR, str(events)],
+                     [*cli, "worker", "--drain", "--workers", "2"])
+    from signoff import storage
+    from signoff.app import Signoff
+    from signoff.models import Delivery
+    with Signoff(folder) as rt:
+        with storage.bind(rt.database):
+            ready = Delivery.select().where(Delivery.outcome == "ready").count()
+    if ready != n:
+        raise RuntimeError(f"bench --cli: {ready} of {n} events ready")
+    return seconds
+
+
+def _huey_round(folder, n):
+    folder.mkdir(parents=True)
+    path = str(folder / "queue.db")
+    script = [sys.executable, "-c", _HUEY_CHILD, path]
+    return _timed([*script, str(n), "enqueue"], [*script, str(n), "consume"])
+
+
+def _import_ms(module):
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"],
+                         env=_env(), capture_output=True, text=True, check=True, cwd=str(ROOT))
+    last = [line for line in out.stderr.splitlines() if line.rstrip().endswith(f"| {module}")][-1]
+    return int(last.split("|")[1]) / 1000
+
+
+def _startup():
+    runs = {"signoff_help_s": [], "python_import_huey_s": [], "python_bare_s": [],
+            "signoff_cli_import_ms": [], "huey_import_ms": []}
+    for _ in range(STARTS):
+        runs["signoff_help_s"].append(_timed([sys.executable, "-m", "signoff", "--help"],
+                                             cwd=str(ROOT)))
+        runs["python_import_huey_s"].append(_timed([sys.executable, "-c", "import huey"]))
+        runs["python_bare_s"].append(_timed([sys.executable, "-c", "pass"]))
+        runs["signoff_cli_import_ms"].append(_import_ms("signoff.cli"))
+        runs["huey_import_ms"].append(_import_ms("huey"))
+    return {key: round(statistics.median(values), 3) for key, values in runs.items()}
+
+
+def run_cli_bench(n_events=10_000, as_json=False):
+    """Both ways through processes, then the start-up alone; the report."""
+    say = (lambda msg: None) if as_json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    tmp = Path(tempfile.mkdtemp(prefix="signoff-bench-cli-"))
+    rounds = {"signoff": [], "huey": []}
+    try:
+        with backend_env_set_aside():
+            for r in range(ROUNDS):
+                say(f"({r + 1}/{ROUNDS}) {n_events} events: signoff enqueue + worker --drain;"
+                    " plain Huey producer + consumer")
+                rounds["signoff"].append(n_events / _signoff_round(tmp / f"signoff-{r}", n_events))
+                rounds["huey"].append(n_events / _huey_round(tmp / f"huey-{r}", n_events))
+            say("start-up: signoff --help, import huey, python -c pass")
+            startup = _startup()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    signoff_rate, huey_rate = (statistics.median(rounds[k]) for k in ("signoff", "huey"))
+    report = {"events": n_events, "signoff_cli_ingest_per_s": round(signoff_rate, 1),
+              "huey_cli_noop_per_s": round(huey_rate, 1),
+              "cli_ingest_ratio": round(signoff_rate / huey_rate, 3),
+              "rounds_per_s": {k: [round(v, 1) for v in vs] for k, vs in rounds.items()},
+              "startup": startup}
+    if not as_json:
+        print("\n".join(describe(report)))
+    return report
+
+
+def describe(r):
+    """The report as lines of text."""
+    s = r["startup"]
+    return [
+        f"bench --cli: {r['events']} events, sqlite, process start included", "",
+        f"signoff enqueue + worker --drain (→ ready)   {r['signoff_cli_ingest_per_s']:,.0f} events/s",
+        f"plain Huey producer + consumer (no-op)       {r['huey_cli_noop_per_s']:,.0f} tasks/s",
+        f"  ratio                                      {r['cli_ingest_ratio']:.2f}"
+        f" (rounds: signoff {r['rounds_per_s']['signoff']}, Huey {r['rounds_per_s']['huey']})",
+        f"python -m signoff --help                     {s['signoff_help_s'] * 1000:,.0f} ms"
+        f" (python -c 'import huey' {s['python_import_huey_s'] * 1000:,.0f} ms,"
+        f" python -c pass {s['python_bare_s'] * 1000:,.0f} ms)",
+        f"import signoff.cli                           {s['signoff_cli_import_ms']:,.0f} ms"
+        f" (import huey {s['huey_import_ms']:,.0f} ms)",
+        "", "targets",
+        f"  {'pass' if r['cli_ingest_ratio'] >= 1.0 else 'MISS'}  cli_ingest_ratio "
+        f"{r['cli_ingest_ratio']:>7}  >= 1.0 x plain Huey no-op through processes"]

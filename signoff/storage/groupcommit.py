@@ -1,0 +1,130 @@
+"""Group commit: concurrent writers share one transaction, each answered after its commit.
+
+Callers hand a job over and wait for its answer. One writer thread takes every
+job waiting (after ``window_s``, which lets concurrent callers catch up; with 0
+it takes only what is already waiting), writes them with ``write(jobs)`` in
+one transaction, and answers each job only once that transaction committed.
+So an answer means durable, and N concurrent callers cost one commit instead
+of N, where a database with a single writer (SQLite) would otherwise make
+them queue for its lock and pay a commit each.
+
+``write`` returns one answer per job; an exception as a job's answer is raised
+in that job's caller alone (the others of the batch were written). An
+exception raised by ``write`` itself is raised in every caller of the batch.
+
+``signoff serve`` waits from its event loop (``submit`` and
+``asyncio.wrap_future``); the Python API waits in its callers' threads
+(``run``), where a caller alone writes in its own thread, with no hand-over.
+"""
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+
+log = logging.getLogger("signoff.storage")
+
+MAX_BATCH = 500
+_STOP = object()
+
+
+class GroupCommit:
+    """Batches jobs for ``write(jobs) -> [answer, ...]``, run by one writer thread."""
+
+    def __init__(self, write, window_s=0.0, max_batch=MAX_BATCH, name="signoff-commit"):
+        self.write = write
+        self.window_s = window_s
+        self.max_batch = max_batch
+        self.name = name
+        self.batches = 0  # batches the writer thread wrote
+        self._queue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._alone = threading.Lock()  # held by a caller writing in its own thread
+        self._thread = None
+
+    def submit(self, job):
+        """Queue ``job``; a ``Future`` resolved once the transaction that wrote it committed."""
+        future = Future()
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+            self._queue.put((job, future))
+        return future
+
+    def run(self, job):
+        """Write ``job`` and return its answer once committed (raise its error).
+
+        A caller with no other call being written writes at once in its own
+        thread; callers arriving meanwhile are grouped by the writer thread.
+        """
+        if self._alone.acquire(blocking=False):
+            try:
+                return _outcome(self.write([job])[0])
+            finally:
+                self._alone.release()
+        return self.submit(job).result()
+
+    def close(self):
+        """Write what is still queued, then stop the writer thread."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+            if thread is None:
+                return
+            self._queue.put(_STOP)
+        thread.join()
+
+    def _run(self):
+        while True:
+            first = self._queue.get()
+            if first is _STOP:
+                return
+            batch = [first]
+            stopping = self._take(batch)
+            if not stopping and len(batch) < self.max_batch and self.window_s:
+                time.sleep(self.window_s)
+                stopping = self._take(batch)
+            self._commit(batch)
+            if stopping:
+                return
+
+    def _take(self, batch):
+        # True when the stop marker was among the jobs taken.
+        while len(batch) < self.max_batch:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return False
+            if item is _STOP:
+                return True
+            batch.append(item)
+        return False
+
+    def _commit(self, batch):
+        # A caller that stopped waiting (a client gone away) still has its job
+        # written; only its answer is dropped.
+        live = [future.set_running_or_notify_cancel() for _, future in batch]
+        try:
+            answers = self.write([job for job, _ in batch])
+        except Exception as exc:
+            log.error("group commit of %d job(s) failed: %s", len(batch), type(exc).__name__)
+            answers = [exc] * len(batch)
+        else:
+            self.batches += 1
+        for (_, future), answer, waiting in zip(batch, answers, live):
+            if waiting:
+                _resolve(future, answer)
+
+
+def _outcome(answer):
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer
+
+
+def _resolve(future, answer):
+    if isinstance(answer, BaseException):
+        future.set_exception(answer)
+    else:
+        future.set_result(answer)

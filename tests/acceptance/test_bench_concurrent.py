@@ -1,0 +1,44 @@
+"""`python -m bench --concurrent` and `--cli` run end to end with small N and report every figure."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import child_env
+
+pytestmark = pytest.mark.timeout(900)  # a whole bench run per test
+
+
+def bench(tmp_path, *args):
+    done = subprocess.run([sys.executable, "-m", "bench", "--json", *args], cwd=tmp_path,
+                          env=child_env(), capture_output=True, timeout=840)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.backend_independent
+def test_concurrent_bench_compares_eight_callers_with_the_batch_run(tmp_path):
+    report = bench(tmp_path, "--concurrent", "--events", "40")
+    assert (report["events"], report["callers"], report["processes"]) == (40, 8, 2)
+    assert report["backend"] == "sqlite/sqlite"
+    for key in ("batch_flow_per_s", "concurrent_flow_per_s", "concurrent_enqueue_per_s",
+                "sequential_calls_per_s", "sequential_commit_floor_per_s"):
+        assert report[key] > 0, key
+    ratios = report["concurrent_ratios"]
+    assert len(ratios) == 3 and ratios == sorted(ratios) and report["concurrent_ratio"] == ratios[1]
+    assert report["concurrent_writer_batches"] >= 0  # SQLite: the API's group commit
+    assert set(report["targets"]) == {"concurrent_ratio", "sequential_ratio"}
+    assert all(isinstance(t["pass"], bool) for t in report["targets"].values())
+
+
+@pytest.mark.slow
+@pytest.mark.backend_independent
+def test_cli_bench_times_processes_and_the_start_up(tmp_path):
+    report = bench(tmp_path, "--cli", "--events", "40")
+    assert report["events"] == 40
+    assert report["signoff_cli_ingest_per_s"] > 0 and report["huey_cli_noop_per_s"] > 0
+    assert [len(v) for v in report["rounds_per_s"].values()] == [3, 3]
+    startup = report["startup"]
+    assert startup["signoff_cli_import_ms"] > 0 and startup["signoff_help_s"] > 0

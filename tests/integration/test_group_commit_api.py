@@ -1,0 +1,129 @@
+"""Concurrent Python API enqueue calls on SQLite share commits; each answer follows its commit."""
+
+import sqlite3
+import threading
+
+import pytest
+
+from signoff.errors import Refused
+from signoff.models import Delivery
+
+from conftest import make_event, wait_for
+
+CALLERS = 8
+
+
+def _durable(path, delivery):
+    # Another connection sees only what was committed.
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT count(*) FROM delivery WHERE id = ?", (delivery,)).fetchone()[0]
+    finally:
+        conn.close()
+
+
+class Gate:
+    """Holds every write until opened, so the calls that arrive meanwhile pile up."""
+
+    def __init__(self, commits):
+        self.open = threading.Event()
+        self.entered = []
+        self._write = commits.write
+        commits.write = self
+
+    def __call__(self, jobs):
+        self.entered.append(len(jobs))
+        assert self.open.wait(60), "the gate was never opened"
+        return self._write(jobs)
+
+
+def _callers(rt, events):
+    """Start one thread per event, each calling ``enqueue_events`` with it alone;
+    the first is inside its write before the others start."""
+    path = rt.database.database
+    answers, durable = {}, {}
+
+    def call(event):
+        try:
+            [result] = rt.enqueue_events([event])
+        except Exception as exc:  # noqa: BLE001 - the caller's own answer is the point
+            answers[event["event_id"]] = exc
+            return
+        answers[event["event_id"]] = result
+        durable[event["event_id"]] = _durable(path, result.delivery)
+
+    threads = [threading.Thread(target=call, args=(e,)) for e in events]
+    threads[0].start()
+    return threads, answers, durable
+
+
+def _line_up(rt, gate, threads):
+    # The first call writes in its own thread, the writer thread takes the
+    # second, and the others queue behind it, to be written together.
+    wait_for(lambda: len(gate.entered) == 1, what="the first caller writing")
+    threads[1].start()
+    wait_for(lambda: len(gate.entered) == 2, what="the writer thread writing")
+    for thread in threads[2:]:
+        thread.start()
+    wait_for(lambda: rt.commits._queue.qsize() == len(threads) - 2, what="the callers queued")
+
+
+@pytest.fixture
+def sqlite_rt(rt):
+    if rt.commits is None:
+        pytest.skip("group commit is for single-writer databases (SQLite)")
+    return rt
+
+
+def test_concurrent_calls_share_commits_and_each_answer_follows_its_commit(sqlite_rt):
+    rt = sqlite_rt
+    gate = Gate(rt.commits)
+    events = [make_event(event_id=f"evt-{i}") for i in range(CALLERS)]
+    threads, answers, durable = _callers(rt, events)
+    _line_up(rt, gate, threads)
+    assert answers == {}  # nobody is answered before a commit
+    gate.open.set()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(gate.entered) == [1, 1, CALLERS - 2]
+    assert all(answers[e["event_id"]].accepted for e in events)
+    assert durable == {e["event_id"]: 1 for e in events}
+    assert len({answers[e["event_id"]].delivery for e in events}) == CALLERS
+    assert Delivery.select().count() == CALLERS
+
+
+def test_a_failing_call_gets_its_own_error_and_the_others_of_its_batch_commit(sqlite_rt):
+    rt = sqlite_rt
+    # A real refusal by the database, for one event only.
+    rt.database.execute_sql("CREATE TRIGGER refuse_bad BEFORE INSERT ON delivery "
+                            "WHEN NEW.event_id = 'evt-bad' BEGIN "
+                            "SELECT RAISE(ABORT, 'refused by the test'); END")
+    gate = Gate(rt.commits)
+    events = [make_event(event_id=f"evt-{i}") for i in range(CALLERS - 1)]
+    events.insert(3, make_event(event_id="evt-bad"))
+    threads, answers, durable = _callers(rt, events)
+    _line_up(rt, gate, threads)
+    gate.open.set()
+    for thread in threads:
+        thread.join(60)
+    bad = answers.pop("evt-bad")
+    assert isinstance(bad, Exception) and "refused by the test" in str(bad)
+    assert all(a.accepted for a in answers.values()) and len(answers) == CALLERS - 1
+    assert durable == {e: 1 for e in answers}
+    assert sorted(Delivery.select(Delivery.event_id).tuples()) == sorted(
+        (e,) for e in answers)
+
+
+def test_a_sequential_caller_writes_in_its_own_thread(sqlite_rt):
+    rt = sqlite_rt
+    for i in range(3):
+        [result] = rt.enqueue_events([make_event(event_id=f"evt-{i}")])
+        assert result.accepted and _durable(rt.database.database, result.delivery) == 1
+    assert rt.commits.batches == 0  # no hand-over to the writer thread
+
+
+def test_an_unknown_monitor_is_refused_before_anything_is_queued(sqlite_rt):
+    with pytest.raises(Refused) as refused:
+        sqlite_rt.enqueue_events([make_event()], monitor_id="nope")
+    assert refused.value.code == "unknown_monitor"
+    assert Delivery.select().count() == 0
