@@ -22,7 +22,6 @@ The map, from the faces down (each layer imports only the layers below it):
   OpenTelemetry spans (the one module that imports it).
 """
 
-from . import storage  # noqa: F401 - first: it imports peewee and Huey its way (storage.drivers)
 from .app import Signoff
 from .errors import Blocked, Refused, SignoffError
 

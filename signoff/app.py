@@ -3,12 +3,14 @@
 import functools
 import threading
 
+from peewee import DatabaseError
+
 from .ops import (approval, deadletters, gaps, intake, monitors, policy, redraft, retention,
                   reviewers, secrets, subscriptions, views)
 from .steps import drafting, ingest, reaper, submit
 from . import storage, tracing
 from .clock import Clock
-from .errors import ConfigError
+from .errors import ConfigError, StorageError
 from .config import (call_factory, load_config, load_plugin, make_private, resolve_home,
                      write_default)
 from .rules.events import check_value
@@ -76,8 +78,10 @@ class Signoff:
             # so that tracing started later still wraps the one the runtime uses.
             rt._new_drafter()
             make_private(path)
-        except BaseException:
+        except BaseException as exc:
             rt.close()
+            if isinstance(exc, DatabaseError):  # said with this home's database named
+                raise StorageError(*storage.describe(exc, rt.database)) from None
             raise
         return rt
 

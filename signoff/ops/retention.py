@@ -1,4 +1,5 @@
-"""Retention: finished tasks lose their record snapshot and result (SPEC section 12).
+"""Retention: finished tasks lose their record snapshot and result
+(``[retention]`` in docs/configuration.md).
 
 What stays is what an operator and the dedupe layer need: the task row's key,
 status, code, digests, who approved and when, every time, the attempt history,

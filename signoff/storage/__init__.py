@@ -16,10 +16,7 @@ The functions below are the seam's face for the rest of signoff: each runs
 against the database the calling ``Signoff`` bound (``db``) or the one given.
 """
 
-from .drivers import import_libraries, load as load_driver
-
-import_libraries()  # before peewee and Huey are imported anywhere else (see drivers)
-
+from .drivers import load as load_driver
 from .bulk import Fetched, PreparedInsert, insert_rows
 from .database import Unbound, bind, db, engine_of, resolve  # noqa: F401 (the package face)
 from .engines import open_database, label

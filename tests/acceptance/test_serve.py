@@ -1,4 +1,4 @@
-"""``signoff serve`` webhook ingest against a real server process (SPEC section 10).
+"""``signoff serve`` webhook ingest against a real server process (docs/serve.md).
 
 Each request kind is sent to a real ``signoff serve`` on a free port; the test
 then reads the home to see what was stored: a delivery and a webhook-id

@@ -1,4 +1,4 @@
-"""Approvals as people give them (SPEC section 15): edit then approve, a quorum of
+"""Approvals as people give them (docs/concepts.md, docs/serve.md): edit then approve, a quorum of
 distinct approvers on one digest, who decided and why, hidden characters.
 
 Python API and CLI on a real home (SQLite by default; PostgreSQL/Redis with the

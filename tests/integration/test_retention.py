@@ -1,4 +1,4 @@
-"""Retention (SPEC section 12): finished tasks lose snapshot and result, nothing else.
+"""Retention (docs/configuration.md): finished tasks lose snapshot and result, nothing else.
 
 Tasks are aged with the fake clock; the CLI tests run ``signoff purge`` on a real
 home whose config sets the retention period.
