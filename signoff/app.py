@@ -6,7 +6,7 @@ import threading
 from peewee import DatabaseError
 
 from .ops import (approval, deadletters, gaps, intake, monitors, policy, redraft, retention,
-                  reviewers, secrets, subscriptions, views)
+                  reviewers, secrets, subscriptions, views, webhooks)
 from .steps import drafting, ingest, reaper, submit
 from . import storage, tracing
 from .clock import Clock
@@ -347,6 +347,27 @@ class Signoff:
         return secrets.add(self, monitor_id, secret, by, channel)
 
     @_own_database
+    def webhook_secrets(self, monitor_id):
+        """``(monitor exists, its current secrets)``: what a webhook is verified against."""
+        return secrets.current(monitor_id)
+
+    @_own_database
+    def first_webhook_answer(self, monitor_id, webhook_id):
+        """The stored answer to a monitor's ``webhook-id`` (marked duplicate), or ``None``."""
+        return webhooks.first_answer(monitor_id, webhook_id)
+
+    @_own_database
+    def write_webhooks(self, jobs):
+        """Write a batch of webhook jobs (``webhooks.Accept``/``Refusal``/``Noted``) in
+        one transaction; one ``(status, body)`` or ``None`` per job."""
+        return webhooks.write_batch(self, jobs)
+
+    @_own_database
+    def subscription_callbacks(self, monitor_id):
+        """The MCP Events subscriptions whose callback is ``/hooks/<monitor_id>``."""
+        return subscriptions.for_callback(monitor_id)
+
+    @_own_database
     def monitor_secrets(self, monitor_id):
         """A monitor's secret ids and when they were added (never the secrets)."""
         return secrets.listing(monitor_id)
@@ -355,6 +376,22 @@ class Signoff:
     def remove_secret(self, monitor_id, secret_id, by="operator", channel="cli"):
         """Remove one of a monitor's webhook secrets."""
         return secrets.remove(self, monitor_id, secret_id, by, channel)
+
+    @_own_database
+    def viewer_for(self, session_token):
+        """The reviewer of a review-page session (a ``reviewers.Viewer``), or ``None``."""
+        return reviewers.viewer_for(session_token, self.clock.now())
+
+    @_own_database
+    def log_in(self, name, token):
+        """``(session token, reviewer)`` for a good login, ``(None, reviewer or None)``
+        otherwise (``reviewers.log_in``)."""
+        return reviewers.log_in(name, token, self.clock.now())
+
+    @_own_database
+    def log_out(self, session_token):
+        """End a review-page session."""
+        return reviewers.log_out(session_token)
 
     @_own_database
     def reviewers(self):
@@ -395,6 +432,21 @@ class Signoff:
         return views.task_page(status, monitor, parked, monitors, limit, offset)
 
     @_own_database
+    def review_list(self, status, monitor=None, parked=False, monitors=None, limit=200):
+        """The review pages' task list and counts (``views.review_list``)."""
+        return views.review_list(status, monitor, parked, monitors, limit)
+
+    @_own_database
+    def unobserved(self):
+        """What no monitor observed: the gaps' summary the pages show (``gaps.summary``)."""
+        return gaps.summary()
+
+    @_own_database
+    def delivery(self, delivery_id):
+        """One delivery with its event's fields and attempt history."""
+        return views.delivery_detail(delivery_id)
+
+    @_own_database
     def task(self, key):
         """One task with its record, result, digests and history."""
         return views.task_detail(key)
@@ -414,6 +466,14 @@ class Signoff:
         """The operator's numbers, as ``signoff stats`` prints them: one snapshot."""
         with storage.read_snapshot(self.database):
             return views.stats(self.clock.now(), drafting.tokens_per_hour(self))
+
+    @_own_database
+    def metrics(self):
+        """``stats`` and the grouped counts ``/metrics`` adds, in one snapshot."""
+        with storage.read_snapshot(self.database):
+            now = self.clock.now()
+            return dict(views.stats(now, drafting.tokens_per_hour(self)),
+                        **views.metric_counts(now))
 
 
 def _check_drafter_timeout(draft, lease_ttl_s):

@@ -20,7 +20,7 @@ import pytest
 
 from backends import Backends
 # The helpers stay importable from here for tests that still name conftest.
-from helpers import (PLUGINS, ROOT, T0, child_env, make_event, open_home,  # noqa: F401
+from helpers import (ARGS, CHROMIUM, PLUGINS, ROOT, T0, child_env, make_event, open_home,  # noqa: F401
                      parent_of, read_here, set_keys, signoff_cmd, start_worker, state_tables,
                      reads_for_one_test, wait_for)
 from signoff import storage
@@ -155,6 +155,19 @@ def home(tmp_path, backend):
     if backend is not None:
         backend.write_config(path)
     return path
+
+
+@pytest.fixture
+def browser():
+    """Debian's headless Chromium through playwright (a missing one fails the test)."""
+    import shutil
+    if not shutil.which(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield chromium
+        chromium.close()
 
 
 @pytest.fixture(autouse=True)

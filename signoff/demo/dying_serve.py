@@ -15,17 +15,18 @@ import signal
 
 def main():
     """Run the ``signoff`` command line with the dying commit in place."""
+    from ..app import Signoff
     from ..cli import main as cli
-    from ..serve import hooks, web
-    write = web.write_batch
+    from ..ops.webhooks import Accept
+    write = Signoff.write_webhooks
 
     def write_then_die(rt, jobs):
         answers = write(rt, jobs)
-        if any(isinstance(job, hooks.Accept) for job in jobs):
+        if any(isinstance(job, Accept) for job in jobs):
             os.kill(os.getpid(), signal.SIGKILL)
         return answers
 
-    web.write_batch = write_then_die  # build_app looks it up at each commit
+    Signoff.write_webhooks = write_then_die  # before serve builds its commit writer
     cli(prog_name="signoff")
 
 

@@ -14,7 +14,7 @@ from . import gaps, subscriptions
 from .approval import get_task
 from ..errors import Refused
 from ..models import (Approval, Attempt, Audit, AuditReviewer, DeadLetter, Delivery, Monitor,
-                      Task)
+                      Notification, Task, WebhookRefusal)
 from ..rules.text import hidden_characters
 from .retention import purged_at
 from ..state import heartbeats
@@ -126,6 +126,56 @@ def task_page(status=None, monitor=None, parked=False, monitors=None, limit=50, 
     more = max(0, query.order_by().count() - offset - limit)
     convert = LISTINGS["tasks"][1]
     return [convert(r) for r in query.limit(limit).offset(offset).dicts()], more
+
+
+def metric_counts(now):
+    """What ``/metrics`` adds to ``stats``: attempts by step and code, webhook refusals
+    and notifications by code and status, and the oldest ready task's age."""
+    oldest = Task.select(fn.MIN(Task.created_at)).where(Task.status == "ready").scalar()
+    return {
+        "attempts": list(Attempt.select(Attempt.step, Attempt.code, fn.COUNT(Attempt.id))
+                         .group_by(Attempt.step, Attempt.code).tuples()),
+        "refusals": list(WebhookRefusal.select(WebhookRefusal.code, fn.SUM(WebhookRefusal.count))
+                         .group_by(WebhookRefusal.code).tuples()),
+        "notifications": dict(Notification.select(Notification.status,
+                                                  fn.COUNT(Notification.task_key))
+                              .group_by(Notification.status).tuples()),
+        "oldest_ready_s": max(0.0, now - oldest) if oldest is not None else 0.0,
+    }
+
+
+def review_list(status, monitor=None, parked=False, monitors=None, limit=200):
+    """``(rows, counts)`` for the review pages' task list, oldest first: ``status``
+    (or ``"all"``), one ``monitor``, only ``parked`` ones, only ``monitors`` (a limited
+    reviewer's); ``counts`` by status. A ready task's row carries its draft and
+    whether it holds hidden characters (bulk approval refuses those)."""
+    query = Task.select(Task.key, Task.monitor, Task.record_id, Task.version, Task.status,
+                        Task.code, Task.parked, Task.outcome_unknown, Task.digest,
+                        Task.updated_at, Task.created_at, Task.result, Task.needs_answers)
+    if status != "all":
+        query = query.where(Task.status == status)
+    if monitor:
+        query = query.where(Task.monitor == monitor)
+    if parked:
+        query = query.where(Task.parked == True)  # noqa: E712
+    counted = Task.select(Task.status, fn.COUNT(Task.key)).group_by(Task.status)
+    if monitors is not None:
+        query = query.where(Task.monitor.in_(sorted(monitors)))
+        counted = counted.where(Task.monitor.in_(sorted(monitors)))
+    rows = [{"key": t.key, "monitor": t.monitor, "record_id": t.record_id, "version": t.version,
+             "status": t.status, "state": describe(t), "parked": t.parked, "digest": t.digest,
+             "may_be_written": t.status == "uncertain" or t.outcome_unknown,
+             "needs_answers": t.needs_answers, "updated_at": t.updated_at, **_ready_draft(t)}
+            for t in query.order_by(Task.created_at, Task.key).limit(limit)]
+    return rows, dict(counted.tuples())
+
+
+def _ready_draft(task):
+    result = task.result if task.status == "ready" and isinstance(task.result, dict) else {}
+    draft = result.get("draft")
+    if not isinstance(draft, str):
+        return {"draft": None, "hidden": False}
+    return {"draft": draft, "hidden": bool(hidden_characters(draft))}
 
 
 def dead_letters(limit=None, newest_first=False):

@@ -13,13 +13,15 @@ already answered (200), the map (400 ``invalid_event``), the durable write
 answers, dedupe and refusal audit.
 """
 
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
 from ..errors import InvalidEvent
-from ..ops import secrets, subscriptions
+from ..ops import secrets
 from ..rules.events import broken_json_reason, check_label, decode_json, validate
 from ..state.lifecycle import SubscriptionStatus as S
-from .hooks import Noted, read_text, refuse, store_event
+from ..ops.webhooks import Noted
+from .hooks import read_text, refuse, store_event
 
 # What marks a request as one of an MCP Events subscription (hooks.py routes by it
 # before anything needs the mcp extra; signoff.mcp.events reads it the same way).
@@ -29,7 +31,7 @@ SUBSCRIPTION_HEADER = "x-mcp-subscription-id"
 async def event_hook(rt, commits, request, monitor_id):
     """The answer to a request that names an MCP Events subscription."""
     from ..mcp import events as wire  # the mcp extra: a subscription implies it
-    rows = subscriptions.for_callback(monitor_id)
+    rows = await run_in_threadpool(rt.subscription_callbacks, monitor_id)
     known = monitor_id if rows else None
     body, text, refused = await read_text(commits, request, known, wire.MAX_DELIVERY_BYTES)
     if refused is not None:
@@ -52,7 +54,7 @@ async def event_hook(rt, commits, request, monitor_id):
         return JSONResponse(answer, status_code=200)
     if row["document"] is None:
         return await refuse(commits, monitor_id, "subscription_pending", via=via)
-    return await store_event(commits, monitor_id, request.headers["webhook-id"], body,
+    return await store_event(rt, commits, monitor_id, request.headers["webhook-id"], body,
                              lambda: _mapped(wire, text, row), via=via)
 
 

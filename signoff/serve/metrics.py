@@ -5,14 +5,10 @@ and worker processes agree without a shared metrics directory, and the figures
 are those ``signoff stats --json`` prints.
 """
 
-from peewee import fn
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 
-from ..models import Attempt, Notification, Task, WebhookRefusal
 from ..ops.health import probe_database, probe_queue
-from ..ops.views import stats
-from ..steps.drafting import tokens_per_hour
 from ..state.heartbeats import LIVE_S
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -43,14 +39,12 @@ class SignoffCollector:
 
     def collect(self):
         """Every family, from one ``stats`` snapshot plus a few grouped counts."""
-        now = self.rt.clock.now()
-        s = stats(now, tokens_per_hour(self.rt))
+        s = self.rt.metrics()
         yield _gauge_by("signoff_deliveries", "Deliveries by status.", "status", s["deliveries"])
         yield _gauge_by("signoff_tasks", "Tasks by status.", "status", s["tasks"])
         attempts = CounterMetricFamily("signoff_attempts", "Attempts by step and code.",
                                        labels=["step", "code"])
-        for step, code, n in (Attempt.select(Attempt.step, Attempt.code, fn.COUNT(Attempt.id))
-                              .group_by(Attempt.step, Attempt.code).tuples()):
+        for step, code, n in s["attempts"]:
             attempts.add_metric([step, code], n)
         yield attempts
         yield GaugeMetricFamily("signoff_dead_letters", "Dead letters.",
@@ -65,11 +59,10 @@ class SignoffCollector:
                        s["stale_event_gaps"])
         yield GaugeMetricFamily("signoff_oldest_ready_seconds",
                                 "Age of the oldest task waiting for approval.",
-                                value=_oldest_ready(now))
+                                value=s["oldest_ready_s"])
         refusals = CounterMetricFamily("signoff_webhook_refusals", "Refused webhook requests.",
                                        labels=["code"])
-        for code, n in (WebhookRefusal.select(WebhookRefusal.code, fn.SUM(WebhookRefusal.count))
-                        .group_by(WebhookRefusal.code).tuples()):
+        for code, n in s["refusals"]:
             refusals.add_metric([code], n)
         yield refusals
         yield GaugeMetricFamily("signoff_workers", f"Workers whose loop beat within {LIVE_S:g} s.",
@@ -98,13 +91,7 @@ class SignoffCollector:
             spent.add_metric([kind], n)
         yield spent
         yield _gauge_by("signoff_notifications", "task.ready notifications by status.", "status",
-                        dict(Notification.select(Notification.status, fn.COUNT(Notification.task_key))
-                             .group_by(Notification.status).tuples()))
-
-
-def _oldest_ready(now):
-    oldest = Task.select(fn.MIN(Task.created_at)).where(Task.status == "ready").scalar()
-    return max(0.0, now - oldest) if oldest is not None else 0.0
+                        s["notifications"])
 
 
 def registry_for(rt, *collectors):

@@ -14,17 +14,13 @@ import secrets
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
-from peewee import fn
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import PlainTextResponse, RedirectResponse
 from starlette.templating import Jinja2Templates
 
-from ..ops import gaps
 from ..errors import Blocked, Refused
-from ..models import Task
-from ..rules.text import hidden_characters, visible
-from ..ops.views import delivery_detail, describe
-from ..ops import reviewers
+from ..ops.reviewers import SESSION_TTL_S
+from ..rules.text import visible
 
 COOKIE = "signoff_session"
 LOGIN_COOKIE = "signoff_login"
@@ -90,7 +86,7 @@ class Pages:
     async def viewer(self, request):
         """The reviewer of this request's session cookie, or ``None``."""
         token = request.cookies.get(COOKIE)
-        return await run_in_threadpool(reviewers.viewer_for, token, self.rt.clock.now())
+        return await run_in_threadpool(self.rt.viewer_for, token)
 
     def render(self, request, name, status_code=200, **context):
         """A template rendered with the common context."""
@@ -129,14 +125,13 @@ class Pages:
         wait_s = self.logins.wait_s(name, client)
         if wait_s:
             return self._login_form(request, back, status_code=429, wait_s=wait_s)
-        session, reviewer = await run_in_threadpool(reviewers.log_in, name, form.get("token"),
-                                                    self.rt.clock.now())
+        session, reviewer = await run_in_threadpool(self.rt.log_in, name, form.get("token"))
         if session is None:
             self.logins.failed(reviewer, client)
             return self._login_form(request, back, status_code=401, failed=True)
         self.logins.succeeded()
         response = RedirectResponse(back or "/", status_code=303)
-        response.set_cookie(COOKIE, session, max_age=reviewers.SESSION_TTL_S, httponly=True,
+        response.set_cookie(COOKIE, session, max_age=SESSION_TTL_S, httponly=True,
                             samesite="strict", secure=self.secure_cookies, path="/")
         return response
 
@@ -145,7 +140,7 @@ class Pages:
         viewer, refusal = await self.form_guard(request, write=False)
         if refusal:
             return refusal
-        await run_in_threadpool(reviewers.log_out, viewer.session_token)
+        await run_in_threadpool(self.rt.log_out, viewer.session_token)
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(COOKIE, path="/")
         return response
@@ -178,9 +173,11 @@ class Pages:
         status = q.get("status", "ready")
         status = status if status in STATUSES or status == "all" else "ready"
         monitor, parked = q.get("monitor") or None, q.get("parked") == "1"
-        rows, counts = await run_in_threadpool(_task_rows, status, monitor, parked,
-                                               viewer.monitors)
-        unobserved = await run_in_threadpool(gaps.summary)
+        rows, counts = await run_in_threadpool(self.rt.review_list, status, monitor, parked,
+                                               viewer.monitors, PAGE_LIMIT)
+        for row in rows:  # a ready draft's first lines beside its checkbox
+            row["draft"] = None if row["draft"] is None else excerpt(row["draft"])
+        unobserved = await run_in_threadpool(self.rt.unobserved)
         return self.render(request, "index.html", viewer=viewer, rows=rows, counts=counts,
                            status=status, monitor=monitor, parked=parked, statuses=STATUSES,
                            limit=PAGE_LIMIT, unobserved=unobserved)
@@ -230,7 +227,7 @@ class Pages:
         if viewer is None:
             return to_login(request)
         try:
-            d = await run_in_threadpool(delivery_detail, request.path_params["delivery"])
+            d = await run_in_threadpool(self.rt.delivery, request.path_params["delivery"])
             allowed(viewer, d["monitor"])
         except Refused as exc:
             return self._refused(request, viewer, exc)
@@ -407,34 +404,3 @@ def allowed(viewer, monitor):
     if not viewer.may_see(monitor):
         raise Refused("not_allowed", f"reviewer {viewer.name!r} may not see the tasks of "
                       f"monitor {monitor!r}")
-
-
-def _task_rows(status, monitor, parked, monitors=None):
-    query = Task.select(Task.key, Task.monitor, Task.record_id, Task.version, Task.status,
-                        Task.code, Task.parked, Task.outcome_unknown, Task.digest,
-                        Task.updated_at, Task.created_at, Task.result, Task.needs_answers)
-    if status != "all":
-        query = query.where(Task.status == status)
-    if monitor:
-        query = query.where(Task.monitor == monitor)
-    if parked:
-        query = query.where(Task.parked == True)  # noqa: E712
-    counted = Task.select(Task.status, fn.COUNT(Task.key)).group_by(Task.status)
-    if monitors is not None:
-        query = query.where(Task.monitor.in_(sorted(monitors)))
-        counted = counted.where(Task.monitor.in_(sorted(monitors)))
-    rows = [{"key": t.key, "monitor": t.monitor, "record_id": t.record_id, "version": t.version,
-             "status": t.status, "state": describe(t), "parked": t.parked, "digest": t.digest,
-             "may_be_written": t.status == "uncertain" or t.outcome_unknown,
-             "needs_answers": t.needs_answers, "updated_at": t.updated_at, **_shown_draft(t)}
-            for t in query.order_by(Task.created_at, Task.key).limit(PAGE_LIMIT)]
-    return rows, dict(counted.tuples())
-
-
-def _shown_draft(task):
-    """What the list shows of a ready task's draft: its first lines, and whether it
-    holds hidden characters (bulk approval refuses those: approve them on their page)."""
-    draft = task.result.get("draft") if task.status == "ready" and isinstance(task.result, dict) else None
-    if not isinstance(draft, str):
-        return {"draft": None, "hidden": False}
-    return {"draft": excerpt(draft), "hidden": bool(hidden_characters(draft))}

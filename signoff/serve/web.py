@@ -13,7 +13,7 @@ from .. import storage
 from . import metrics
 from .api import Api
 from .groupcommit import GroupCommit
-from .hooks import make_endpoint, write_batch
+from .hooks import make_endpoint
 from .logins import Logins
 from .pages import TEMPLATES, Pages
 
@@ -69,13 +69,6 @@ class BoundHome:
             return await self.app(scope, receive, send)
 
 
-def _bound_write(rt):
-    def write(jobs):  # in the commit thread, which no request context reaches
-        with storage.bind(rt.database):
-            return write_batch(rt, jobs)
-    return write
-
-
 async def _database_down(request, exc):
     return JSONResponse({"error": "database_unavailable", "message": type(exc).__name__},
                         status_code=503)
@@ -86,7 +79,7 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
 
     ``logins`` is the login throttle (a ``Logins``; by default its defaults).
     """
-    commits = GroupCommit(_bound_write(rt),
+    commits = GroupCommit(rt.write_webhooks,  # binds its own database in the commit thread
                           **({} if window_s is None else {"window_s": window_s}))
     logins = logins or Logins()
     pages = Pages(rt, logins, secure_cookies=secure_cookies)

@@ -14,26 +14,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import start_worker
+from helpers import log_in, shown_status, start_worker
 from servekit import Server, event, make_home
 from signoff.cli import main
-from test_serve_browser import ARGS, CHROMIUM, log_in, shown_status
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 EDITED = "Suggested demo date for doc-demo: 2026-11-02\nThe room is booked."
-
-
-@pytest.fixture
-def browser():
-    import shutil
-    if not shutil.which(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield chromium
-        chromium.close()
 
 
 def start_site(home, material="2026-11-01", records=1, approvals=1):

@@ -21,7 +21,7 @@ from signoff.ops import retention
 from signoff.errors import Refused
 from signoff.rules.events import parse_line
 from signoff.models import Audit, Delivery, WebhookAnswer, WebhookRefusal
-from signoff.serve import hooks
+from signoff.ops import webhooks
 from signoff.ops import secrets
 
 import subprocess
@@ -105,13 +105,13 @@ def test_replayed_webhook_id_answers_the_first_answer_whatever_the_body(served):
 def test_a_reused_webhook_id_in_one_batch_is_counted_too(rt):
     body = json.dumps(make_event()).encode()
     other = json.dumps(make_event(event_id="evt-2")).encode()
-    jobs = [hooks.Accept("default", "msg-b", parse_line(raw, "body"), hooks.body_digest(raw))
+    jobs = [webhooks.Accept("default", "msg-b", parse_line(raw, "body"), webhooks.body_digest(raw))
             for raw in (body, body, other)]
-    answers = hooks.write_batch(rt, jobs)
+    answers = rt.write_webhooks(jobs)
     assert [status for status, _ in answers] == [202, 200, 200]
     assert reuses() == 1 and last_audit() == ("webhook_id_reused", "default")
-    again = hooks.write_batch(rt, [hooks.Accept("default", "msg-b", parse_line(other, "body"),
-                                                hooks.body_digest(other))])
+    again = rt.write_webhooks([webhooks.Accept("default", "msg-b", parse_line(other, "body"),
+                                                webhooks.body_digest(other))])
     assert again[0][0] == 200 and reuses() == 2
     assert Delivery.select().count() == 1
 

@@ -3,30 +3,12 @@
 Run with ``python -m pytest -m browser``; the default run leaves them out.
 """
 
-import shutil
-
 import pytest
 
-from helpers import start_worker
+from helpers import log_in, shown_status, start_worker
 from servekit import Server, event, make_home
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
-
-
-@pytest.fixture
-def browser():
-    if not shutil.which(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield chromium
-        chromium.close()
-
 
 @pytest.fixture
 def site(home):
@@ -39,21 +21,6 @@ def site(home):
     yield rt, server, tokens
     assert server.stop() == 0, server.stderr()
     rt.close()
-
-
-def log_in(browser, server, name, token):
-    page = browser.new_page(viewport={"width": 390, "height": 844})  # a phone's width
-    page.goto(server.url + "/")
-    assert page.url.endswith("/login")
-    page.fill("input[name=name]", name)
-    page.fill("input[name=token]", token)
-    page.click("button[type=submit]")
-    assert page.url == server.url + "/"
-    return page
-
-
-def shown_status(page):
-    return page.get_attribute("#status", "data-status")
 
 
 def open_ready_task(page, rt):

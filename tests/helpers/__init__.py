@@ -131,3 +131,27 @@ def start_worker(home, *args, env=None):
     """Start ``signoff worker`` as a real child process."""
     return subprocess.Popen(signoff_cmd(home, "worker", *args), env=env or child_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+# -- the review pages in Chromium (browser tests) ------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def log_in(browser, server, name, token):
+    """A new page of ``browser`` logged in to ``server`` as ``name``, at a phone's width."""
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    page.goto(server.url + "/")
+    assert page.url.endswith("/login")
+    page.fill("input[name=name]", name)
+    page.fill("input[name=token]", token)
+    page.click("button[type=submit]")
+    assert page.url == server.url + "/"
+    return page
+
+
+def shown_status(page):
+    """The status the task page says it shows."""
+    return page.get_attribute("#status", "data-status")

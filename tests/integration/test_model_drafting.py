@@ -397,8 +397,7 @@ def test_kill_9_while_the_model_call_is_in_flight(home, model):
 def test_the_review_page_shows_open_questions_first_and_a_person_approves(home, model):
     from playwright.sync_api import sync_playwright
     from servekit import Server
-    from signoff.ops import reviewers
-    from test_serve_browser import ARGS, CHROMIUM, log_in
+    from helpers import ARGS, CHROMIUM, log_in
     rt = model_home(home, None, model)
     server = None
     try:
@@ -408,7 +407,7 @@ def test_the_review_page_shows_open_questions_first_and_a_person_approves(home, 
         rt.run_until_idle()
         task = the_task()
         assert (task.status, task.needs_answers) == ("ready", True)
-        token = reviewers.add(rt, "alice")["token"]
+        token = rt.add_reviewer("alice")["token"]
         server = Server(home)
         with sync_playwright() as p:
             chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
