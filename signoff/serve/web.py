@@ -9,7 +9,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .. import storage
 from . import metrics
 from .api import Api
 from .groupcommit import GroupCommit
@@ -54,19 +53,6 @@ class SecurityHeaders:
                 message = dict(message, headers=headers)
             await send(message)
         return await self.app(scope, receive, with_headers)
-
-
-class BoundHome:
-    """ASGI middleware: each request (and the threads it hands work to) uses the
-    served home's database; models queried outside a request have none."""
-
-    def __init__(self, app, database):
-        self.app, self.database = app, database
-
-    async def __call__(self, scope, receive, send):
-        # Starlette's thread pool copies the context, so blocking calls see it too.
-        with storage.bind(self.database):
-            return await self.app(scope, receive, send)
 
 
 async def _database_down(request, exc):
@@ -124,4 +110,4 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
                     exception_handlers={DatabaseError: _database_down,
                                         InterfaceError: _database_down})
     app.state.commits = commits
-    return SecurityHeaders(BoundHome(app, rt.database))
+    return SecurityHeaders(app)
