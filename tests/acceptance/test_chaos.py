@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from helpers import child_env, signoff_cmd, wait_for
+from helpers import child_env, read_here, signoff_cmd, wait_for
 from signoff.app import Signoff
 from signoff.rules.canonical import canonical
 from signoff.errors import Refused
@@ -155,7 +155,7 @@ def test_chaos_kill_restart_and_drain(tmp_path, capsys):
     home = tmp_path / "home"
     home.mkdir()
     (home / "signoff.toml").write_text(CONFIG, encoding="utf-8")
-    rt = Signoff.init(home)
+    rt = read_here(Signoff.init(home))
     host = rt.host()
     setup = host.conn  # one transaction for the fixture records, not 300 fsyncs
     with host._write():

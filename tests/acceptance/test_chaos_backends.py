@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import wait_for
+from helpers import read_here, wait_for
 from signoff import storage
 from signoff.app import Signoff
 from signoff.rules.canonical import canonical
@@ -231,7 +231,7 @@ def test_chaos_on_postgresql_with_a_server_queue(tmp_path, backend, capsys):
     home = tmp_path / "home"
     home.mkdir()
     (home / "signoff.toml").write_text(CONFIG, encoding="utf-8")
-    rt = Signoff.init(home)
+    rt = read_here(Signoff.init(home))
     seed_records(rt)
     workers = Workers(home, tmp_path)
     workers.procs = [None] * PROCESSES
