@@ -13,7 +13,6 @@ already answered (200), the map (400 ``invalid_event``), the durable write
 answers, dedupe and refusal audit.
 """
 
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
 from ..errors import InvalidEvent
@@ -31,7 +30,7 @@ SUBSCRIPTION_HEADER = "x-mcp-subscription-id"
 async def event_hook(rt, commits, request, monitor_id):
     """The answer to a request that names an MCP Events subscription."""
     from ..mcp import events as wire  # the mcp extra: a subscription implies it
-    rows = await run_in_threadpool(rt.subscription_callbacks, monitor_id)
+    rows = rt.subscription_callbacks(monitor_id)  # the loop thread's connection, as hooks
     known = monitor_id if rows else None
     body, text, refused = await read_text(commits, request, known, wire.MAX_DELIVERY_BYTES)
     if refused is not None:

@@ -15,7 +15,6 @@ the first answer, and is counted as the refusal ``webhook_id_reused``.
 """
 
 
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
 from .. import tracing
@@ -82,7 +81,9 @@ async def store_event(rt, commits, monitor_id, webhook_id, body, parse, via=None
         check_label("webhook-id", webhook_id)
         event = parse()
     except InvalidEvent as exc:
-        first = await run_in_threadpool(rt.first_webhook_answer, monitor_id, webhook_id)
+        # In the loop's thread, as the secrets below: one indexed read, and no pool
+        # thread (each would hold a connection of its own) per request.
+        first = rt.first_webhook_answer(monitor_id, webhook_id)
         if first is not None:
             # The first answer was for a valid event, so this is another body.
             await commits.submit(Refusal(monitor_id, REUSED, via))
@@ -113,7 +114,7 @@ def make_endpoint(rt, commits):
         monitor_id = request.path_params["monitor"]
         if SUBSCRIPTION_HEADER in request.headers:
             return await event_hook(rt, commits, request, monitor_id)
-        exists, monitor_secrets = await run_in_threadpool(rt.webhook_secrets, monitor_id)
+        exists, monitor_secrets = rt.webhook_secrets(monitor_id)  # the loop thread's connection
         known = monitor_id if exists else None  # a name nobody bound is never stored
         if exists:
             tracing.annotate(span, monitor=monitor_id)  # a monitor's id, not what the path says
