@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import child_env, signoff_cmd, read_here
-from servekit import Server, event, make_home
+from servekit import Server, event, make_home, ready_home
 from signoff.app import Signoff
 from signoff.clock import FakeClock
 from signoff.models import MODELS, Task
@@ -23,11 +23,7 @@ import subprocess
 
 @pytest.fixture
 def site(home):
-    rt = make_home(home)
-    for n in (2, 3):
-        rt.host().put_record(f"comment-{n}", document="doc-demo", text=f"comment {n}")
-    rt.enqueue_events([event(n) for n in (1, 2, 3)])
-    rt.run_until_idle()
+    rt = ready_home(home)
     alice = rt.add_reviewer("alice")["token"]
     reader = rt.add_reviewer("rita", read_only=True)["token"]
     server = Server(home)

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from conftest import child_env, make_event, signoff_cmd, start_worker
-from servekit import event, make_home
+from servekit import event, ready_home
 from signoff.errors import Refused
 from signoff.models import Delivery, Monitor, Reviewer, Task
 from signoff.state.leases import claimable_counts
@@ -28,11 +28,7 @@ def cli(home, *args):
 @pytest.fixture
 def site(home):
     """A real-clock home with three ready tasks (records comment-1..3)."""
-    rt = make_home(home)
-    for n in (2, 3):
-        rt.host().put_record(f"comment-{n}", document="doc-demo", text=f"comment {n}")
-    rt.enqueue_events([event(n) for n in (1, 2, 3)])
-    rt.run_until_idle()
+    rt = ready_home(home)
     yield rt
     rt.close()
 

@@ -27,6 +27,16 @@ def make_home(path, extra_toml=""):
     return read_here(rt)  # the test looks at its rows
 
 
+def ready_home(home):
+    """``make_home`` with three ready tasks, of records comment-1..3 (the real clock)."""
+    rt = make_home(home)
+    for n in (2, 3):
+        rt.host().put_record(f"comment-{n}", document="doc-demo", text=f"comment {n}")
+    rt.enqueue_events([event(n) for n in (1, 2, 3)])
+    rt.run_until_idle()
+    return rt
+
+
 def event(n=1, **changes):
     """A matching event for record ``comment-<n>``, occurring now."""
     ev = {"event_id": f"evt-{n}", "name": "comment.created", "document": "doc-demo",
