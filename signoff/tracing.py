@@ -34,7 +34,8 @@ ATTRIBUTES = {
     "http_status": "http.response.status_code",
 }
 # The host contract's calls, each traced as ``signoff.host.<method>``.
-HOST_METHODS = ("context", "get", "read_material", "submit", "receipt", "changes")
+HOST_METHODS = ("context", "get", "read_material", "submit", "receipt", "changes",
+                "get_many", "receipts", "submit_many")
 FINAL_EXPORT_S = 2.0  # the most a process waits at exit for its last spans to leave
 ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 

@@ -80,9 +80,8 @@ class ReferenceHost:
             raise TimeoutError("reference host: simulated read timeout")
         if record is None:
             raise Blocked("missing", f"no record {record_id!r}")
-        record, grant = json.loads(record), json.loads(grant)
-        if (record["tenant"] != grant["tenant"] or record["document"] not in grant["docs"]
-                or "read" not in grant["actions"]):
+        record = json.loads(record)
+        if not _readable(record, json.loads(grant)):
             raise Blocked("access", "the grant does not cover this record")
         return record
 
@@ -97,23 +96,65 @@ class ReferenceHost:
             raise Blocked("missing", f"no material for {document!r}")
         return json.loads(material)
 
+    def get_many(self, record_ids):
+        """``{record_id: record}`` for the ids ``get`` would answer, read in one snapshot.
+
+        An id left out (missing, outside the grant) is for ``get`` to explain.
+        """
+        if self._fire("read-timeout"):
+            raise TimeoutError("reference host: simulated read timeout")
+        ids = list(record_ids)
+        rows = self.conn.execute(
+            f"SELECT id, body, (SELECT body FROM grants WHERE id = 1) FROM records"
+            f" WHERE id IN ({_marks(ids)})", ids).fetchall()
+        return {rid: record for rid, record, grant in
+                ((rid, json.loads(body), json.loads(grant)) for rid, body, grant in rows)
+                if _readable(record, grant)}
+
     def submit(self, key, expected, result):
         """Write ``result`` under ``key`` once; idempotent for the same result."""
+        refused = self._write_results([(key, expected, result)])
+        if refused:
+            raise Blocked(refused[key], _REFUSALS[refused[key]])
+
+    def submit_many(self, items):
+        """Write each ``(key, expected, result)`` as ``submit`` would, in one transaction.
+
+        Returns ``{key: code}`` for the items refused; the others were written,
+        or already held the same result. One commit (one fsync) for the batch.
+        """
+        return self._write_results(items)
+
+    def _write_results(self, items):
         if "submit_review" not in self.context()["actions"]:
             raise Blocked("action", "the grant does not allow submit_review")
+        refused, written = {}, 0
         with self._write():
-            old = self._one("SELECT result FROM results WHERE key = ?", key)
-            if old is not None:
-                if old != result:
-                    raise Blocked("idempotency_conflict", "this key holds another result")
-                return
-            # A batch's result is checked against every record it covers.
-            for record in expected if isinstance(expected, list) else [expected]:
-                current = self._one("SELECT body FROM records WHERE id = ?", record.get("id"))
-                if current != record or current.get("status") != "open":
-                    raise Blocked("source_changed", "the record changed since it was read")
-            self.conn.execute("INSERT INTO results VALUES (?, ?, strftime('%s','now'))",
-                              (key, canonical(result)))
+            for key, expected, result in items:
+                verdict = self._verdict(key, expected, result)
+                if verdict == "write":
+                    self.conn.execute("INSERT INTO results VALUES (?, ?, strftime('%s','now'))",
+                                      (key, canonical(result)))
+                    written += 1
+                elif verdict != "held":
+                    refused[key] = verdict
+        if written:  # a retry that finds its result already held writes nothing
+            self._after_write()
+        return refused
+
+    def _verdict(self, key, expected, result):
+        """``write``, ``held`` (the same result is there) or the refusal's code."""
+        old = self._one("SELECT result FROM results WHERE key = ?", key)
+        if old is not None:
+            return "held" if old == result else "idempotency_conflict"
+        # A batch's result is checked against every record it covers.
+        for record in expected if isinstance(expected, list) else [expected]:
+            current = self._one("SELECT body FROM records WHERE id = ?", record.get("id"))
+            if current != record or current.get("status") != "open":
+                return "source_changed"
+        return "write"
+
+    def _after_write(self):
         if self._fire("crash-after-write"):
             # The process serving the host dies with the write committed and
             # unanswered (over MCP: the server process, not the worker).
@@ -123,10 +164,19 @@ class ReferenceHost:
 
     def receipt(self, key):
         """The result stored under ``key``, or ``None``."""
-        result = self._one("SELECT result FROM results WHERE key = ?", key)
-        if result is not None and self._fire("bad-receipt"):
-            result = dict(result, draft=str(result.get("draft")) + " [altered]")
-        return result
+        return self._results([key]).get(key)
+
+    def receipts(self, keys):
+        """``{key: result}`` for the keys that hold a result (one query)."""
+        return self._results(keys)
+
+    def _results(self, keys):
+        rows = self.conn.execute(f"SELECT key, result FROM results WHERE key IN ({_marks(keys)})",
+                                 list(keys)).fetchall()
+        found = {key: json.loads(result) for key, result in rows}
+        if found and self._fire("bad-receipt"):
+            found = {k: dict(r, draft=str(r.get("draft")) + " [altered]") for k, r in found.items()}
+        return found
 
     def changes(self, document, since):
         """Ids of the records of ``document`` changed at or after ``since``, oldest first.
@@ -225,6 +275,19 @@ class ReferenceHost:
     def close(self):
         """Close the host's database connection."""
         self.conn.close()
+
+
+_REFUSALS = {"idempotency_conflict": "this key holds another result",
+             "source_changed": "the record changed since it was read"}
+
+
+def _readable(record, grant):
+    return (record["tenant"] == grant["tenant"] and record["document"] in grant["docs"]
+            and "read" in grant["actions"])
+
+
+def _marks(values):
+    return ", ".join("?" * len(values))
 
 
 class _Immediate:

@@ -12,6 +12,7 @@ from .. import tracing
 from ..rules.canonical import digest
 from ..rules.text import check_reason, hidden_characters
 from ..steps.batching import read_back
+from ..steps.hostbatch import BatchReads
 from ..rules.drafts import needs_answers
 from ..errors import Blocked, InvalidRecord, Refused
 from ..rules.events import check_name
@@ -162,6 +163,8 @@ def _approve(rt, items, tasks, who, spans):
     context = with_retries(rt, host.context)
     monitors = {m.id: m for m in Monitor.select().where(
         Monitor.id.in_(list({tasks[items[i][0]].monitor for i in ready})))}
+    host = BatchReads(host, _readable_records([tasks[items[i][0]] for i in ready], monitors,
+                                              context, now))
     moves = []
     for i in ready:
         task = tasks[items[i][0]]
@@ -195,6 +198,16 @@ def _approve(rt, items, tasks, who, spans):
             missing = 0 if fresh[key].status != "ready" else max(0, needed[key] - counts.get(key, 0))
             out[i] = answer(fresh[key], missing)
     return out
+
+
+def _readable_records(tasks, monitors, context, now):
+    """The record ids the re-reads of ``tasks`` need, where their monitors' gates let them."""
+    ids = []
+    for task in tasks:
+        if not gate(monitors.get(task.monitor), context, now, INGEST_ACTIONS):
+            ids.extend([r["id"] for r in task.record] if isinstance(task.record, list)
+                       else [task.record_id])
+    return ids
 
 
 def _needed(monitor):

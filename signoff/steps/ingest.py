@@ -14,6 +14,7 @@ from ..errors import Blocked, InvalidEvent, SignoffError
 from ..rules.events import validate
 from ..rules.gate import gate, held_s
 from .batch import open_batch
+from .hostbatch import BatchReads
 from ..state.leases import claim_deliveries
 from .outcomes import Step
 from .outcomes import write as outcomes_write
@@ -59,7 +60,7 @@ def ingest_batch(rt, owner):
     consumed = {(i.monitor, i.event_id): i.task_key for i in Inbox.select().where(
         Inbox.monitor.in_(list(batch.monitors) or [""]),
         Inbox.event_id.in_(list({r.event_id for r in batch.rows})))}
-    outcomes = []
+    outcomes, host = [], BatchReads(batch.host, _may_read(batch, rt.clock.now()))
     # A drafter bounded by timeout_s (below the lease) gets a lease that outlasts its call.
     need = rt.drafter_timeout_s()
     for row in batch.rows:
@@ -70,7 +71,7 @@ def ingest_batch(rt, owner):
             if batch.context_error is not None:
                 outcome = failed(rt, row, "read", batch.context_error, now)
             else:
-                outcome = examine(rt, batch.host, row, batch.monitors.get(row.monitor),
+                outcome = examine(rt, host, row, batch.monitors.get(row.monitor),
                                   batch.context, consumed, now)
             tracing.annotate(span, code=outcome.code, task_key=outcome.task_key)
             if outcome.task is not None and span is not None:
@@ -81,6 +82,15 @@ def ingest_batch(rt, owner):
     write_outcomes(rt, batch.token, owner, batch.rows, outcomes)
     ready = {row.monitor for row, out in zip(batch.rows, outcomes) if out.code == "ready"}
     return len(batch.rows), batch.full, ready
+
+
+def _may_read(batch, now):
+    """The record ids of the batch's rows whose monitors the grant lets read: the
+    batch's one read asks for no record a gate would refuse."""
+    if batch.context_error is not None:
+        return []
+    open_gate = {m.id for m in batch.monitors.values() if not gate(m, batch.context, now)}
+    return [row.record_id for row in batch.rows if row.monitor in open_gate]
 
 
 def examine(rt, host, row, monitor, context, consumed, now):

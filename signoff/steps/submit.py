@@ -15,6 +15,7 @@ from ..rules.canonical import canonical, digest
 from ..errors import Blocked
 from ..rules.gate import SUBMIT_ACTIONS, gate
 from .batch import open_batch
+from .hostbatch import receipts, submit
 from .outcomes import Step
 from .outcomes import write as outcomes_write
 from ..state.leases import claim_tasks, release
@@ -49,76 +50,84 @@ def submit_batch(rt, owner):
     batch = open_batch(rt, claim_tasks, Task, owner)
     if batch is None:
         return 0, False
-    tasks, host, outcomes = batch.rows, batch.host, {}
+    tasks, host = batch.rows, batch.host
     # One span per task, in the trace of the event that made it (tracing.py).
     spans = {t.key: tracing.begin("signoff.submit", t, task_key=t.key,
                                   monitor=t.monitor) for t in tasks} if tracing.enabled() else {}
-    for task in tasks:
-        now = batch.keep_lease()
-        with tracing.current(spans.get(task.key)):
-            if batch.context_error is not None:
-                outcomes[task.key] = failed(rt, task, batch.context_error, now)
-            else:
-                outcomes[task.key] = precheck(rt, host, task, batch.monitors.get(task.monitor),
-                                              batch.context)
+    outcomes = {t.key: precheck(rt, t, batch) for t in tasks}
+    # Only a task whose write may have happened already can have a receipt: read it first.
+    earlier = [t for t in tasks if outcomes[t.key].kind == "write" and t.write_possible]
+    if earlier:
+        found = receipts(host, earlier, spans, batch.keep_lease)
+        for task in earlier:
+            outcomes[task.key] = judge(rt, task, found[task.key], before=True)
     to_write = [t for t in tasks if outcomes[t.key].kind == "write"]
     if to_write:
-        marked = _mark_write_possible(rt, batch.token, to_write)
-        for task in to_write:
-            if task.key not in marked:
-                outcomes[task.key] = Outcome("fenced", "fenced")
-                continue
-            batch.keep_lease()
-            if not _still_ours(task.key, batch.token):
-                # A cancel ended it after the mark: its write must not start.
-                outcomes[task.key] = Outcome("withdrawn", "cancelled",
-                                             unwritten=not task.write_possible)
-                continue
-            task.write_possible = True
-            with tracing.current(spans.get(task.key)):
-                outcomes[task.key] = write(rt, host, task)
+        outcomes.update(_write_all(rt, batch, to_write, spans))
     write_outcomes(rt, batch.token, owner, tasks, outcomes)
     for key, span in spans.items():
         tracing.end(span, status=outcomes[key].kind, code=outcomes[key].code)
     return len(tasks), batch.full
 
 
-def precheck(rt, host, task, monitor, context):
-    """Everything before a write may happen; ``kind == "write"`` means go ahead."""
-    refusal = gate(monitor, context, rt.clock.now(), SUBMIT_ACTIONS)
+def precheck(rt, task, batch):
+    """The checks before any host call: ``kind == "write"`` means go on."""
+    now = batch.keep_lease()
+    if batch.context_error is not None:
+        return failed(rt, task, batch.context_error, now)
+    refusal = gate(batch.monitors.get(task.monitor), batch.context, now, SUBMIT_ACTIONS)
     if refusal:
         return Outcome("park", refusal, "gate")
     if digest(task.result) != task.approved_digest:
         return Outcome("blocked", "approval_mismatch", "verify")
-    with tracing.span("signoff.receipt", task_key=task.key) as span:
-        try:
-            receipt = host.receipt(task.key)
-        except Blocked as exc:
-            return Outcome("blocked", exc.code, "confirm")
-        except Exception as exc:
-            return failed(rt, task, exc, rt.clock.now())
-        outcome = Outcome("write", "write") if receipt is None else confirm(receipt, task)
-        tracing.annotate(span, status="none" if receipt is None else "found",
-                         code=None if receipt is None else outcome.code)
-        return outcome
+    return Outcome("write", "write")
 
 
-def write(rt, host, task):
-    """Submit under the task's key and read the receipt back."""
-    try:
-        host.submit(task.key, task.record, task.result)
-        with tracing.span("signoff.receipt", task_key=task.key) as span:
-            receipt = host.receipt(task.key)
-            outcome = None if receipt is None else confirm(receipt, task)
-            tracing.annotate(span, status="none" if receipt is None else "found",
-                             code=outcome and outcome.code)
-    except Blocked as exc:
-        return Outcome("blocked", exc.code)
-    except Exception as exc:
-        return failed(rt, task, exc, rt.clock.now())
-    if outcome is None:
-        return failed(rt, task, None, rt.clock.now(), code="no_receipt")
-    return outcome
+def judge(rt, task, receipt, before=False):
+    """The outcome a receipt read gives: ``write`` when none is there yet (before
+    the write only), ``done`` or ``receipt_mismatch``, or a failed attempt."""
+    if isinstance(receipt, Blocked):
+        return Outcome("blocked", receipt.code, "confirm")
+    if isinstance(receipt, Exception):
+        return failed(rt, task, receipt, rt.clock.now())
+    if receipt is None:
+        return Outcome("write", "write") if before else failed(rt, task, None, rt.clock.now(),
+                                                              code="no_receipt")
+    return confirm(receipt, task)
+
+
+def _write_all(rt, batch, tasks, spans):
+    """Mark, submit and read back ``tasks``; their outcomes by key.
+
+    A host with ``submit_many`` gets the batch in one call; otherwise each task
+    is a call of its own, and a cancel made during one write still stops the
+    writes that have not started.
+    """
+    marked = _mark_write_possible(rt, batch.token, tasks)
+    outcomes = {t.key: Outcome("fenced", "fenced") for t in tasks if t.key not in marked}
+    going = [t for t in tasks if t.key in marked]
+    one_call = getattr(batch.host, "submit_many", None) is not None
+    landed = []
+    for group in [going] if one_call else [[t] for t in going]:
+        ours = _still_ours([t.key for t in group], batch.token)
+        for task in group:
+            if task.key not in ours:  # a cancel ended it after the mark: no write starts
+                outcomes[task.key] = Outcome("withdrawn", "cancelled",
+                                             unwritten=not task.write_possible)
+        group = [t for t in group if t.key in ours]
+        for task in group:
+            task.write_possible = True
+        for task, refusal in zip(group, submit(batch.host, group, spans, batch.keep_lease).values()):
+            if refusal is None:
+                landed.append(task)
+            elif isinstance(refusal, Blocked):
+                outcomes[task.key] = Outcome("blocked", refusal.code)
+            else:
+                outcomes[task.key] = failed(rt, task, refusal, rt.clock.now())
+    if landed:
+        found = receipts(batch.host, landed, spans, batch.keep_lease)
+        outcomes.update({t.key: judge(rt, t, found[t.key]) for t in landed})
+    return outcomes
 
 
 def confirm(receipt, task):
@@ -146,10 +155,13 @@ def _mark_write_possible(rt, token, tasks):
         return mark_write_possible([t.key for t in tasks], token, rt.clock.now())
 
 
-def _still_ours(key, token):
-    """True while task ``key`` is open and leased under ``token``."""
-    return Task.select().where(Task.key == key, Task.lease_token == token,
-                               Task.status.in_(list(TASK_ACTIVE))).exists()
+def _still_ours(keys, token):
+    """The keys of ``keys`` still open and leased under ``token``."""
+    if not keys:
+        return set()
+    return {k for (k,) in Task.select(Task.key).where(
+        Task.key.in_(keys), Task.lease_token == token,
+        Task.status.in_(list(TASK_ACTIVE))).tuples()}
 
 
 def write_outcomes(rt, token, owner, tasks, outcomes):

@@ -235,6 +235,7 @@ def test_nul_and_lone_surrogates_in_host_text_are_kept_exactly(rt, host, monkeyp
         return dict(record, text=HOSTILE) if record_id == "comment-1" else record
 
     monkeypatch.setattr(host, "get", hostile)
+    monkeypatch.setattr(host, "get_many", None)  # each record through the patched get
     rt.enqueue_events([make_event(event_id="e-hostile"),
                        make_event(event_id="e-plain", record_id="comment-2")])
     rt.run_until_idle()
@@ -516,6 +517,7 @@ def test_a_blocked_host_code_of_any_text_is_kept(rt, host, monkeypatch):
         raise Blocked(strange)
 
     monkeypatch.setattr(host, "get", refuse)
+    monkeypatch.setattr(host, "get_many", None)  # each record through the patched get
     rt.enqueue_events([make_event()])
     rt.run_until_idle()
     [event] = rt.events()

@@ -108,6 +108,31 @@ class RecordingHost(ReferenceHost):
         self._log_submit(key, "wrote" if self._writes(key) > before else "idempotent")
         self._maybe_crash("after-submit-write")
 
+    # -- the batch calls, an item at a time through the calls above (so every
+    # subclass's instrumentation sees each item); a failure that is no refusal
+    # fails the whole call, as one batch call's failure would.
+
+    def get_many(self, record_ids):
+        records = {}
+        for record_id in record_ids:
+            try:
+                records[record_id] = self.get(record_id)
+            except Blocked:
+                pass  # left out: signoff asks ``get`` again, which names the refusal
+        return records
+
+    def receipts(self, keys):
+        return {key: found for key in keys if (found := self.receipt(key)) is not None}
+
+    def submit_many(self, items):
+        refused = {}
+        for key, expected, result in items:
+            try:
+                self.submit(key, expected, result)
+            except Blocked as exc:
+                refused[key] = exc.code
+        return refused
+
     # -- instrumentation ------------------------------------------------------
 
     def _writes(self, key):
@@ -245,7 +270,13 @@ SLOW_HOOK = None
 
 
 class SlowHost(RecordingHost):
-    """Every record read, receipt read and submit first calls :data:`SLOW_HOOK`."""
+    """Every record read, receipt read and submit first calls :data:`SLOW_HOOK`.
+
+    It has no batch calls: each call is one slow call, between which a batch
+    renews its lease.
+    """
+
+    get_many = receipts = submit_many = None
 
     def _slow(self):
         if SLOW_HOOK is not None:
@@ -270,7 +301,13 @@ BEFORE_SUBMIT = None
 
 
 class HookHost(RecordingHost):
-    """Every ``submit`` first calls :data:`BEFORE_SUBMIT` with the key."""
+    """Every ``submit`` first calls :data:`BEFORE_SUBMIT` with the key.
+
+    It has no batch calls: each task's write is a call of its own, so a cancel
+    made during one write finds the batch's other writes not yet started.
+    """
+
+    get_many = receipts = submit_many = None
 
     def submit(self, key, expected, result):
         if BEFORE_SUBMIT is not None:

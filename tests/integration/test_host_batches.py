@@ -1,0 +1,115 @@
+"""A host's batch calls: a batch of rows read, written and confirmed in one call each.
+
+The reference host offers ``get_many``, ``receipts`` and ``submit_many``; they must
+answer as the single calls would, and the worker must use them for a batch while
+keeping every guarantee of the single calls (docs/concepts.md, Submitting).
+"""
+
+from collections import Counter
+
+import pytest
+
+from helpers import make_event
+from signoff.models import Task
+
+CALLS = ("get", "get_many", "read_material", "submit", "submit_many", "receipt", "receipts")
+
+
+@pytest.fixture
+def counted(rt, host, monkeypatch):
+    """``rt`` with five open records, its host's contract calls counted."""
+    for n in range(2, 6):
+        host.put_record(f"comment-{n}", document="doc-demo", text=f"comment {n}")
+    calls = Counter()
+    for name in CALLS:
+        call = getattr(host, name)
+
+        def counting(*args, _call=call, _name=name):
+            calls[_name] += 1
+            return _call(*args)
+        monkeypatch.setattr(host, name, counting)
+    return rt, host, calls
+
+
+def approve_all(rt):
+    answers = rt.approve_many([(t.key, t.digest) for t in Task.select()])
+    assert all(isinstance(a, dict) for a in answers), answers
+
+
+def test_the_reference_host_answers_a_batch_as_its_single_calls_would(host):
+    host.put_record("comment-2", document="doc-demo", text="two")
+    host.put_record("elsewhere", document="doc-other", text="outside the grant")
+    assert host.get_many(["comment-1", "comment-2", "nope", "elsewhere"]) == {
+        "comment-1": host.get("comment-1"), "comment-2": host.get("comment-2")}
+    one, two = host.get("comment-1"), host.get("comment-2")
+    result = {"record_id": "comment-1", "version": 1, "draft": "d", "sources": ["s"]}
+    assert host.submit_many([("k1", one, result)]) == {}
+    changed = dict(two, text="not what is stored")
+    assert host.submit_many([
+        ("k1", one, result),  # the same result again: held, not refused
+        ("k1b", one, result),
+        ("k1", one, dict(result, draft="another")),
+        ("k2", changed, result),
+    ]) == {"k1": "idempotency_conflict", "k2": "source_changed"}
+    assert host.receipts(["k1", "k1b", "k2"]) == {"k1": result, "k1b": result}
+    assert [r["key"] for r in host.results()] == ["k1", "k1b"]
+
+
+def test_a_batch_is_read_written_and_confirmed_in_one_call_each(counted):
+    rt, host, calls = counted
+    rt.enqueue_events([make_event(event_id=f"e{n}", record_id=f"comment-{n}")
+                       for n in range(1, 6)])
+    rt.ingest_batch("w1")
+    approve_all(rt)
+    rt.submit_batch("w1")
+    assert [t.status for t in Task.select()] == ["done"] * 5
+    # Ingest and approval each read the five records in one call, and the material
+    # once; a first try reads no receipt before its write.
+    assert calls == Counter(get_many=2, read_material=1, submit_many=1, receipts=1)
+    assert len(host.results()) == 5
+
+
+def test_a_lost_acknowledgement_of_a_batch_write_leaves_each_task_uncertain_until_its_receipt(
+        counted, clock):
+    rt, host, calls = counted
+    rt.enqueue_events([make_event(event_id=f"e{n}", record_id=f"comment-{n}")
+                       for n in range(1, 6)])
+    rt.ingest_batch("w1")
+    approve_all(rt)
+    host.set_fault("lose-ack")
+    rt.submit_batch("w1")
+    assert {(t.status, t.write_possible) for t in Task.select()} == {("uncertain", True)}
+    calls.clear()
+    clock.advance(3600)
+    rt.submit_batch("w1")
+    # The retry reads the receipts first, finds every write and writes nothing again.
+    assert [t.status for t in Task.select()] == ["done"] * 5
+    assert calls == Counter(receipts=1)
+    assert len(host.results()) == 5
+
+
+def test_a_refusal_in_a_batch_write_ends_only_its_own_task(counted):
+    rt, host, calls = counted
+    rt.enqueue_events([make_event(event_id=f"e{n}", record_id=f"comment-{n}")
+                       for n in range(1, 4)])
+    rt.ingest_batch("w1")
+    approve_all(rt)
+    host.put_record("comment-2", text="edited after the approval")
+    rt.submit_batch("w1")
+    assert {t.record_id: (t.status, t.code) for t in Task.select()} == {
+        "comment-1": ("done", None), "comment-2": ("blocked", "source_changed"),
+        "comment-3": ("done", None)}
+    assert calls["submit_many"] == 1 and calls["submit"] == 0
+
+
+def test_a_host_without_batch_calls_is_asked_row_by_row(counted, monkeypatch):
+    rt, host, calls = counted
+    for name in ("get_many", "receipts", "submit_many"):
+        monkeypatch.setattr(host, name, None)
+    rt.enqueue_events([make_event(event_id=f"e{n}", record_id=f"comment-{n}")
+                       for n in range(1, 4)])
+    rt.ingest_batch("w1")
+    approve_all(rt)
+    rt.submit_batch("w1")
+    assert [t.status for t in Task.select()] == ["done"] * 3
+    assert calls == Counter(get=6, read_material=1, submit=3, receipt=3)
