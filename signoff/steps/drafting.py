@@ -3,9 +3,15 @@
 Every path that drafts (ingest, record batches, redraft) calls ``draft`` here,
 so the tokens a call spent are counted whatever became of its answer, and a
 monitor over its ``tokens_per_hour`` is not drafted for until the next clock
-hour (``wait_until``). The counts are written at once, outside the step's
-transaction: the tokens are spent even when the step's own write is fenced.
+hour (``wait_until``). The tokens are written at once, outside the step's
+transaction: they are spent even when the step's own write is fenced. The call
+counts are a metric: a batch (``tallied``) writes them once at its end, not one
+commit per call.
 """
+
+import threading
+from collections import Counter
+from contextlib import contextmanager
 
 from peewee import EXCLUDED, fn
 
@@ -14,6 +20,7 @@ from ..models import DrafterCallCount, DrafterUsage
 from ..rules.drafts import drafted_answer, failure_meta, tokens
 
 HOUR_S = 3600
+_local = threading.local()  # this thread's tally of calls, inside ``tallied``
 
 
 def hour_of(now):
@@ -53,11 +60,30 @@ def draft(rt, monitor_id, records, material):
     return answer
 
 
+@contextmanager
+def tallied():
+    """Drafter calls made in the block are counted in one write when it ends.
+
+    A block that raises writes nothing: its calls go uncounted, as the metric
+    of a crashed worker's batch would.
+    """
+    _local.tally = Counter()
+    try:
+        yield
+        tally = _local.tally
+    finally:
+        _local.tally = None
+    for outcome, calls in tally.items():
+        _count_calls(outcome, calls)
+
+
 def count(rt, monitor_id, outcome, meta):
     """Add one call of ``outcome`` and the tokens ``meta`` says it spent."""
-    DrafterCallCount.insert(outcome=outcome, count=1).on_conflict(
-        conflict_target=[DrafterCallCount.outcome],
-        update={DrafterCallCount.count: DrafterCallCount.count + EXCLUDED.count}).execute()
+    tally = getattr(_local, "tally", None)
+    if tally is not None:
+        tally[outcome] += 1
+    else:
+        _count_calls(outcome, 1)
     if meta is None:
         return
     spent_in, spent_out = tokens(meta)
@@ -67,6 +93,12 @@ def count(rt, monitor_id, outcome, meta):
         update={DrafterUsage.input_tokens: DrafterUsage.input_tokens + EXCLUDED.input_tokens,
                 DrafterUsage.output_tokens: DrafterUsage.output_tokens + EXCLUDED.output_tokens,
                 DrafterUsage.calls: DrafterUsage.calls + EXCLUDED.calls}).execute()
+
+
+def _count_calls(outcome, calls):
+    DrafterCallCount.insert(outcome=outcome, count=calls).on_conflict(
+        conflict_target=[DrafterCallCount.outcome],
+        update={DrafterCallCount.count: DrafterCallCount.count + EXCLUDED.count}).execute()
 
 
 def summary(limit, now):

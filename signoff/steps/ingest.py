@@ -60,6 +60,15 @@ def ingest_batch(rt, owner):
     consumed = {(i.monitor, i.event_id): i.task_key for i in Inbox.select().where(
         Inbox.monitor.in_(list(batch.monitors) or [""]),
         Inbox.event_id.in_(list({r.event_id for r in batch.rows})))}
+    with drafting.tallied():  # the batch's drafter calls are counted in one write
+        outcomes = _examine_all(rt, batch, consumed)
+        write_outcomes(rt, batch.token, owner, batch.rows, outcomes)
+    ready = {row.monitor for row, out in zip(batch.rows, outcomes) if out.code == "ready"}
+    return len(batch.rows), batch.full, ready
+
+
+def _examine_all(rt, batch, consumed):
+    """Each claimed delivery's outcome, in order (``consumed`` gains the consumed ones)."""
     outcomes, host = [], BatchReads(batch.host, _may_read(batch, rt.clock.now()))
     # A drafter bounded by timeout_s (below the lease) gets a lease that outlasts its call.
     need = rt.drafter_timeout_s()
@@ -79,9 +88,7 @@ def ingest_batch(rt, owner):
         if outcome.consume:
             consumed[(row.monitor, row.event_id)] = outcome.task_key
         outcomes.append(outcome)
-    write_outcomes(rt, batch.token, owner, batch.rows, outcomes)
-    ready = {row.monitor for row, out in zip(batch.rows, outcomes) if out.code == "ready"}
-    return len(batch.rows), batch.full, ready
+    return outcomes
 
 
 def _may_read(batch, now):

@@ -31,7 +31,11 @@ def counted(rt, host, monkeypatch):
     return rt, host, calls
 
 
-def approve_all(rt):
+def approved(rt, records):
+    """``records`` events ingested as one batch, then approved in one call."""
+    rt.enqueue_events([make_event(event_id=f"e{n}", record_id=f"comment-{n}")
+                       for n in range(1, records + 1)])
+    rt.ingest_batch("w1")
     answers = rt.approve_many([(t.key, t.digest) for t in Task.select()])
     assert all(isinstance(a, dict) for a in answers), answers
 
@@ -57,10 +61,7 @@ def test_the_reference_host_answers_a_batch_as_its_single_calls_would(host):
 
 def test_a_batch_is_read_written_and_confirmed_in_one_call_each(counted):
     rt, host, calls = counted
-    rt.enqueue_events([make_event(event_id=f"e{n}", record_id=f"comment-{n}")
-                       for n in range(1, 6)])
-    rt.ingest_batch("w1")
-    approve_all(rt)
+    approved(rt, 5)
     rt.submit_batch("w1")
     assert [t.status for t in Task.select()] == ["done"] * 5
     # Ingest and approval each read the five records in one call, and the material
@@ -72,10 +73,7 @@ def test_a_batch_is_read_written_and_confirmed_in_one_call_each(counted):
 def test_a_lost_acknowledgement_of_a_batch_write_leaves_each_task_uncertain_until_its_receipt(
         counted, clock):
     rt, host, calls = counted
-    rt.enqueue_events([make_event(event_id=f"e{n}", record_id=f"comment-{n}")
-                       for n in range(1, 6)])
-    rt.ingest_batch("w1")
-    approve_all(rt)
+    approved(rt, 5)
     host.set_fault("lose-ack")
     rt.submit_batch("w1")
     assert {(t.status, t.write_possible) for t in Task.select()} == {("uncertain", True)}
@@ -90,10 +88,7 @@ def test_a_lost_acknowledgement_of_a_batch_write_leaves_each_task_uncertain_unti
 
 def test_a_refusal_in_a_batch_write_ends_only_its_own_task(counted):
     rt, host, calls = counted
-    rt.enqueue_events([make_event(event_id=f"e{n}", record_id=f"comment-{n}")
-                       for n in range(1, 4)])
-    rt.ingest_batch("w1")
-    approve_all(rt)
+    approved(rt, 3)
     host.put_record("comment-2", text="edited after the approval")
     rt.submit_batch("w1")
     assert {t.record_id: (t.status, t.code) for t in Task.select()} == {
@@ -106,10 +101,7 @@ def test_a_host_without_batch_calls_is_asked_row_by_row(counted, monkeypatch):
     rt, host, calls = counted
     for name in ("get_many", "receipts", "submit_many"):
         monkeypatch.setattr(host, name, None)
-    rt.enqueue_events([make_event(event_id=f"e{n}", record_id=f"comment-{n}")
-                       for n in range(1, 4)])
-    rt.ingest_batch("w1")
-    approve_all(rt)
+    approved(rt, 3)
     rt.submit_batch("w1")
     assert [t.status for t in Task.select()] == ["done"] * 3
     assert calls == Counter(get=6, read_material=1, submit=3, receipt=3)
