@@ -28,6 +28,9 @@ REAP_INTERVAL_S = 1.0
 HEALTH_INTERVAL_S = 10.0
 CHORES_INTERVAL_S = 60.0  # how often the loop asks whether the hourly purge is due
 IDLE_POLL_S = 0.5  # Huey's idle polling cap; its default of 10 s is too slow a wake-up
+# How often `--drain` asks whether anything can progress: a query each time, and
+# the moment the work ends it exits within two of them.
+DRAIN_POLL_S = 0.05
 UNREACHABLE_S = 30.0  # how long `--drain` waits for a database it cannot reach
 
 log = logging.getLogger("signoff.worker")
@@ -119,14 +122,16 @@ def _loop(rt, workers, drain):
              rt.config.lease_ttl_s, rt.home)
     health_at = time.monotonic() + HEALTH_INTERVAL_S
     drained = _Drain(rt, notifier is not None, tender is not None)
-    chores_at = time.monotonic()
+    chores_at = pass_at = time.monotonic()
     try:
-        while not stop.wait(REAP_INTERVAL_S if not drain else IDLE_POLL_S):
-            # First in the pass: a slow reap must not make a live worker look silent.
-            _safe(heartbeat.beat, None)
-            reaped += _reap(rt)
-            chores_at = _chores(rt, chores_at)
-            _safe(lambda: storage.checkpoint(rt.database), None)
+        while not stop.wait(DRAIN_POLL_S if drain else REAP_INTERVAL_S):
+            if time.monotonic() >= pass_at:
+                # First in the pass: a slow reap must not make a live worker look silent.
+                _safe(heartbeat.beat, None)
+                reaped += _reap(rt)
+                chores_at = _chores(rt, chores_at)
+                _safe(lambda: storage.checkpoint(rt.database), None)
+                pass_at = time.monotonic() + (IDLE_POLL_S if drain else REAP_INTERVAL_S)
             if drain and drained.now():
                 reason["why"] = "drained"
                 break

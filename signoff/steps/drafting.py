@@ -62,19 +62,28 @@ def draft(rt, monitor_id, records, material):
 
 @contextmanager
 def tallied():
-    """Drafter calls made in the block are counted in one write when it ends.
+    """Drafter calls made in the block are tallied, not written one by one: the
+    step writes them in its own transaction (``write_tally``), and what is left
+    when the block ends is written then.
 
-    A block that raises writes nothing: its calls go uncounted, as the metric
-    of a crashed worker's batch would.
+    A block that raises writes nothing more: its calls go uncounted, as the
+    metric of a crashed worker's batch would.
     """
     _local.tally = Counter()
     try:
         yield
-        tally = _local.tally
+        write_tally()
     finally:
         _local.tally = None
-    for outcome, calls in tally.items():
-        _count_calls(outcome, calls)
+
+
+def write_tally():
+    """Write the calls tallied so far in this thread (inside ``tallied``) and clear them."""
+    tally = getattr(_local, "tally", None)
+    if tally:
+        for outcome, calls in tally.items():
+            _count_calls(outcome, calls)
+        tally.clear()
 
 
 def count(rt, monitor_id, outcome, meta):

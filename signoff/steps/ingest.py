@@ -60,7 +60,7 @@ def ingest_batch(rt, owner):
     consumed = {(i.monitor, i.event_id): i.task_key for i in Inbox.select().where(
         Inbox.monitor.in_(list(batch.monitors) or [""]),
         Inbox.event_id.in_(list({r.event_id for r in batch.rows})))}
-    with drafting.tallied():  # the batch's drafter calls are counted in one write
+    with drafting.tallied():  # the batch's drafter calls: counted in its outcome write
         outcomes = _examine_all(rt, batch, consumed)
         write_outcomes(rt, batch.token, owner, batch.rows, outcomes)
     ready = {row.monitor for row, out in zip(batch.rows, outcomes) if out.code == "ready"}
@@ -324,4 +324,5 @@ def _apply(row, out, token, now):
 
 STEP = Step(kind="delivery", ref=lambda row: row.id, settled=lambda out: out.kind == "final",
             prepare=_prepare_finish, apply=_apply, audit=_audit_row,
+            after=lambda skipped, token: drafting.write_tally(),
             counted=lambda out: out.kind != "wait")
