@@ -8,7 +8,10 @@ On SQLite files in fresh folders, N events (default 10,000):
 - **plain Huey**: one process that enqueues N no-op tasks (``task()`` once per
   task, as a Huey producer does), then one consumer process (2 threads,
   signoff's queue and consumer settings) that exits once the queue is empty
-  and every task ran; timed likewise.
+  and every task ran; timed likewise. Twice: with ``fsync=False`` (SQLite's
+  ``synchronous=OFF``: a power cut may lose or corrupt the queue) and with
+  ``fsync=True`` (``synchronous=FULL``, what signoff's state database runs with:
+  each task acknowledged only once it is on disk).
 
 The two alternate ``ROUNDS`` times; each figure is the median round. Then the
 start-up alone: ``python -m signoff --help`` and a bare ``import huey``
@@ -35,8 +38,8 @@ STARTS = 5
 _HUEY_CHILD = r"""
 import sys, threading, time
 from huey import SqliteHuey
-path, n, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-huey = SqliteHuey(name="bench", filename=path, fsync=False, results=False, timeout=30)
+path, n, mode, fsync = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "fsync"
+huey = SqliteHuey(name="bench", filename=path, fsync=fsync, results=False, timeout=30)
 done = []
 
 @huey.task(name="bench.noop")
@@ -92,11 +95,12 @@ def _signoff_round(folder, n):
     return seconds
 
 
-def _huey_round(folder, n):
+def _huey_round(folder, n, fsync):
     folder.mkdir(parents=True)
     path = str(folder / "queue.db")
-    script = [sys.executable, "-c", _HUEY_CHILD, path]
-    return _timed([*script, str(n), "enqueue"], [*script, str(n), "consume"])
+    script = [sys.executable, "-c", _HUEY_CHILD, path, str(n)]
+    sync = "fsync" if fsync else "nofsync"
+    return _timed([*script, "enqueue", sync], [*script, "consume", sync])
 
 
 def _import_ms(module):
@@ -123,22 +127,27 @@ def run_cli_bench(n_events=10_000, as_json=False):
     """Both ways through processes, then the start-up alone; the report."""
     say = (lambda msg: None) if as_json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     tmp = Path(tempfile.mkdtemp(prefix="signoff-bench-cli-"))
-    rounds = {"signoff": [], "huey": []}
+    rounds = {"signoff": [], "huey": [], "huey_fsync": []}
     try:
         with backend_env_set_aside():
             for r in range(ROUNDS):
                 say(f"({r + 1}/{ROUNDS}) {n_events} events: signoff enqueue + worker --drain;"
-                    " plain Huey producer + consumer")
+                    " plain Huey producer + consumer, without and with fsync")
                 rounds["signoff"].append(n_events / _signoff_round(tmp / f"signoff-{r}", n_events))
-                rounds["huey"].append(n_events / _huey_round(tmp / f"huey-{r}", n_events))
+                rounds["huey"].append(n_events / _huey_round(tmp / f"huey-{r}", n_events, False))
+                rounds["huey_fsync"].append(
+                    n_events / _huey_round(tmp / f"huey-fsync-{r}", n_events, True))
             say("start-up: signoff --help, import huey, python -c pass")
             startup = _startup()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    signoff_rate, huey_rate = (statistics.median(rounds[k]) for k in ("signoff", "huey"))
+    signoff_rate, huey_rate, durable_rate = (statistics.median(rounds[k])
+                                             for k in ("signoff", "huey", "huey_fsync"))
     report = {"events": n_events, "signoff_cli_ingest_per_s": round(signoff_rate, 1),
               "huey_cli_noop_per_s": round(huey_rate, 1),
+              "huey_cli_noop_fsync_per_s": round(durable_rate, 1),
               "cli_ingest_ratio": round(signoff_rate / huey_rate, 3),
+              "cli_ingest_ratio_fsync": round(signoff_rate / durable_rate, 3),
               "rounds_per_s": {k: [round(v, 1) for v in vs] for k, vs in rounds.items()},
               "startup": startup}
     if not as_json:
@@ -155,6 +164,9 @@ def describe(r):
         f"plain Huey producer + consumer (no-op)       {r['huey_cli_noop_per_s']:,.0f} tasks/s",
         f"  ratio                                      {r['cli_ingest_ratio']:.2f}"
         f" (rounds: signoff {r['rounds_per_s']['signoff']}, Huey {r['rounds_per_s']['huey']})",
+        f"plain Huey, fsync=True (as durable)          {r['huey_cli_noop_fsync_per_s']:,.0f} tasks/s",
+        f"  ratio                                      {r['cli_ingest_ratio_fsync']:.2f}"
+        f" (rounds: Huey {r['rounds_per_s']['huey_fsync']})",
         f"python -m signoff --help                     {s['signoff_help_s'] * 1000:,.0f} ms"
         f" (python -c 'import huey' {s['python_import_huey_s'] * 1000:,.0f} ms,"
         f" python -c pass {s['python_bare_s'] * 1000:,.0f} ms)",
@@ -162,4 +174,6 @@ def describe(r):
         f" (import huey {s['huey_import_ms']:,.0f} ms)",
         "", "targets",
         f"  {'pass' if r['cli_ingest_ratio'] >= 1.0 else 'MISS'}  cli_ingest_ratio "
-        f"{r['cli_ingest_ratio']:>7}  >= 1.0 x plain Huey no-op through processes"]
+        f"{r['cli_ingest_ratio']:>7}  >= 1.0 x plain Huey no-op through processes",
+        f"  {'pass' if r['cli_ingest_ratio_fsync'] >= 1.0 else 'MISS'}  cli_ingest_ratio_fsync "
+        f"{r['cli_ingest_ratio_fsync']:>7}  >= 1.0 x plain Huey no-op, fsync=True"]
