@@ -115,9 +115,13 @@ def _write_all(rt, batch, tasks, spans):
                 outcomes[task.key] = Outcome("withdrawn", "cancelled",
                                              unwritten=not task.write_possible)
         group = [t for t in group if t.key in ours]
+        if not group:
+            continue
         for task in group:
             task.write_possible = True
-        for task, refusal in zip(group, submit(batch.host, group, spans, batch.keep_lease).values()):
+        refusals = submit(batch.host, group, spans, batch.keep_lease)
+        for task in group:
+            refusal = refusals[task.key]
             if refusal is None:
                 landed.append(task)
             elif isinstance(refusal, Blocked):

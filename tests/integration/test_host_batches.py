@@ -105,3 +105,20 @@ def test_a_host_without_batch_calls_is_asked_row_by_row(counted, monkeypatch):
     rt.submit_batch("w1")
     assert [t.status for t in Task.select()] == ["done"] * 3
     assert calls == Counter(get=6, read_material=1, submit=3, receipt=3)
+
+
+def test_a_cancel_during_a_batch_write_finds_every_write_of_the_batch_in_flight(
+        counted, monkeypatch):
+    rt, host, calls = counted
+    approved(rt, 3)
+    write_many, answers = host.submit_many, []
+
+    def cancel_then_write(items):
+        answers.append(rt.cancel("default"))
+        return write_many(items)
+    monkeypatch.setattr(host, "submit_many", cancel_then_write)
+    rt.submit_batch("w1")
+    # One call carries the three writes: all were under way, and each ends as its receipt says.
+    assert answers[0]["writes_in_flight"] == 3
+    assert [(t.status, t.outcome_unknown) for t in Task.select()] == [("done", False)] * 3
+    assert len(host.results()) == 3
