@@ -98,7 +98,8 @@ def describe(report):
 
 
 def _configure_mcp(home):
-    package_root = str(Path(__file__).resolve().parent.parent.parent)
+    # The checkout this module is in: the server runs the code being measured.
+    package_root = str(Path(__file__).resolve().parent.parent)
     args = ["-m", "signoff", "--home", str(home), "host", "mcp"]
     (home / "signoff.toml").write_text(
         f'[host]\nfactory = "signoff.hosts.mcp:McpHost"\n[host.options]\n'
