@@ -114,11 +114,18 @@ class McpHost:
     def _submit_many(self, items):
         """``{key: code}`` for the ``(key, expected, result)`` items the server refused.
 
-        Each item's task key is its idempotency key, as for ``submit``.
+        Each item's task key is its idempotency key, as for ``submit``. An
+        item refused with a transient code fails the whole call as a transient
+        failure: a refusal would block its task, where a retry reads its receipt.
         """
-        return self._batch("submit_many", [{"key": key, "expected": expected, "result": result}
-                                           for key, expected, result in items],
-                           str, key=lambda item: item["key"])
+        refused = self._batch("submit_many", [{"key": key, "expected": expected, "result": result}
+                                              for key, expected, result in items],
+                              str, key=lambda item: item["key"])
+        transient = sorted(set(refused.values()) & self.transient_codes)
+        if transient:
+            kind = TimeoutError if "timeout" in transient else ConnectionError
+            raise kind(f"mcp: {self.tools['submit_many'][0]}: {transient[0]} for some items")
+        return refused
 
     def events_client(self):
         """An ``EventsClient`` on this host's session (``events`` must be configured)."""

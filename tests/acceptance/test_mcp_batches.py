@@ -103,6 +103,21 @@ def test_an_answer_of_the_wrong_shape_is_a_tool_error(renamed, op, asked, answer
         canned.unlink()
 
 
+@pytest.mark.parametrize("code, error", [("unavailable", ConnectionError),
+                                         ("timeout", TimeoutError)])
+def test_an_item_refused_with_a_transient_code_fails_the_whole_batch_transiently(
+        renamed, code, error):
+    home, _, host = renamed
+    canned = home / f"canned-{TOOLS['submit_many']}.json"
+    canned.write_text(json.dumps({"k-1": code}), encoding="utf-8")
+    try:
+        with pytest.raises(error):
+            host.submit_many([("k-1", {"id": "b-1"}, {"draft": "d"}),
+                              ("k-2", {"id": "b-2"}, {"draft": "d"})])
+    finally:
+        canned.unlink()
+
+
 # -- the batch tools of `signoff host mcp` ----------------------------------------
 
 @pytest.fixture(scope="module")
