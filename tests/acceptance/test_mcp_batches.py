@@ -8,6 +8,7 @@ SQLite triggers in ``host.db`` (``RecordingHost``).
 """
 
 import json
+import re
 import sys
 from collections import Counter
 
@@ -194,6 +195,9 @@ def mcp_home(home, clock, command, args, tools_toml):
     home.mkdir(parents=True, exist_ok=True)
     config = home / "signoff.toml"
     earlier = config.read_text(encoding="utf-8") if config.exists() else ""
+    # The host tables a backend's default configuration has are replaced (a table
+    # runs to the next header).
+    earlier = re.sub(r"(?ms)^\[host(\.[\w.]+)?\]\n.*?(?=^\[|\Z)", "", earlier)
     config.write_text(earlier + f"""
 [host]
 factory = "signoff.hosts.mcp:McpHost"
