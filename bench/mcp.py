@@ -3,9 +3,13 @@
 Two fresh homes in one run on this machine: one whose host is the reference
 host in the process, one whose host is ``McpHost`` on ``signoff host mcp``
 (one stdio session, started before the clock runs; its start is reported
-apart). Each runs N events through ingest (event → ``ready``), bulk approval
-and submit (→ ``done``, receipt confirmed) in this process, single-threaded,
-so the difference is the host calls. MCP calls are counted by the session.
+apart), with its batch tools named, so a claimed batch is read, written and
+confirmed in one call each. Each runs N events through ingest (event →
+``ready``), bulk approval and submit (→ ``done``, receipt confirmed) in this
+process, single-threaded, so the difference is the host calls. MCP calls are
+counted by the session; the targets (issue 23: at most 3 MCP calls per event,
+the pipeline over MCP at least half as fast as in-process) are reported pass
+or MISS.
 Both homes keep their state and queue in SQLite files, whatever the
 environment's backend overrides say.
 
@@ -22,9 +26,13 @@ import click
 
 from signoff.app import Signoff
 from .backends import backend_env_set_aside
+from signoff.hosts.mcp import batch_tools_toml
 from signoff.hosts.reference import ReferenceHost
 
 PHASES = ("ingest", "approve", "submit")
+# Issue 23, target 5.
+MAX_CALLS_PER_EVENT = 3
+MIN_PIPELINE_RATIO = 0.5
 
 
 def run_mcp_bench(n_events=200, as_json=False):
@@ -32,10 +40,16 @@ def run_mcp_bench(n_events=200, as_json=False):
     with backend_env_set_aside(), tempfile.TemporaryDirectory(prefix="signoff-bench-mcp-") as tmp:
         reference = measure(Path(tmp) / "reference", n_events, over_mcp=False)
         over_mcp = measure(Path(tmp) / "mcp", n_events, over_mcp=True)
+    ratios = {f"{p}_per_s": round(over_mcp[f"{p}_per_s"] / reference[f"{p}_per_s"], 3)
+              for p in (*PHASES, "pipeline")}
+    calls = over_mcp["calls_per_event"]["total"]
     report = {"events": n_events, "reference": reference, "mcp": over_mcp,
-              "mcp_over_reference": {f"{p}_per_s": round(
-                  over_mcp[f"{p}_per_s"] / reference[f"{p}_per_s"], 3)
-                  for p in (*PHASES, "pipeline")}}
+              "mcp_over_reference": ratios, "targets": {
+                  "calls_per_event": {"target": f"<= {MAX_CALLS_PER_EVENT} MCP calls per event",
+                                      "value": calls, "pass": calls <= MAX_CALLS_PER_EVENT},
+                  "pipeline_ratio": {"target": f">= {MIN_PIPELINE_RATIO} x in-process",
+                                     "value": ratios["pipeline_per_s"],
+                                     "pass": ratios["pipeline_per_s"] >= MIN_PIPELINE_RATIO}}}
     if not as_json:
         for line in describe(report):
             click.echo(line)
@@ -95,16 +109,20 @@ def describe(report):
                f"{mcp[phase + '_per_s']:>8}/s   ({ratio[phase + '_per_s']} ×)")
     calls = mcp["calls_per_event"]
     yield ("MCP calls per event: " + ", ".join(f"{k} {v}" for k, v in calls.items()))
+    yield "targets"
+    for key, t in report["targets"].items():
+        yield f"  {'pass' if t['pass'] else 'MISS'}  {key:<15} {t['value']:>7}  {t['target']}"
 
 
 def _configure_mcp(home):
-    package_root = str(Path(__file__).resolve().parent.parent.parent)
+    # The checkout this module is in: the server runs the code being measured.
+    package_root = str(Path(__file__).resolve().parent.parent)
     args = ["-m", "signoff", "--home", str(home), "host", "mcp"]
     (home / "signoff.toml").write_text(
         f'[host]\nfactory = "signoff.hosts.mcp:McpHost"\n[host.options]\n'
         f"command = {json.dumps(sys.executable)}\nargs = {json.dumps(args)}\n"
-        f"env = {{ PYTHONPATH = {json.dumps(package_root)} }}\ntimeout_s = 30\n",
-        encoding="utf-8")
+        f"env = {{ PYTHONPATH = {json.dumps(package_root)} }}\ntimeout_s = 30\n"
+        f"{batch_tools_toml()}", encoding="utf-8")
 
 
 def _records(home, n_events):

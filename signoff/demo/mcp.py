@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from ..config import load_config
+from ..hosts.mcp import batch_tools_toml
 from .story import BASE_DELAY_S, DOCUMENT, WAIT_S, Demo, StepFailed
 
 MCP_FACTORY = "signoff.hosts.mcp:McpHost"
@@ -42,7 +43,7 @@ class McpDemo(Demo):
             f"[host]\nfactory = {json.dumps(MCP_FACTORY)}\n[host.options]\n"
             f"command = {json.dumps(server[0])}\nargs = {json.dumps(server[1:])}\n"
             f"env = {{ PYTHONPATH = {json.dumps(package_root)} }}\ntimeout_s = 10\n"
-            f"[retry]\nbase_delay_s = {BASE_DELAY_S}\n", encoding="utf-8")
+            f"{batch_tools_toml()}[retry]\nbase_delay_s = {BASE_DELAY_S}\n", encoding="utf-8")
         self.ok("init")
         config = load_config(self.home)
         if config.host_factory != MCP_FACTORY:

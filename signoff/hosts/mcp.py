@@ -26,10 +26,18 @@ CONTRACT = {"context": (), "get": ("record_id",), "read_material": ("document",)
 DEFAULT_TOOLS = {"context": "get_context", "get": "get_record",
                  "read_material": "read_material", "submit": "submit_result",
                  "receipt": "get_receipt"}
-# The optional host method behind replays (monitor resume --replay, a lapsed
-# subscription): only when the ``tools`` table names the server's tool for it.
-OPTIONAL = {"changes": ("document", "since")}
+# Optional host methods, each only when the ``tools`` table names the server's
+# tool for it: the one behind replays (monitor resume --replay, a lapsed
+# subscription) and the batch calls (docs/plugins.md).
+OPTIONAL = {"changes": ("document", "since"), "get_many": ("record_ids",),
+            "receipts": ("keys",), "submit_many": ("items",)}
+# The batch tools of `signoff host mcp`, which the configurations signoff writes name.
+BATCH_TOOLS = {"get_many": "get_records", "receipts": "get_receipts",
+               "submit_many": "submit_results"}
 CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+# The most ids, keys or items one batch call sends (what `signoff host mcp` takes);
+# a longer batch is sent in several calls.
+MAX_BATCH = 1000
 
 
 class McpToolError(Exception):
@@ -57,8 +65,9 @@ class McpHost:
             raise ConfigError("bad_config", "host.options.events needs a url (streamable HTTP)")
         # What its monitors subscribe to (ops/subscriptions.py looks for this attribute).
         self.events_settings = None if events is None else events_settings(events)
-        if "changes" in self.tools:
-            self.changes = self._changes  # a host without it has no ``changes`` at all
+        for op in OPTIONAL:
+            if op in self.tools:  # a host without one has no such attribute at all
+                setattr(self, op, getattr(self, "_" + op))
         if url is not None:
             self.session = McpSession(url=_string(url, "url"), timeout_s=timeout_s)
         else:
@@ -94,6 +103,30 @@ class McpHost:
         """Ids of the records of ``document`` changed since ``since`` (Unix seconds)."""
         return self._call("changes", document=document, since=since)
 
+    def _get_many(self, record_ids):
+        """``{record_id: record}`` for some of ``record_ids``; the others are for ``get``."""
+        return self._batch("get_many", list(record_ids), dict)
+
+    def _receipts(self, keys):
+        """``{key: result}`` for the keys of ``keys`` that hold a result."""
+        return self._batch("receipts", list(keys), dict)
+
+    def _submit_many(self, items):
+        """``{key: code}`` for the ``(key, expected, result)`` items the server refused.
+
+        Each item's task key is its idempotency key, as for ``submit``. An
+        item refused with a transient code fails the whole call as a transient
+        failure: a refusal would block its task, where a retry reads its receipt.
+        """
+        refused = self._batch("submit_many", [{"key": key, "expected": expected, "result": result}
+                                              for key, expected, result in items],
+                              str, key=lambda item: item["key"])
+        transient = sorted(set(refused.values()) & self.transient_codes)
+        if transient:
+            kind = TimeoutError if "timeout" in transient else ConnectionError
+            raise kind(f"mcp: {self.tools['submit_many'][0]}: {transient[0]} for some items")
+        return refused
+
     def events_client(self):
         """An ``EventsClient`` on this host's session (``events`` must be configured)."""
         from ..mcp.events import EventsClient
@@ -110,12 +143,31 @@ class McpHost:
         result = self.session.call(name, {names[k]: v for k, v in arguments.items()})
         return read_result(result, name, self.transient_codes)
 
+    def _batch(self, op, values, kind, key=lambda value: value):
+        """One table from calls of at most ``MAX_BATCH`` ``values`` each.
 
-def read_result(result, tool, transient_codes):
+        ``values`` is the one argument's list; ``key`` names what the answer
+        may be keyed by for each, and ``read_table`` checks every answer.
+        """
+        name, names = self.tools[op]
+        (argument,) = names.values()
+        table = {}
+        for start in range(0, len(values), MAX_BATCH):
+            share = values[start:start + MAX_BATCH]
+            asked = [key(value) for value in share]
+            # A table may name "result": then it is the table, not the SDK's wrapper.
+            value = read_result(self.session.call(name, {argument: share}), name,
+                                self.transient_codes, unwrap="result" not in asked)
+            table.update(read_table(value, asked, kind, name))
+        return table
+
+
+def read_result(result, tool, transient_codes, unwrap=True):
     """A ``CallToolResult`` as a value, or the exception signoff expects (docs/mcp.md).
 
-    The value is the structured content (the SDK's ``{"result": ...}`` wrapper
-    unwrapped), else the JSON text, else ``None`` when there is no content.
+    The value is the structured content (with ``unwrap``, the SDK's
+    ``{"result": ...}`` wrapper unwrapped), else the JSON text, else ``None``
+    when there is no content.
     ``isError`` naming a code is ``Blocked(code)`` unless the code is transient;
     ``isError`` without one is an ordinary failed attempt.
     """
@@ -130,7 +182,7 @@ def read_result(result, tool, transient_codes):
         raise Blocked(code, f"the MCP server refused {tool}: {code}")
     structured = result.structured_content
     if structured is not None:
-        if isinstance(structured, dict) and set(structured) == {"result"}:
+        if unwrap and isinstance(structured, dict) and set(structured) == {"result"}:
             return structured["result"]
         return structured
     text = _text(result)
@@ -140,6 +192,24 @@ def read_result(result, tool, transient_codes):
         return json.loads(text)
     except ValueError:
         raise McpToolError(f"mcp: {tool} answered text that is not JSON") from None
+
+
+def read_table(value, asked, kind, tool):
+    """``value``, a batch call's answer, checked: a table keyed by some of ``asked``.
+
+    Its values are dicts (records, results) or, for ``kind`` ``str``, refusal
+    codes. Anything else is an ``McpToolError``: the batch's attempt failed,
+    and nothing of the answer is used.
+    """
+    if not isinstance(value, dict):
+        raise McpToolError(f"mcp: {tool} answered {type(value).__name__}, not a table")
+    wanted = set(asked)
+    for key, item in value.items():
+        if key not in wanted:
+            raise McpToolError(f"mcp: {tool} answered for {key!r}, which was not asked for")
+        if not isinstance(item, kind) or (kind is str and not CODE.fullmatch(item)):
+            raise McpToolError(f"mcp: {tool} answered an unreadable value for {key!r}")
+    return value
 
 
 def _error_body(result):
@@ -186,6 +256,12 @@ def tool_map(tools):
             raise ConfigError("bad_config", f"host.options.tools.{op}.args: two arguments share a name")
         mapping[op] = (name, names)
     return mapping
+
+
+def batch_tools_toml():
+    """The ``[host.options.tools.*]`` tables naming ``signoff host mcp``'s batch tools."""
+    return "".join(f'[host.options.tools.{op}]\nname = "{name}"\n'
+                   for op, name in BATCH_TOOLS.items())
 
 
 def _string(value, what):

@@ -1,10 +1,12 @@
 """``signoff host mcp``: the home's reference host as an MCP server (stdio or HTTP).
 
-Five tools, named as ``McpHost`` calls them by default: ``get_context``,
-``get_record``, ``read_material``, ``submit_result``, ``get_receipt``.
-Arguments are strict (``invalid_arguments``). The grant is checked before the
-idempotency lookup, so a principal without ``submit_review`` learns nothing
-from a key. A submit retried with the same key and result returns the
+Eight tools: the five ``McpHost`` calls by default (``get_context``,
+``get_record``, ``read_material``, ``submit_result``, ``get_receipt``) and the
+batch calls' three (``get_records``, ``get_receipts``, ``submit_results``, at
+most 1,000 ids, keys or items a call), which answer as the single tools would
+for each. Arguments are strict (``invalid_arguments``). The grant is checked
+before the idempotency lookup, so a principal without ``submit_review`` learns
+nothing from a key. A submit retried with the same key and result returns the
 original outcome; another result under the key is ``idempotency_conflict``.
 The reference host's fault switches work through it (``crash-after-write``
 kills this server process right after the write commits).
@@ -24,9 +26,12 @@ import os
 import socket
 import threading
 import time
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from ..errors import Blocked
+from ..hosts.mcp import MAX_BATCH
 from ..hosts.reference import EVENTS_FILENAME
 from .strict import StrictServer, error_result, key_refusal
 
@@ -35,6 +40,11 @@ DELIVER_EVERY_S = 0.5
 LOOPBACK_NAMES = ("localhost",)
 
 log = logging.getLogger("signoff.hostserver")
+
+ITEM = {"key", "expected", "result"}
+# The strict server refuses a longer list, or one with an element of another type.
+Strings = Annotated[list[str], Field(max_length=MAX_BATCH)]
+Items = Annotated[list[dict[str, Any]], Field(max_length=MAX_BATCH)]
 
 INSTRUCTIONS = ("The signoff reference host: records, materials, results and the current grant. "
                 "Results are written once per idempotency key.")
@@ -79,16 +89,37 @@ def build(host):
         """The result stored under ``key``, or null."""
         return run(lambda: _receipt(host, key))
 
+    @server.tool()
+    def get_records(record_ids: Strings) -> dict[str, Any]:
+        """``{record_id: record}`` for the records ``get_record`` would answer; the others left out."""
+        return run(lambda: host.get_many(record_ids))
+
+    @server.tool()
+    def get_receipts(keys: Strings) -> dict[str, Any]:
+        """``{key: result}`` for the keys that hold a result; the others left out."""
+        return run(lambda: _receipts(host, keys))
+
+    @server.tool()
+    def submit_results(items: Items) -> dict[str, Any]:
+        """Each ``{key, expected, result}`` written as ``submit_result`` would; ``{key: code}``
+        for the items refused."""
+        return run(lambda: _submit_many(host, items))
+
     return server
 
 
 def _authorize(host, document=None):
-    """The grant check that comes before any idempotency lookup."""
+    """The grant check that comes before any idempotency lookup; the grant."""
     grant = host.context()
     if "submit_review" not in grant.get("actions", []):
         raise Blocked("action", "the grant does not allow submit_review")
-    if document is not None and document not in grant.get("docs", []):
+    if not _covers(grant, document):
         raise Blocked("access", "the grant does not cover this document")
+    return grant
+
+
+def _covers(grant, document):
+    return document is None or document in grant.get("docs", [])
 
 
 def _submit(host, key, expected, result):
@@ -106,6 +137,45 @@ def _receipt(host, key):
         return refusal
     _authorize(host)
     return host.receipt(key)
+
+
+def _receipts(host, keys):
+    for key in keys:
+        refusal = key_refusal(key)
+        if refusal:
+            return refusal
+    _authorize(host)
+    return host.receipts(keys) if keys else {}
+
+
+def _submit_many(host, items):
+    """The batch as ``_submit`` would take each item: a malformed list is refused whole,
+    like a call with a mistyped argument; an item ``_submit`` would refuse is refused alone."""
+    if not all(set(item) == ITEM and isinstance(item["key"], str) for item in items):
+        return error_result("invalid_arguments", "items: each is {key, expected, result}, "
+                                                 "key a string")
+    grant = _authorize(host)
+    refused, ready = {}, []
+    for item in items:
+        code = _item_refusal(item, grant)
+        if code:
+            refused[item["key"]] = code
+        else:
+            ready.append((item["key"], item["expected"], item["result"]))
+    if ready:
+        refused.update(host.submit_many(ready))
+    return refused
+
+
+def _item_refusal(item, grant):
+    """The code ``submit_result`` would refuse ``item`` with before writing, or ``None``."""
+    expected = item["expected"]
+    if (not isinstance(expected, dict) or not isinstance(item["result"], dict)
+            or key_refusal(item["key"])):
+        return "invalid_arguments"
+    if not _covers(grant, expected.get("document")):
+        return "access"
+    return None
 
 
 def serve(host):

@@ -64,6 +64,9 @@ def check_arguments(schema, arguments, types=True):
     for name, value in arguments.items():
         if not _fits(properties[name], value):
             return f"{name}: wrong type"
+        longest = properties[name].get("maxItems")
+        if longest is not None and len(value) > longest:
+            return f"{name}: more than {longest} items"
     return None
 
 
@@ -77,7 +80,10 @@ def _fits(spec, value):
     allowed = JSON_TYPES.get(kind, (object,))
     if isinstance(value, bool) and bool not in allowed:
         return False  # JSON true is not the integer 1
-    return isinstance(value, allowed)
+    if not isinstance(value, allowed):
+        return False
+    items = spec.get("items")  # a list's elements are checked as strictly as the list
+    return not (kind == "array" and items) or all(_fits(items, v) for v in value)
 
 
 class StrictServer(MCPServer):

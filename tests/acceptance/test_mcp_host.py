@@ -8,6 +8,7 @@ keys). Writes are counted by SQLite triggers in ``host.db`` (the
 ``RecordingHost`` instrumentation), not by the code under test.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -64,17 +65,26 @@ def result_for(record, draft="a draft"):
             "sources": [record["source"]]}
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """A home with an instrumented reference host, and one McpHost on it."""
-    home = tmp_path_factory.mktemp("mcp-host")
+@contextlib.contextmanager
+def hosted(tmp_path_factory, name, make_host):
+    """A home with an instrumented reference host, and the McpHost ``make_host(home)`` on it."""
+    home = tmp_path_factory.mktemp(name)
     (home / "signoff.toml").write_text("", encoding="utf-8")
     ref = RecordingHost(home)
     ref.put_material("doc-demo", "2026-11-01")
-    mcp_host = reference_mcp_host(home)
-    yield home, ref, mcp_host
-    mcp_host.close()
-    ref.close()
+    mcp_host = make_host(home)
+    try:
+        yield home, ref, mcp_host
+    finally:
+        mcp_host.close()
+        ref.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A home with an instrumented reference host, and one McpHost on it."""
+    with hosted(tmp_path_factory, "mcp-host", reference_mcp_host) as served:
+        yield served
 
 
 def fresh_record(ref, record_id):
@@ -219,13 +229,8 @@ def test_the_task_key_is_the_only_idempotency_key(served):
 
 @pytest.fixture(scope="module")
 def renamed(tmp_path_factory):
-    home = tmp_path_factory.mktemp("mcp-renamed")
-    ref = RecordingHost(home)
-    ref.put_material("doc-demo", "2026-11-01")
-    host = renamed_mcp_host(home)
-    yield home, ref, host
-    host.close()
-    ref.close()
+    with hosted(tmp_path_factory, "mcp-renamed", renamed_mcp_host) as renamed:
+        yield renamed
 
 
 def test_mapping_to_other_tool_and_argument_names(renamed):

@@ -18,7 +18,8 @@ from signoff.hosts.reference import ReferenceHost
 from signoff.mcp.session import McpCallError, McpSession, stdio_params
 
 CHILD_ENV = {"PYTHONPATH": str(ROOT)}
-HOST_TOOLS = {"get_context", "get_record", "read_material", "submit_result", "get_receipt"}
+HOST_TOOLS = {"get_context", "get_record", "read_material", "submit_result", "get_receipt",
+              "get_records", "get_receipts", "submit_results"}
 AGENT_TOOLS = {"report_event", "list_tasks", "show_task"}
 
 
@@ -63,10 +64,11 @@ def agent_server(home):
 
 # -- signoff host mcp ----------------------------------------------------------
 
-def test_host_server_lists_the_five_tools(host_server):
+def test_host_server_lists_the_eight_tools(host_server):
     tools = {t.name: t for t in host_server.tools()}
     assert set(tools) == HOST_TOOLS
     assert tools["submit_result"].input_schema["required"] == ["key", "expected", "result"]
+    assert tools["submit_results"].input_schema["properties"]["items"]["maxItems"] == 1000
 
 
 @pytest.mark.parametrize("tool, arguments, reason", [
@@ -76,6 +78,9 @@ def test_host_server_lists_the_five_tools(host_server):
     ("get_context", {"as_user": "admin"}, "as_user: not an argument"),
     ("get_receipt", {"key": "bad key with spaces"}, "key: 1-128 characters"),
     ("submit_result", {"key": "k-1", "expected": "{}", "result": {}}, "expected: wrong type"),
+    ("get_records", {"record_ids": ["comment-1", 5]}, "record_ids: wrong type"),
+    ("get_receipts", {"keys": ["k-1"] * 1001}, "keys: more than 1000 items"),
+    ("submit_results", {"items": [{"key": "k-1"}]}, "items: each is {key, expected, result}"),
 ])
 def test_host_server_refuses_arguments_that_do_not_fit(host_server, home, tool, arguments, reason):
     result = host_server.call(tool, arguments)

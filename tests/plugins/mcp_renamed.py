@@ -13,6 +13,12 @@ mapping. A few tools misbehave on purpose, for the error mapping:
 * ``busy``: answers ``isError`` with the transient code ``unavailable``.
 
 ``environment`` answers the names of the variables the server was started with.
+
+Batch tools (``fetch_comments``, ``find_suggestions``, ``post_suggestions``)
+append each call's arguments to ``HOME/batch-calls.jsonl`` and answer as the
+host's batch call would (JSON text), unless ``HOME/canned-TOOL.json`` exists:
+then they answer its JSON text and do nothing else (a server answering a
+wrong shape).
 """
 
 import json
@@ -84,6 +90,35 @@ def post_suggestion(operation_key: str, expect: dict, body: dict):
 @server.tool()
 def find_suggestion(operation_key: str):
     return host.receipt(operation_key)
+
+
+def batch(tool, arguments, call):
+    with (HOME / "batch-calls.jsonl").open("a", encoding="utf-8") as log:
+        log.write(json.dumps({"tool": tool, "arguments": arguments}) + "\n")
+    canned = HOME / f"canned-{tool}.json"
+    if canned.exists():
+        text = canned.read_text(encoding="utf-8")
+    else:
+        text = json.dumps(call())
+    return CallToolResult(content=[TextContent(type="text", text=text)])
+
+
+@server.tool()
+def fetch_comments(comment_ids: list):
+    return batch("fetch_comments", {"comment_ids": comment_ids},
+                 lambda: host.get_many(comment_ids))
+
+
+@server.tool()
+def find_suggestions(operation_keys: list):
+    return batch("find_suggestions", {"operation_keys": operation_keys},
+                 lambda: host.receipts(operation_keys))
+
+
+@server.tool()
+def post_suggestions(suggestions: list):
+    return batch("post_suggestions", {"suggestions": suggestions}, lambda: host.submit_many(
+        [(s["key"], s["expected"], s["result"]) for s in suggestions]))
 
 
 @server.tool()
