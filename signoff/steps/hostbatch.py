@@ -15,8 +15,9 @@ from ..errors import Blocked
 class BatchReads:
     """The host as one batch sees it: records read together, materials once per document.
 
-    Every other attribute is the host's own. A failed ``get_many`` is the
-    failure of the read that asked for it; the reads after it go one by one.
+    Every other attribute is the host's own. A ``get_many`` that fails is the
+    failure of the read that asked for it (one refused, ``Blocked``, is not: that
+    read asks ``get``); the reads after it go one by one.
     """
 
     def __init__(self, host, record_ids):
@@ -32,7 +33,10 @@ class BatchReads:
         if record_id in self._wanted:
             if self._records is None:
                 self._records = {}  # a failure below is not asked again for the others
-                self._records = self.host.get_many(sorted(self._wanted))
+                try:
+                    self._records = self.host.get_many(sorted(self._wanted))
+                except Blocked:
+                    pass  # a refusal of the whole batch: each row's ``get`` names its own
             if record_id in self._records:
                 return self._records[record_id]
         return self.host.get(record_id)

@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 
 from helpers import make_event
+from signoff.errors import Blocked
 from signoff.models import Task
 
 CALLS = ("get", "get_many", "read_material", "submit", "submit_many", "receipt", "receipts")
@@ -122,3 +123,16 @@ def test_a_cancel_during_a_batch_write_finds_every_write_of_the_batch_in_flight(
     assert answers[0]["writes_in_flight"] == 3
     assert [(t.status, t.outcome_unknown) for t in Task.select()] == [("done", False)] * 3
     assert len(host.results()) == 3
+
+
+def test_a_batch_read_refused_whole_leaves_each_record_to_its_own_read(counted, monkeypatch):
+    rt, host, calls = counted
+
+    def refuse_all(record_ids):
+        raise Blocked("too_many", "the host refuses batches today")
+    monkeypatch.setattr(host, "get_many", refuse_all)
+    rt.enqueue_events([make_event(event_id=f"e{n}", record_id=f"comment-{n}")
+                       for n in range(1, 4)])
+    rt.ingest_batch("w1")
+    assert [e["outcome"] for e in rt.events()] == ["ready"] * 3
+    assert calls["get"] == 3
