@@ -294,13 +294,21 @@ def cancel_tasks(which, now):
     """
     maybe, held = may_be_written(), Task.lease_token.is_null(False)
     ended = {"code": "cancelled", "parked": False}
-    cancelled = move_tasks(None, TASK_OPEN, T.CANCELLED, now, where=which & ~maybe,
+    cancelled, in_flight = set(), set()
+    # On PostgreSQL a worker's outcome may commit between two of the UPDATEs (an
+    # in-flight write ending `uncertain` and released after the second, before
+    # the third): the pass is made again until it finds no open task left.
+    while True:
+        moved = move_tasks(None, TASK_OPEN, T.CANCELLED, now, where=which & ~maybe,
                            outcome_unknown=False, **ended, **RELEASED)
-    cancelled |= move_tasks(None, TASK_OPEN, T.CANCELLED, now, where=which & maybe & ~held,
+        moved |= move_tasks(None, TASK_OPEN, T.CANCELLED, now, where=which & maybe & ~held,
                             outcome_unknown=True, **ended)
-    in_flight = move_tasks(None, TASK_OPEN, T.CANCELLED, now, where=which & maybe & held,
-                           outcome_unknown=True, **ended)
-    return cancelled | in_flight, in_flight
+        flying = move_tasks(None, TASK_OPEN, T.CANCELLED, now, where=which & maybe & held,
+                            outcome_unknown=True, **ended)
+        if not moved and not flying:
+            return cancelled | in_flight, in_flight
+        cancelled |= moved
+        in_flight |= flying
 
 
 # -- births: each row's first status, and the writes that are not moves -----------
