@@ -144,6 +144,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_terminal_summary(terminalreporter):
+    """Print the figures tests record (``record_property``), such as the chaos tests'.
+
+    xdist brings a test's properties back from its worker, where a print would stay:
+    the figures reach CI's log whatever ``-n`` is.
+    """
+    for reports in list(terminalreporter.stats.values()):
+        for report in reports:
+            for name, value in getattr(report, "user_properties", ()):
+                if getattr(report, "when", None) == "call":
+                    terminalreporter.write_line(f"{name}: {value}")
+
+
 def pytest_sessionfinish(session):
     BACKENDS.close()
 

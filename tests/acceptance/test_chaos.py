@@ -1,8 +1,8 @@
 """Chaos: two worker processes, a flaky host, SIGKILLs at random, then a drain.
 
-Run with ``pytest -m slow tests/acceptance/test_chaos.py -s``. The figures (events, kills,
+Run with ``pytest -m slow tests/acceptance/test_chaos.py``. The figures (events, kills,
 lost acknowledgements, redundant submits, time to drain, how long a killed
-worker's rows wait before another worker takes them) are printed at the end.
+worker's rows wait before another worker takes them) are printed in the run's summary.
 Set ``CHAOS_SEED`` to replay a run's kill schedule and host faults.
 """
 
@@ -151,7 +151,7 @@ def assert_each_task_ended(tasks, results):
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_chaos_kill_restart_and_drain(tmp_path, capsys):
+def test_chaos_kill_restart_and_drain(tmp_path, record_property):
     home = tmp_path / "home"
     home.mkdir()
     (home / "signoff.toml").write_text(CONFIG, encoding="utf-8")
@@ -255,8 +255,7 @@ def test_chaos_kill_restart_and_drain(tmp_path, capsys):
         "takeover_wait_median_s": round(statistics.median(waits), 2) if waits else None,
         "takeover_wait_max_s": round(max(waits), 2) if waits else None,
     }
-    with capsys.disabled():
-        print("\nchaos figures: " + json.dumps(figures))
+    record_property("chaos figures", json.dumps(figures))
 
     assert "database is locked" not in stderr
     assert "Traceback" not in stderr, stderr[-5000:]

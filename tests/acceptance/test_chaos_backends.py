@@ -4,11 +4,11 @@ waiting wake-ups lost once.
 
 Runs only under the backend switch with a PostgreSQL database and a Redis or
 PostgreSQL queue: ``SIGNOFF_TEST_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/test
-SIGNOFF_TEST_QUEUE_URL=redis://127.0.0.1:6379/0 pytest -n 0 -m slow tests/acceptance/test_chaos_backends.py -s``
+SIGNOFF_TEST_QUEUE_URL=redis://127.0.0.1:6379/0 pytest -m slow tests/acceptance/test_chaos_backends.py``
 (or the PostgreSQL URL for both). The faults are set off by the run's progress,
 not by the clock, and each counts only once it hit something, so a loaded machine
 gets all of them too. Nothing may be lost and nothing written twice; the figures
-are printed at the end.
+are printed in the run's summary.
 """
 
 import contextlib
@@ -224,7 +224,7 @@ def drain(rt, workers, counts):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_chaos_on_postgresql_with_a_server_queue(tmp_path, backend, capsys):
+def test_chaos_on_postgresql_with_a_server_queue(tmp_path, backend, record_property):
     queue_kind, why_not = queue_kind_of(backend)
     if queue_kind is None:
         pytest.skip(why_not)
@@ -248,11 +248,10 @@ def test_chaos_on_postgresql_with_a_server_queue(tmp_path, backend, capsys):
     deliveries, tasks = list(Delivery.select()), {t.key: t for t in Task.select()}
     results = {r["key"]: r["result"] for r in host.results()}
     writes = host.write_counts()
-    with capsys.disabled():
-        print(f"\nchaos on postgresql/{queue_kind}: " + json.dumps(dict(
-            counts, **faults.counts, deliveries=len(deliveries), tasks=len(tasks),
-            results=len(results), done=sum(t.status == "done" for t in tasks.values()),
-            dead=sum(t.status == "dead" for t in tasks.values()))))
+    record_property(f"chaos on postgresql/{queue_kind}", json.dumps(dict(
+        counts, **faults.counts, deliveries=len(deliveries), tasks=len(tasks),
+        results=len(results), done=sum(t.status == "done" for t in tasks.values()),
+        dead=sum(t.status == "dead" for t in tasks.values()))))
     assert not faults.pending(), f"faults that never found anything to hit: {faults.pending()}"
     assert faults.counts["terminations"] == 2 and faults.counts["queue_losses"] == 1
     assert counts["kills"] >= 10

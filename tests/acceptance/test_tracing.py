@@ -269,6 +269,7 @@ def test_off_by_default_without_loading_the_sdk(home):
     assert done.stdout.decode().split()[-1] == "off", done.stderr.decode()
 
 
+@pytest.mark.backend_independent
 def test_attributes_are_ids_statuses_and_codes_only():
     from opentelemetry.sdk.trace import TracerProvider
     tracing.start(TracerProvider())

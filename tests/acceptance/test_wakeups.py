@@ -35,6 +35,7 @@ def live(home):
     rt.close()
 
 
+@pytest.mark.backend_independent
 def test_needed_is_one_wake_up_per_batch_up_to_the_cap():
     assert [needed(n, 50) for n in (0, 1, 50, 51, 150, 10_000)] == [0, 1, 1, 2, 3, CAP]
 

@@ -240,6 +240,7 @@ def test_concurrent_approvals_from_two_homes_approve_once_and_lose_none(home, cl
 
 # -- hidden characters -------------------------------------------------------------
 
+@pytest.mark.backend_independent
 def test_text_rules():
     assert hidden_characters("ok\n\tfine") == []
     assert hidden_characters("a\u202eb\u200bc\ufeffd\u0007") == ["U+202E", "U+200B", "U+FEFF", "U+0007"]

@@ -313,6 +313,7 @@ PYTHON_WORDING = re.compile(r"Expecting|delimiter|char \d|JSONDecodeError|Error\
     (b"[" * 100_000, None),
     (b"", "a value was expected"),
 ])
+@pytest.mark.backend_independent
 def test_broken_json_reasons_are_written_for_people(raw, words):
     with pytest.raises(InvalidEvent) as info:
         parse_line(raw if raw else b" ")
@@ -425,12 +426,14 @@ def source_codes():
     return codes
 
 
+@pytest.mark.backend_independent
 def test_the_codes_page_lists_every_code_the_cli_can_print():
     page = (ROOT / "docs" / "codes.md").read_text(encoding="utf-8")
     missing = sorted(c for c in source_codes() if f"`{c}`" not in page)
     assert not missing, f"codes missing from docs/codes.md: {missing}"
 
 
+@pytest.mark.backend_independent
 def test_the_code_patterns_find_the_codes_of_every_kind_of_source():
     # Each pattern must keep finding what it is there for, or the test above
     # would pass by finding nothing.

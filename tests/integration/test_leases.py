@@ -199,6 +199,7 @@ POLICY = RetryPolicy(read_attempts=5, draft_attempts=3, submit_attempts=8,
                      base_delay_s=0.5, max_delay_s=30.0)
 
 
+@pytest.mark.backend_independent
 def test_backoff_is_exponential_capped_and_jittered():
     top = [backoff(n, POLICY, rng=lambda: 1.0) for n in range(1, 10)]
     assert top == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
@@ -212,6 +213,7 @@ def test_backoff_is_exponential_capped_and_jittered():
             assert cap / 2 <= backoff(n, POLICY, rng=rng.random) <= cap
 
 
+@pytest.mark.backend_independent
 def test_decide_gives_up_when_the_budget_is_spent():
     assert decide(1, "read", POLICY, rng=lambda: 1.0) == 0.5
     assert decide(4, "read", POLICY, rng=lambda: 1.0) == 4.0

@@ -257,6 +257,7 @@ JSON_VALUES = st.recursive(
 
 @given(JSON_VALUES)
 @settings(max_examples=300, deadline=None)
+@pytest.mark.backend_independent
 def test_json_is_dumped_once_and_still_as_escaped_as_a_full_walk(value):
     walked = json.dumps(storage.fields._walk(value, storage.escape_text))
     assert storage.lossless_dumps(value) == walked

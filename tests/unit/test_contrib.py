@@ -7,6 +7,7 @@ tests (`promtool test rules`).
 import json
 import re
 
+import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -65,6 +66,7 @@ def test_every_metric_the_dashboard_and_the_alerts_use_is_exported(rt, clock):
     assert not unknown, f"metrics /metrics does not export: {unknown}"
 
 
+@pytest.mark.backend_independent
 def test_the_dashboard_imports_with_a_prometheus_datasource():
     board = json.loads(DASHBOARD.read_text(encoding="utf-8"))
     assert [i["pluginId"] for i in board["__inputs"]] == ["prometheus"]
@@ -75,6 +77,7 @@ def test_the_dashboard_imports_with_a_prometheus_datasource():
         assert p["datasource"]["uid"] == "${DS_PROMETHEUS}"
 
 
+@pytest.mark.backend_independent
 def test_the_alerts_cover_what_an_operator_must_hear_of():
     found = {r["alert"]: r for r in rules()}
     assert set(found) == {"SignoffWorkerSilent", "SignoffOldestReadyTaskWaiting",

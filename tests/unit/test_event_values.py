@@ -4,12 +4,16 @@ JSON lines would get, whether they take the direct path or the JSON one."""
 import io
 import json
 
+import pytest
 from helpers import make_event
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from signoff.errors import InvalidEvent
 from signoff.rules.events import MAX_LINE_BYTES, check_value, read_events
+
+# Pure functions on Python values: no home, no database, no queue.
+pytestmark = pytest.mark.backend_independent
 
 FIELDS = ("event_id", "name", "document", "record_id", "occurred", "text")
 

@@ -3,7 +3,12 @@
 import asyncio
 import threading
 
+import pytest
+
 from signoff.serve.groupcommit import GroupCommit
+
+# The group commit with in-memory writes: no home, no database, no queue.
+pytestmark = pytest.mark.backend_independent
 
 
 def test_concurrent_jobs_share_writes_and_answers_follow_the_write():
