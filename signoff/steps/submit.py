@@ -55,8 +55,8 @@ def submit_batch(rt, owner):
     spans = {t.key: tracing.begin("signoff.submit", t, task_key=t.key,
                                   monitor=t.monitor) for t in tasks} if tracing.enabled() else {}
     outcomes = {t.key: precheck(rt, t, batch) for t in tasks}
-    # Only a task whose write may have happened already can have a receipt: read it first.
-    earlier = [t for t in tasks if outcomes[t.key].kind == "write" and t.write_possible]
+    # The receipt first: one already there is compared at once, and nothing is written.
+    earlier = [t for t in tasks if outcomes[t.key].kind == "write"]
     if earlier:
         found = receipts(host, earlier, spans, batch.keep_lease)
         for task in earlier:

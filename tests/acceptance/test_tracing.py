@@ -120,8 +120,7 @@ def test_one_trace_from_enqueue_to_receipt_across_processes(home, receiver):
     approve = only(by_name["signoff.approve"], "approve")
     submit = only(by_name["signoff.submit"], "submit")
     # The tree: enqueue -> ingest -> (host.get, host.read_material, draft, approve, submit);
-    # submit -> host.submit and receipt (the read-back); a first attempt reads no
-    # receipt before its write (no write under its key was ever possible).
+    # submit -> receipt (before the write, and its read-back) and host.submit.
     assert enqueue["parent"] is None
     assert ingest["parent"] == enqueue["id"]
     for child in ("signoff.host.read_material", "signoff.draft"):
@@ -131,8 +130,8 @@ def test_one_trace_from_enqueue_to_receipt_across_processes(home, receiver):
         [ingest["id"], approve["id"]])
     assert approve["parent"] == ingest["id"] and submit["parent"] == ingest["id"]
     receipts = by_name["signoff.receipt"]
-    assert len(receipts) == 1 and {r["parent"] for r in receipts} == {submit["id"]}
-    assert receipts[0]["attributes"]["signoff.status"] == "found"
+    assert len(receipts) == 2 and {r["parent"] for r in receipts} == {submit["id"]}
+    assert sorted(r["attributes"]["signoff.status"] for r in receipts) == ["found", "none"]
     assert only(by_name["signoff.host.submit"], "host.submit")["parent"] == submit["id"]
     assert {h["parent"] for h in by_name["signoff.host.receipt"]} == {r["id"] for r in receipts}
     # What the spans say: ids, statuses and codes.
