@@ -40,8 +40,9 @@ def test_cli_bench_times_processes_and_the_start_up(tmp_path):
     assert report["events"] == 40
     assert report["signoff_cli_ingest_per_s"] > 0 and report["huey_cli_noop_per_s"] > 0
     assert report["huey_cli_noop_fsync_per_s"] > 0
-    assert report["cli_ingest_ratio_fsync"] == round(
-        report["signoff_cli_ingest_per_s"] / report["huey_cli_noop_fsync_per_s"], 3)
+    # Rounded rates: the ratio of the unrounded ones agrees to within a rounding step.
+    assert report["cli_ingest_ratio_fsync"] == pytest.approx(
+        report["signoff_cli_ingest_per_s"] / report["huey_cli_noop_fsync_per_s"], rel=0.01)
     assert [len(v) for v in report["rounds_per_s"].values()] == [3, 3, 3]
     startup = report["startup"]
     assert startup["signoff_cli_import_ms"] > 0 and startup["signoff_help_s"] > 0
