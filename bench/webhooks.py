@@ -14,6 +14,7 @@ is SQLite, whatever the environment's backend overrides say.
 import asyncio
 import datetime
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -183,12 +184,12 @@ def _passes(rt, secret, events, clients, bad, paced, say):
     bare_proc, bare_url = _start([sys.executable, "-m", "bench.webhooks"])
     try:
         say(f"bare endpoint: {events} requests from {clients} clients")
-        bare = asyncio.run(_load(bare_url, good, sign, clients))
+        bare = _with_cpu(bare_proc, lambda: asyncio.run(_load(bare_url, good, sign, clients)))
         serve_proc, url = _start([sys.executable, "-m", "signoff", "--home", str(rt.home),
                                   "serve", "--port", "0"])
         try:
             say(f"signoff serve: {events} signed events from {clients} clients")
-            ingest = asyncio.run(_load(url, good, sign, clients))
+            ingest = _with_cpu(serve_proc, lambda: asyncio.run(_load(url, good, sign, clients)))
             say(f"signoff serve: {bad} badly signed requests")
             refused = asyncio.run(_load(url, events_for(bad, "bad"), signer(secret, bad=True),
                                         clients))
@@ -202,6 +203,27 @@ def _passes(rt, secret, events, clients, bad, paced, say):
     finally:
         _stop(bare_proc)
     return bare, ingest, refused, half, bare_half
+
+
+def _cpu_s(pid):
+    """User and system CPU seconds of process ``pid`` so far (Linux), or ``None``."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _with_cpu(proc, load):
+    """``load()``'s figures, with the server's CPU milliseconds per request during it:
+    the load generator shares the machine's cores, so the rate ratio is partly theirs."""
+    before = _cpu_s(proc.pid)
+    figures = load()
+    after = _cpu_s(proc.pid)
+    figures["server_cpu_ms_per_request"] = (None if before is None or after is None else
+                                            round((after - before) * 1000 / figures["requests"], 3))
+    return figures
 
 
 @reads
@@ -236,6 +258,8 @@ def _print(r):
         x = r[name]
         print(f"{name:<15} {x['requests']:>6} req  {x['per_s']:>8.1f}/s  p50 {x['p50_ms']:>7.2f} ms  "
               f"p99 {x['p99_ms']:>7.2f} ms  {x['statuses']}")
+    print(f"server CPU per request: bare {r['bare']['server_cpu_ms_per_request']} ms, "
+          f"signoff {r['signoff']['server_cpu_ms_per_request']} ms")
     print(f"accepted {r['accepted']}, lost {r['lost']}, bad signatures all 401: {r['bad_all_401']}, "
           f"{r['events_per_commit']} events per commit")
     for key, t in r["targets"].items():
