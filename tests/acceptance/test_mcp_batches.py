@@ -8,13 +8,12 @@ SQLite triggers in ``host.db`` (``RecordingHost``).
 """
 
 import json
-import re
 import sys
 from collections import Counter
 
 import pytest
 
-from helpers import read_here
+from helpers import read_here, write_mcp_host
 from signoff.app import Signoff
 from signoff.errors import Blocked
 from signoff.hosts.mcp import BATCH_TOOLS, McpToolError, batch_tools_toml
@@ -192,21 +191,7 @@ def test_the_grant_is_checked_before_any_idempotency_lookup_of_a_batch(served):
 
 def mcp_home(home, clock, command, args, tools_toml):
     """An initialised home whose host is McpHost, with ``EVENTS`` open records."""
-    home.mkdir(parents=True, exist_ok=True)
-    config = home / "signoff.toml"
-    earlier = config.read_text(encoding="utf-8") if config.exists() else ""
-    # The host tables a backend's default configuration has are replaced (a table
-    # runs to the next header).
-    earlier = re.sub(r"(?ms)^\[host(\.[\w.]+)?\]\n.*?(?=^\[|\Z)", "", earlier)
-    config.write_text(earlier + f"""
-[host]
-factory = "signoff.hosts.mcp:McpHost"
-[host.options]
-command = {json.dumps(command)}
-args = {json.dumps(args)}
-env = {{ PYTHONPATH = {json.dumps(CHILD_ENV["PYTHONPATH"])} }}
-timeout_s = 30
-{tools_toml}""", encoding="utf-8")
+    write_mcp_host(home, command, args, CHILD_ENV["PYTHONPATH"], tools_toml)
     rt = read_here(Signoff.init(home, clock=clock))
     ref = RecordingHost(home)
     for n in range(EVENTS):

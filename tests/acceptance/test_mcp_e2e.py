@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from helpers import ROOT, child_env, signoff_cmd
+from helpers import ROOT, child_env, signoff_cmd, write_mcp_host
 from signoff.app import Signoff
 
 from testhosts import RecordingHost  # noqa: E402
@@ -22,24 +22,9 @@ DRAIN_TIMEOUT = 120
 
 
 def configure_mcp_home(home):
-    """Point ``home``'s host at ``signoff host mcp``; other tables are kept."""
-    home.mkdir(parents=True, exist_ok=True)
-    config = home / "signoff.toml"
-    text = config.read_text(encoding="utf-8") if config.exists() else ""
-    # Drop the tables this test sets (a table runs to the next header).
-    text = re.sub(r"(?ms)^\[(host|host\.options|retry)\]\n.*?(?=^\[|\Z)", "", text)
-    config.write_text(text + f"""
-[host]
-factory = "signoff.hosts.mcp:McpHost"
-[host.options]
-command = {json.dumps(sys.executable)}
-args = ["-m", "signoff", "--home", {json.dumps(str(home))}, "host", "mcp"]
-env = {{ PYTHONPATH = {json.dumps(str(ROOT))} }}
-timeout_s = 30
-[retry]
-base_delay_s = 0.05
-max_delay_s = 0.2
-""", encoding="utf-8")
+    """Point ``home``'s host at ``signoff host mcp``, with quick retries; other tables are kept."""
+    write_mcp_host(home, sys.executable, ["-m", "signoff", "--home", str(home), "host", "mcp"],
+                   str(ROOT), "[retry]\nbase_delay_s = 0.05\nmax_delay_s = 0.2\n")
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from unit, integration and acceptance tests alike.
 """
 
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -155,3 +156,23 @@ def log_in(browser, server, name, token):
 def shown_status(page):
     """The status the task page says it shows."""
     return page.get_attribute("#status", "data-status")
+
+
+def write_mcp_host(home, command, args, pythonpath, extra=""):
+    """Point ``home``'s host at the MCP server ``command args`` (``McpHost`` over stdio),
+    then the TOML ``extra``. The host tables the home had, and those ``extra`` sets, are
+    replaced (a table runs to the next header); the others are kept."""
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "signoff.toml"
+    text = config.read_text(encoding="utf-8") if config.exists() else ""
+    names = ["host", r"host\.[\w.]+", *map(re.escape, re.findall(r"(?m)^\[([\w.]+)\]", extra))]
+    text = re.sub(rf"(?ms)^\[({'|'.join(names)})\]\n.*?(?=^\[|\Z)", "", text)
+    config.write_text(text + f"""
+[host]
+factory = "signoff.hosts.mcp:McpHost"
+[host.options]
+command = {json.dumps(command)}
+args = {json.dumps(args)}
+env = {{ PYTHONPATH = {json.dumps(pythonpath)} }}
+timeout_s = 30
+{extra}""", encoding="utf-8")
