@@ -11,6 +11,7 @@ import pytest
 
 from helpers import make_event
 from signoff.errors import Blocked
+from signoff.steps import drafting
 from signoff.models import Task
 
 CALLS = ("get", "get_many", "read_material", "submit", "submit_many", "receipt", "receipts")
@@ -136,3 +137,17 @@ def test_a_batch_read_refused_whole_leaves_each_record_to_its_own_read(counted, 
     rt.ingest_batch("w1")
     assert [e["outcome"] for e in rt.events()] == ["ready"] * 3
     assert calls["get"] == 3
+
+
+def test_a_batchs_drafter_calls_are_counted_in_one_write(counted, monkeypatch):
+    rt, host, calls = counted
+    writes = []
+    count_calls = drafting._count_calls
+    monkeypatch.setattr(drafting, "_count_calls",
+                        lambda outcome, n: (writes.append((outcome, n)), count_calls(outcome, n)))
+    rt.enqueue_events([make_event(event_id=f"e{n}", record_id=f"comment-{n}")
+                       for n in range(1, 6)])
+    rt.ingest_batch("w1")
+    # Five drafts, one write of the count (a commit per draft was most of ingest's cost).
+    assert writes == [("ok", 5)]
+    assert drafting.summary(None, rt.clock.now())["calls"] == {"ok": 5}
