@@ -22,7 +22,17 @@ The map, from the faces down (each layer imports only the layers below it):
   OpenTelemetry spans (the one module that imports it).
 """
 
-from .app import Signoff
-from .errors import Blocked, Refused, SignoffError
 
 __all__ = ["Signoff", "Blocked", "Refused", "SignoffError"]
+
+
+def __getattr__(name):
+    # Imported on first use, so the ``signoff`` command (``__main__``) can import
+    # Peewee and Huey itself first, with their server drivers held back.
+    if name == "Signoff":
+        from .app import Signoff
+        return Signoff
+    if name in __all__:
+        from . import errors
+        return getattr(errors, name)
+    raise AttributeError(f"module 'signoff' has no attribute {name!r}")
