@@ -171,9 +171,9 @@ class Signoff:
         return gaps.resume(self, monitor_id, new_id, mode, **options)
 
     @_own_database
-    def gaps(self):
-        """Resume gaps and stale events: what was not observed."""
-        return gaps.listing()
+    def gaps(self, monitors=None):
+        """Resume gaps and stale events: what was not observed (of ``monitors`` alone, if given)."""
+        return gaps.listing(monitors)
 
     @_own_database
     def monitors(self):
@@ -329,9 +329,9 @@ class Signoff:
         return reviewers.viewer_for_token(token)
 
     @_own_database
-    def replay(self, letter_id, by="operator", channel="cli"):
-        """Replay a dead letter with a fresh budget."""
-        return deadletters.replay(self, letter_id, by, channel)
+    def replay(self, letter_id, by="operator", channel="cli", monitors=None):
+        """Replay a dead letter with a fresh budget (of ``monitors`` alone, if given)."""
+        return deadletters.replay(self, letter_id, by, channel, monitors)
 
     @_own_database
     def purge(self, older_than_days=None, dry_run=False, progress=None):

@@ -1,11 +1,13 @@
 """Dead letters: listing them and replaying one with a fresh budget."""
 
+from peewee import fn
+
 from .approval import check_channel
 from ..errors import Refused
 from ..rules.events import check_name
 from ..state.lifecycle import (Fenced, audit, move_delivery, move_task, TaskStatus as T,
                                DeliveryStatus as D)
-from ..models import DeadLetter, Delivery, Task, db
+from ..models import DeadLetter, Delivery, Notification, Task, db
 from .retention import purged_at
 
 
@@ -16,17 +18,32 @@ def row(letter):
             "last_at": letter.last_at, "replayed": letter.replayed}
 
 
-def replay(rt, letter_id, by="operator", channel="cli"):
+def of_monitors(monitors):
+    """The condition on ``DeadLetter`` that keeps the letters of ``monitors``' deliveries,
+    tasks and notifications (what a reviewer limited to them may see)."""
+    monitors = sorted(monitors)
+    tasks = Task.select(Task.key).where(Task.monitor.in_(monitors))
+    deliveries = Delivery.select(Delivery.id.cast("TEXT")).where(Delivery.monitor.in_(monitors))
+    notes = Notification.select(Notification.task_key).where(
+        fn.COALESCE(Notification.task, Notification.task_key).in_(tasks))
+    return (((DeadLetter.kind == "delivery") & DeadLetter.ref.in_(deliveries))
+            | ((DeadLetter.kind == "task") & DeadLetter.ref.in_(tasks))
+            | ((DeadLetter.kind == "notification") & DeadLetter.ref.in_(notes)))
+
+
+def replay(rt, letter_id, by="operator", channel="cli", monitors=None):
     """Queue the dead delivery or task again with a fresh budget and the same keys.
 
     A task that may have been written keeps ``outcome_unknown`` and goes back as
-    ``uncertain``, so its next try starts by reading the receipt.
+    ``uncertain``, so its next try starts by reading the receipt. ``monitors``
+    (a limited reviewer's) refuses a letter of any other monitor as unknown.
     """
     check_name("by", by)
     check_channel(channel)
     who = {"actor": by, "channel": channel}
     now = rt.clock.now()
-    letter = DeadLetter.get_or_none(DeadLetter.id == letter_id)
+    letter = DeadLetter.get_or_none(DeadLetter.id == letter_id,
+                                    *(() if monitors is None else (of_monitors(monitors),)))
     if letter is None:
         raise Refused("unknown_dead_letter", f"no dead letter {letter_id}")
     if letter.kind == "task" and purged_at(letter.ref) is not None:

@@ -145,31 +145,45 @@ def _observed(gap):
     return "not observed; nothing replayed (new events only)"
 
 
-def listing():
-    """Resume gaps (oldest first) and the stale events, newest few of them listed."""
-    stale = Delivery.select().where(Delivery.outcome == "stale_event")
+def listing(monitors=None):
+    """Resume gaps (oldest first) and the stale events, newest few of them listed.
+
+    ``monitors``: those monitors' alone (a limited reviewer's), or ``None`` for all.
+    """
+    stale = Delivery.select().where(Delivery.outcome == "stale_event",
+                                    *_of(Delivery.monitor, monitors))
     latest = [{"kind": "stale_event", "monitor": d.monitor, "event_id": d.event_id,
                "record_id": d.record_id, "occurred": d.occurred, "at": d.updated_at,
                "observed": "not observed; the event arrived outside its freshness window"}
               for d in stale.order_by(Delivery.id.desc()).limit(LATEST_STALE)]
-    rows = [gap_row(g) for g in Gap.select().order_by(Gap.id)]
+    rows = [gap_row(g) for g in _limited(Gap.select(), Gap.monitor, monitors).order_by(Gap.id)]
     return {"resume_gaps": [g for g in rows if g["kind"] == RESUME],
             "lapse_gaps": [g for g in rows if g["kind"] == LAPSE],
             "stale_events": {"total": stale.count(), "latest": latest},
-            "not_observed_s": summary()["not_observed_s"]}
+            "not_observed_s": summary(monitors=monitors)["not_observed_s"]}
 
 
-def summary(stale_events=None):
+def _of(column, monitors):
+    """The condition that limits ``column`` to ``monitors`` (none for ``None``: all)."""
+    return () if monitors is None else (column.in_(sorted(monitors)),)
+
+
+def _limited(query, column, monitors):
+    """``query`` limited to the rows of ``monitors`` (all of them for ``None``)."""
+    return query if monitors is None else query.where(*_of(column, monitors))
+
+
+def summary(stale_events=None, monitors=None):
     """The counts ``stats`` shows: resume and lapse gaps, their seconds, stale events.
 
     ``stale_events`` is the count when the caller has it already (a scan of
-    every delivery otherwise).
+    every delivery otherwise); ``monitors`` limits all of them as ``listing`` does.
     """
     counts, seconds = dict.fromkeys((RESUME, LAPSE), 0), 0.0
-    for kind, n, spent in Gap.select(Gap.kind, fn.COUNT(Gap.id),
-                                     fn.SUM(Gap.ended_at - Gap.started_at)).group_by(Gap.kind).tuples():
+    totals = Gap.select(Gap.kind, fn.COUNT(Gap.id), fn.SUM(Gap.ended_at - Gap.started_at))
+    for kind, n, spent in _limited(totals, Gap.monitor, monitors).group_by(Gap.kind).tuples():
         counts[kind], seconds = n, seconds + (spent or 0.0)
-    stale = (Delivery.select().where(Delivery.outcome == "stale_event").count()
-             if stale_events is None else stale_events)
+    stale = (Delivery.select().where(Delivery.outcome == "stale_event", *_of(Delivery.monitor, monitors))
+             .count() if stale_events is None else stale_events)
     return {"resume_gaps": counts[RESUME], "lapse_gaps": counts[LAPSE],
             "not_observed_s": round(seconds, 3), "stale_events": stale}

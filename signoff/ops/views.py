@@ -10,7 +10,7 @@ import difflib
 from peewee import Case, fn
 
 from ..steps import batching, drafting
-from . import gaps, subscriptions
+from . import deadletters, gaps, subscriptions
 from .approval import get_task
 from ..errors import Refused
 from ..models import (Approval, Attempt, Audit, AuditReviewer, DeadLetter, Delivery, Monitor,
@@ -178,9 +178,10 @@ def _ready_draft(task):
     return {"draft": draft, "hidden": bool(hidden_characters(draft))}
 
 
-def dead_letters(limit=None, newest_first=False):
-    """Dead letters, oldest first unless ``newest_first``."""
-    return rows("dead_letters", None, limit, newest_first)
+def dead_letters(limit=None, newest_first=False, monitors=None):
+    """Dead letters, oldest first unless ``newest_first``; ``monitors``' alone if given."""
+    where = () if monitors is None else (deadletters.of_monitors(monitors),)
+    return rows("dead_letters", None, limit, newest_first, where)
 
 
 def delivery_detail(delivery_id):

@@ -239,8 +239,8 @@ class Pages:
         viewer = await self.viewer(request)
         if viewer is None:
             return to_login(request)
-        letters = await run_in_threadpool(lambda: self.rt.dead_letters(limit=PAGE_LIMIT,
-                                                                       newest_first=True))
+        letters = await run_in_threadpool(lambda: self.rt.dead_letters(
+            limit=PAGE_LIMIT, newest_first=True, monitors=viewer.monitors))
         return self.render(request, "dead_letters.html", viewer=viewer, letters=letters,
                            limit=PAGE_LIMIT)
 
@@ -249,7 +249,7 @@ class Pages:
         viewer = await self.viewer(request)
         if viewer is None:
             return to_login(request)
-        listing = await run_in_threadpool(self.rt.gaps)
+        listing = await run_in_threadpool(self.rt.gaps, viewer.monitors)
         return self.render(request, "gaps.html", viewer=viewer, limit=PAGE_LIMIT, **listing)
 
     async def monitors(self, request):
@@ -317,7 +317,8 @@ class Pages:
             return refusal
         letter = request.path_params["letter"]
         try:
-            await run_in_threadpool(lambda: self.rt.replay(letter, by=viewer.name, channel="page"))
+            await run_in_threadpool(lambda: self.rt.replay(letter, by=viewer.name, channel="page",
+                                                           monitors=viewer.monitors))
         except Refused as exc:
             return self._refused(request, viewer, exc)
         return RedirectResponse("/dead-letters", status_code=303)

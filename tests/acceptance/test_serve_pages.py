@@ -421,3 +421,35 @@ def test_dead_letters_link_to_their_delivery_or_task_and_show_the_code(home):
     finally:
         assert server.stop() == 0
         rt.close()
+
+
+def test_a_limited_reviewer_sees_and_replays_its_monitors_dead_letters_alone(home):
+    rt = make_home(home)
+    rt.bind("doc-demo", "other", window_s=3600)
+    clock = FakeClock(time.time())
+    fake = Signoff(home, clock=clock)
+    read_here(fake)
+    fake.host().set_fault("read-timeout", 100)
+    fake.enqueue_events([event(1, event_id="evt-mine")])
+    fake.enqueue_events([event(1, event_id="evt-theirs")], "other")
+    for _ in range(20):
+        fake.run_until_idle()
+        clock.advance(60)
+    fake.host().clear_faults()
+    letters = {rt.delivery(int(x["ref"]))["monitor"]: x for x in rt.dead_letters()}
+    assert set(letters) == {"default", "other"}
+    token = rt.add_reviewer("lee", monitors=["default"])["token"]
+    server = Server(home)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            assert post_login(c, "lee", token).status_code == 303
+            page = c.get("/dead-letters").text
+            assert f"/dead-letters/{letters['default']['id']}/replay" in page
+            assert f"/dead-letters/{letters['other']['id']}/replay" not in page
+            r = c.post(f"/dead-letters/{letters['other']['id']}/replay", data={"csrf_token": csrf(page)})
+            assert r.status_code == 404 and "unknown_dead_letter" in r.text
+            assert [x["replayed"] for x in rt.dead_letters()] == [0, 0]
+    finally:
+        assert server.stop() == 0, server.stderr()
+        fake.close()
+        rt.close()

@@ -1,0 +1,59 @@
+"""What a reviewer limited to some monitors may list and replay: their monitors' alone."""
+
+import pytest
+
+from helpers import T0, make_event
+from signoff.errors import Refused
+
+
+@pytest.fixture
+def two_monitors(rt, host, clock):
+    """Dead letters of a delivery on each of two monitors, and a stale event on the second."""
+    rt.bind("doc-demo", "other")
+    host.set_fault("read-timeout", times=100)
+    rt.enqueue_events([make_event()])
+    rt.enqueue_events([make_event(event_id="evt-9")], "other")
+    for _ in range(12):
+        rt.run_until_idle()
+        clock.advance(10)
+        if len(rt.dead_letters()) == 2:
+            break
+    host.clear_faults()
+    rt.enqueue_events([make_event(event_id="evt-old", occurred=T0 - 7 * 24 * 3600)], "other")
+    rt.run_until_idle()
+    return {letter["ref"]: letter for letter in rt.dead_letters()}
+
+
+def monitor_of(rt, letter):
+    return rt.delivery(int(letter["ref"]))["monitor"]
+
+
+def test_dead_letters_are_listed_for_the_monitors_a_reviewer_may_see(rt, two_monitors):
+    letters = list(two_monitors.values())
+    assert sorted(monitor_of(rt, x) for x in letters) == ["default", "other"]
+    for monitor in ("default", "other"):
+        [mine] = rt.dead_letters(monitors=frozenset({monitor}))
+        assert monitor_of(rt, mine) == monitor
+    assert len(rt.dead_letters(monitors=frozenset({"default", "other"}))) == 2
+    assert rt.dead_letters(monitors=frozenset()) == []
+
+
+def test_another_monitors_dead_letter_cannot_be_replayed_and_nothing_changes(rt, two_monitors):
+    other = next(x for x in two_monitors.values() if monitor_of(rt, x) == "other")
+    with pytest.raises(Refused) as refused:
+        rt.replay(other["id"], monitors=frozenset({"default"}))
+    assert refused.value.code == "unknown_dead_letter"  # not even whether it exists
+    assert rt.delivery(int(other["ref"]))["status"] == "dead"
+    assert rt.replay(other["id"], monitors=frozenset({"other"}))["replayed"] == 1
+
+
+def test_gaps_are_listed_for_the_monitors_a_reviewer_may_see(rt, two_monitors):
+    rt.cancel("default")
+    rt.resume("default", "default-2", "new_only")
+    everything = rt.gaps()
+    assert everything["stale_events"]["total"] == 1 and len(everything["resume_gaps"]) == 1
+    mine = rt.gaps(monitors=frozenset({"other"}))
+    assert mine["stale_events"]["total"] == 1 and mine["resume_gaps"] == []
+    theirs = rt.gaps(monitors=frozenset({"default", "default-2"}))
+    assert theirs["stale_events"] == {"total": 0, "latest": []}
+    assert [g["monitor"] for g in theirs["resume_gaps"]] == [everything["resume_gaps"][0]["monitor"]]
