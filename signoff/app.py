@@ -437,9 +437,10 @@ class Signoff:
         return views.review_list(status, monitor, parked, monitors, limit)
 
     @_own_database
-    def unobserved(self):
-        """What no monitor observed: the gaps' summary the pages show (``gaps.summary``)."""
-        return gaps.summary()
+    def unobserved(self, monitors=None):
+        """What no monitor observed: the gaps' summary the pages show (``gaps.summary``),
+        of ``monitors`` alone if given."""
+        return gaps.summary(monitors=monitors)
 
     @_own_database
     def delivery(self, delivery_id):

@@ -177,7 +177,7 @@ class Pages:
                                                viewer.monitors, PAGE_LIMIT)
         for row in rows:  # a ready draft's first lines beside its checkbox
             row["draft"] = None if row["draft"] is None else excerpt(row["draft"])
-        unobserved = await run_in_threadpool(self.rt.unobserved)
+        unobserved = await run_in_threadpool(self.rt.unobserved, viewer.monitors)
         return self.render(request, "index.html", viewer=viewer, rows=rows, counts=counts,
                            status=status, monitor=monitor, parked=parked, statuses=STATUSES,
                            limit=PAGE_LIMIT, unobserved=unobserved)

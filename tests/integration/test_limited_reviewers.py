@@ -56,4 +56,6 @@ def test_gaps_are_listed_for_the_monitors_a_reviewer_may_see(rt, two_monitors):
     assert mine["stale_events"]["total"] == 1 and mine["resume_gaps"] == []
     theirs = rt.gaps(monitors=frozenset({"default", "default-2"}))
     assert theirs["stale_events"] == {"total": 0, "latest": []}
+    assert rt.unobserved(frozenset({"other"}))["stale_events"] == 1
+    assert rt.unobserved(frozenset({"default", "default-2"}))["stale_events"] == 0
     assert [g["monitor"] for g in theirs["resume_gaps"]] == [everything["resume_gaps"][0]["monitor"]]
