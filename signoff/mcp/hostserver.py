@@ -45,6 +45,8 @@ ITEM = {"key", "expected", "result"}
 # The strict server refuses a longer list, or one with an element of another type.
 Strings = Annotated[list[str], Field(max_length=MAX_BATCH)]
 Items = Annotated[list[dict[str, Any]], Field(max_length=MAX_BATCH)]
+# A task's record, or the records of a batch window's task (its result covers them all).
+Expected = dict[str, Any] | Annotated[list[dict[str, Any]], Field(min_length=1, max_length=MAX_BATCH)]
 
 INSTRUCTIONS = ("The signoff reference host: records, materials, results and the current grant. "
                 "Results are written once per idempotency key.")
@@ -80,8 +82,9 @@ def build(host):
         return run(lambda: host.read_material(document))
 
     @server.tool()
-    def submit_result(key: str, expected: dict, result: dict) -> dict[str, Any]:
-        """Write ``result`` once under the idempotency ``key`` if the record still equals ``expected``."""
+    def submit_result(key: str, expected: Expected, result: dict) -> dict[str, Any]:
+        """Write ``result`` once under the idempotency ``key`` if the record (or each record of a
+        batch window's list) still equals ``expected``."""
         return run(lambda: _submit(host, key, expected, result))
 
     @server.tool()
@@ -108,13 +111,11 @@ def build(host):
     return server
 
 
-def _authorize(host, document=None):
+def _authorize(host):
     """The grant check that comes before any idempotency lookup; the grant."""
     grant = host.context()
     if "submit_review" not in grant.get("actions", []):
         raise Blocked("action", "the grant does not allow submit_review")
-    if not _covers(grant, document):
-        raise Blocked("access", "the grant does not cover this document")
     return grant
 
 
@@ -122,11 +123,21 @@ def _covers(grant, document):
     return document is None or document in grant.get("docs", [])
 
 
+def _documents(expected):
+    """The documents of ``expected`` (a record or a batch window's records); None if malformed."""
+    records = expected if isinstance(expected, list) else [expected]
+    if not records or not all(isinstance(record, dict) for record in records):
+        return None
+    return [record.get("document") for record in records]
+
+
 def _submit(host, key, expected, result):
     refusal = key_refusal(key)
     if refusal:
         return refusal
-    _authorize(host, expected.get("document"))
+    grant = _authorize(host)
+    if not all(_covers(grant, document) for document in _documents(expected)):
+        raise Blocked("access", "the grant does not cover this document")
     host.submit(key, expected, result)
     return {"ok": True, "key": key}
 
@@ -169,11 +180,10 @@ def _submit_many(host, items):
 
 def _item_refusal(item, grant):
     """The code ``submit_result`` would refuse ``item`` with before writing, or ``None``."""
-    expected = item["expected"]
-    if (not isinstance(expected, dict) or not isinstance(item["result"], dict)
-            or key_refusal(item["key"])):
+    documents = _documents(item["expected"])
+    if documents is None or not isinstance(item["result"], dict) or key_refusal(item["key"]):
         return "invalid_arguments"
-    if not _covers(grant, expected.get("document")):
+    if not all(_covers(grant, document) for document in documents):
         return "access"
     return None
 

@@ -299,3 +299,23 @@ def test_a_wrong_shaped_batch_answer_is_a_failed_attempt_that_changes_nothing(ho
         rt.close()
     assert sorted(ref.write_counts().values()) == [1] * EVENTS
     ref.close()
+
+
+def test_a_batch_windows_records_are_submitted_as_a_list_by_either_tool(served):
+    _, ref, host = served
+    first, second = fresh_record(ref, "w-1"), fresh_record(ref, "w-2")
+    result = result_for(first)
+    host.submit("wk-1", [first, second], result)
+    assert host.submit_many([("wk-2", [first, second], result),
+                             ("wk-3", [first, dict(second, text="changed")], result),
+                             ("wk-4", [first, dict(second, document="doc-other")], result),
+                             ("wk-5", [], result), ("wk-6", [first, "w-2"], result)]) == {
+        "wk-3": "source_changed", "wk-4": "access", "wk-5": "invalid_arguments",
+        "wk-6": "invalid_arguments"}
+    assert host.receipts(["wk-1", "wk-2", "wk-3"]) == {"wk-1": result, "wk-2": result}
+    for expected, code in (([first, dict(second, document="doc-other")], "access"), ([], None)):
+        with pytest.raises(Blocked if code else McpToolError) as refused:
+            host.submit("wk-7", expected, result)
+        assert code is None or refused.value.code == code
+    written = {k: n for k, n in ref.write_counts().items() if k.startswith("wk-")}
+    assert written == {"wk-1": 1, "wk-2": 1}  # the server is the module's
