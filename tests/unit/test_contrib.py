@@ -81,8 +81,10 @@ def test_the_dashboard_imports_with_a_prometheus_datasource():
 def test_the_alerts_cover_what_an_operator_must_hear_of():
     found = {r["alert"]: r for r in rules()}
     assert set(found) == {"SignoffWorkerSilent", "SignoffOldestReadyTaskWaiting",
-                          "SignoffDeadLettersGrowing", "SignoffUncertainTasksWaiting"}
+                          "SignoffDeadLettersGrowing", "SignoffUncertainTasksWaiting",
+                          "SignoffDrafterFailing"}
     for rule in found.values():
         assert rule["labels"]["severity"] in {"critical", "warning"}
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
     assert "signoff_worker_heartbeat_age_seconds" in found["SignoffWorkerSilent"]["expr"]
+    assert "signoff_drafter_calls_total" in found["SignoffDrafterFailing"]["expr"]
