@@ -7,8 +7,11 @@ refusal); statuses are the pages': 401 without a valid token, 403 for a
 read-only reviewer's write (``read_only``) or another monitor's task
 (``not_allowed``), 404 for an unknown task, 409 for a stale digest and the
 other refusals of the life cycle, 400 for a body that is not one JSON object of
-the fields named (a key named twice included). State is reached only through
-the ``Signoff`` methods, in the thread pool.
+the fields named (a key named twice included). A client address whose tokens
+failed as often as failed logins are allowed is answered 429 ``throttled``,
+with ``Retry-After``, until they age out: the login throttle (``logins.py``)
+counts both. State is reached only through the ``Signoff`` methods, in the
+thread pool.
 """
 
 import inspect
@@ -26,7 +29,7 @@ MAX_BODY = 256 * 1024  # an edited draft fits
 DEFAULT_LIMIT, MAX_LIMIT = 50, 1000
 STATUS_OF = {"unknown_task": 404, "ambiguous_key": 400, "not_allowed": 403, "read_only": 403,
              "unauthorized": 401, "invalid_body": 400, "too_large": 413,
-             "host_unavailable": 503, "invalid_name": 400}
+             "host_unavailable": 503, "invalid_name": 400, "throttled": 429}
 # Fields each action's body may hold, and their types; the rest is refused.
 APPROVE_FIELDS = {"digest": str, "edit": str, "ack_hidden_characters": bool}
 REJECT_FIELDS = {"reason": str}
@@ -42,8 +45,9 @@ def refusal(code, message):
 class Api:
     """The ``/api/v1`` endpoints of one ``signoff serve`` (``rt``: its ``Signoff``)."""
 
-    def __init__(self, rt):
+    def __init__(self, rt, logins):
         self.rt = rt
+        self.logins = logins
         # Fields the approve of this version takes beyond (key, digest): ``edit``
         # and ``ack_hidden_characters`` are passed on only when it names them.
         self.approve_takes = set(inspect.signature(rt.approve).parameters)
@@ -63,12 +67,9 @@ class Api:
         """An endpoint: the bearer token checked, then ``action(request, viewer)``
         run in the thread pool; a ``Refused`` becomes its JSON refusal."""
         async def run(request):
-            scheme, _, token = request.headers.get("authorization", "").partition(" ")
-            viewer = None
-            if scheme.lower() == "bearer" and token.strip():
-                viewer = await run_in_threadpool(self.rt.reviewer_for_token, token.strip())
-            if viewer is None:
-                return refusal("unauthorized", "send Authorization: Bearer <reviewer token>")
+            viewer, denied = await self._bearer(request)
+            if denied:
+                return denied
             if write and viewer.read_only:
                 return refusal("read_only", "a read-only reviewer cannot change anything")
             body = await request.body() if write else b""
@@ -78,6 +79,24 @@ class Api:
                 return refusal(exc.code, exc.message)
             return JSONResponse(answer)
         return run
+
+    async def _bearer(self, request):
+        """``(viewer, None)`` for a valid bearer token, else ``(None, refusal)``;
+        a client address with too many failed tokens is not even checked."""
+        client = request.client.host if request.client else "-"
+        wait_s = self.logins.wait_s(None, client)
+        if wait_s:
+            answer = refusal("throttled", f"too many failed tokens: try again in {wait_s} s")
+            answer.headers["retry-after"] = str(wait_s)
+            return None, answer
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        viewer = None
+        if scheme.lower() == "bearer" and token.strip():
+            viewer = await run_in_threadpool(self.rt.reviewer_for_token, token.strip())
+        if viewer is None:
+            self.logins.failed(None, client)
+            return None, refusal("unauthorized", "send Authorization: Bearer <reviewer token>")
+        return viewer, None
 
     # -- reading ---------------------------------------------------------------
 

@@ -104,7 +104,7 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
         Route("/monitors", pages.monitors, methods=["GET"]),
         Route("/dead-letters/{letter:int}/replay", pages.replay, methods=["POST"]),
         Route("/style.css", pages.style, methods=["GET"]),
-        *Api(rt).routes(),
+        *Api(rt, logins).routes(),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={DatabaseError: _database_down,

@@ -57,7 +57,11 @@ def test_no_token_or_a_wrong_one_is_401_and_changes_nothing(site):
     rt, server, tokens, client = site
     t = task_of(rt, "default")
     before = snapshot(rt)
-    for c in (client(), client(token="sor_not-a-token"), client(token=tokens["alice"] + "x")):
+    for n, c in enumerate((client(), client(token="sor_not-a-token"),
+                           client(token=tokens["alice"] + "x")), 1):
+        # An address each (X-Forwarded-For, from the trusted 127.0.0.1): seven failed
+        # tokens from one address would be throttled (429) after the fifth.
+        c.headers["x-forwarded-for"] = f"10.0.9.{n}"
         assert c.get("/tasks").status_code == 401
         r = c.post(f"/tasks/{t['key']}/approve", json={"digest": t["digest"]})
         assert (r.status_code, r.json()["error"]) == (401, "unauthorized")

@@ -77,6 +77,25 @@ def test_failed_logins_for_one_reviewer_are_throttled_from_any_client(site):
     assert log_in(server, "bob", tokens["bob"], "10.0.2.1").status_code == 303
 
 
+def test_failed_api_tokens_from_one_client_are_throttled_as_failed_logins_are(site):
+    rt, tokens, serve = site
+    server = serve()
+
+    def call(token, client):
+        return httpx.get(server.url + "/api/v1/tasks", timeout=30, headers={
+            "x-forwarded-for": client, "authorization": f"Bearer {token}"})
+    assert call(tokens["alice"], "10.0.3.1").status_code == 200
+    for _ in range(4):
+        assert call("sor_wrong", "10.0.3.1").status_code == 401
+    assert log_in(server, "nobody", "sor_wrong", "10.0.3.1").status_code == 401  # the fifth
+    throttled = call(tokens["alice"], "10.0.3.1")  # even the right token
+    assert throttled.status_code == 429 and throttled.json()["error"] == "throttled"
+    assert 1 <= int(throttled.headers["retry-after"]) <= 60
+    assert log_in(server, "alice", tokens["alice"], "10.0.3.1").status_code == 429
+    assert call(tokens["alice"], "10.0.3.2").status_code == 200  # another client
+    assert logins_total(server) == {"ok": 0, "failed": 5, "throttled": 2}
+
+
 def test_the_throttle_lifts_when_its_window_has_passed(site):
     rt, tokens, serve = site
     server = serve(toml="login_failures = 2\nlogin_window_s = 1.5\n")
