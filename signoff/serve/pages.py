@@ -39,6 +39,7 @@ HEADINGS = {"ready": "Waiting for approval", "approved": "Approved", "uncertain"
 STATUSES = ("ready", "approved", "uncertain", "done", "rejected", "blocked", "expired",
             "cancelled", "dead")
 REFUSAL_STATUS = {"unknown_task": 404, "unknown_dead_letter": 404, "unknown_delivery": 404,
+                  "unknown_monitor": 404,
                   "host_unavailable": 503, "not_allowed": 403, "read_only": 403,
                   "invalid_reason": 400, "invalid_edit": 400, "hidden_characters": 400}
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
@@ -322,6 +323,29 @@ class Pages:
         except Refused as exc:
             return self._refused(request, viewer, exc)
         return RedirectResponse("/dead-letters", status_code=303)
+
+    async def pause(self, request):
+        """``POST /monitors/{monitor}/pause``: hold the monitor's new events (still accepted)."""
+        return await self._monitor_action(request, self.rt.pause)
+
+    async def unpause(self, request):
+        """``POST /monitors/{monitor}/unpause``: process its events again, the held ones first."""
+        return await self._monitor_action(request, self.rt.unpause)
+
+    async def _monitor_action(self, request, action):
+        viewer, refusal = await self.form_guard(request)
+        if refusal:
+            return refusal
+        monitor = request.path_params["monitor"]
+
+        def checked():
+            allowed(viewer, monitor)
+            return action(monitor, by=viewer.name, channel="page")
+        try:
+            await run_in_threadpool(checked)
+        except Refused as exc:
+            return self._refused(request, viewer, exc, monitor)
+        return RedirectResponse("/monitors", status_code=303)
 
     async def approve_many(self, request):
         """``POST /approve``: every checked ``task`` field is ``KEY:DIGEST``."""

@@ -102,6 +102,8 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
         Route("/dead-letters", pages.dead_letters, methods=["GET"]),
         Route("/gaps", pages.gaps, methods=["GET"]),
         Route("/monitors", pages.monitors, methods=["GET"]),
+        Route("/monitors/{monitor}/pause", pages.pause, methods=["POST"]),
+        Route("/monitors/{monitor}/unpause", pages.unpause, methods=["POST"]),
         Route("/dead-letters/{letter:int}/replay", pages.replay, methods=["POST"]),
         Route("/style.css", pages.style, methods=["GET"]),
         *Api(rt, logins).routes(),

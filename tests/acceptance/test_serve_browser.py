@@ -49,6 +49,17 @@ def test_log_in_approve_and_see_it_done_after_the_worker(browser, site, tmp_path
     assert shown_status(page) == "done"
 
 
+def test_pause_and_unpause_a_monitor_by_its_button(browser, site):
+    rt, server, tokens = site
+    page = log_in(browser, server, "alice", tokens["alice"])
+    page.goto(server.url + "/monitors")
+    page.click("#pause-default")
+    assert page.url == server.url + "/monitors" and page.is_visible(".badge.paused")
+    assert rt.monitors()[0]["paused"]
+    page.click("#unpause-default")
+    assert not page.is_visible(".badge.paused") and not rt.monitors()[0]["paused"]
+
+
 def test_a_page_gone_stale_is_refused(browser, site):
     rt, server, tokens = site
     page = log_in(browser, server, "alice", tokens["alice"])
@@ -121,7 +132,8 @@ def test_every_page_fits_a_phone_without_sideways_scrolling(browser, home, tmp_p
         keys = [t["key"] for t in rt.tasks()]
         for name, path in [("index", "/?status=all"), ("parked", "/?status=all&parked=1"),
                            *[(f"task-{k[:8]}", f"/tasks/{k}") for k in keys],
-                           ("dead-letters", "/dead-letters"), ("gaps", "/gaps")]:
+                           ("dead-letters", "/dead-letters"), ("gaps", "/gaps"),
+                           ("monitors", "/monitors")]:
             page.goto(server.url + path)
             page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
             wide = page.evaluate("document.documentElement.scrollWidth")

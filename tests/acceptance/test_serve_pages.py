@@ -453,3 +453,34 @@ def test_a_limited_reviewer_sees_and_replays_its_monitors_dead_letters_alone(hom
         assert server.stop() == 0, server.stderr()
         fake.close()
         rt.close()
+
+
+def test_a_reviewer_pauses_and_unpauses_a_monitor_from_the_monitors_page(site):
+    rt, server, tokens, login = site
+    rt.bind("doc-demo", "other", window_s=3600)
+    lee = rt.add_reviewer("lee", monitors=["other"])["token"]
+    c = login("alice")
+    page = c.get("/monitors").text
+    assert 'id="pause-default"' in page and 'id="unpause-default"' not in page
+    r = c.post("/monitors/default/pause", data={"csrf_token": csrf(page)})
+    assert r.status_code == 303 and r.headers["location"] == "/monitors"
+    paused = {m["id"]: m["paused"] for m in rt.monitors()}
+    assert paused == {"default": True, "other": False}
+    page = c.get("/monitors").text
+    assert 'id="unpause-default"' in page and 'id="pause-other"' in page
+    assert c.post("/monitors/default/unpause", data={"csrf_token": csrf(page)}).status_code == 303
+    assert [(a["code"], a["actor"], a["channel"]) for a in rt.audit()
+            if a["code"] in ("paused", "unpaused")] == [("paused", "alice", "page"),
+                                                         ("unpaused", "alice", "page")]
+    # Refused, changing nothing: a read-only reviewer, another monitor's reviewer, no monitor.
+    rita = login("rita")
+    assert 'id="pause-' not in rita.get("/monitors").text
+    token = csrf(rita.get("/monitors").text)
+    assert rita.post("/monitors/default/pause", data={"csrf_token": token}).status_code == 403
+    with httpx.Client(base_url=server.url, timeout=30) as other:
+        assert post_login(other, "lee", lee).status_code == 303
+        token = csrf(other.get("/monitors").text)
+        r = other.post("/monitors/default/pause", data={"csrf_token": token})
+        assert r.status_code == 403 and "not_allowed" in r.text
+    assert c.post("/monitors/nothing/pause", data={"csrf_token": csrf(page)}).status_code == 404
+    assert not any(m["paused"] for m in rt.monitors())
