@@ -30,7 +30,7 @@ __all__ = [
     "label", "describe", "describe_server", "unstorable", "drop_connection", "log_failed_pass", "retried", "retrying", "session",
     "transient", "wait_until_reachable", "JSON", "Text", "escape_text", "lossless_dumps",
     "unescape_text", "SCHEMA_TABLE", "SCHEMA_VERSION", "check_schema", "create_schema",
-    "claim", "lock_name", "lock_rows", "read_snapshot", "prepare_worker", "checkpoint",
+    "claim", "lock_name", "lock_rows", "read_snapshot", "unsynced", "prepare_worker", "checkpoint",
     "analyze",
 ]
 
@@ -59,6 +59,14 @@ def lock_rows(query):
 def read_snapshot(database):
     """A read-only transaction on ``database``: every query in the block sees one snapshot."""
     return engine_of(database).read_snapshot()
+
+
+def unsynced(database=None):
+    """A transaction whose commit returns before it is on disk, for writes a power
+    failure may lose without harm (a claim: its rows wait again, as after a lease
+    that expired). A process killed after the commit loses nothing, and the next
+    synchronous commit makes it durable too."""
+    return engine_of(database).unsynced()
 
 
 def prepare_worker(database):

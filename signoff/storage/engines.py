@@ -135,6 +135,12 @@ class Engine:
         raise NotImplementedError
         yield  # pragma: no cover
 
+    @contextmanager
+    def unsynced(self):
+        """A transaction whose commit returns before it is on disk (see ``storage.unsynced``)."""
+        raise NotImplementedError
+        yield  # pragma: no cover
+
     def lock_schema(self):
         """Serialise concurrent schema changes (inside their transaction)."""
 
@@ -292,6 +298,22 @@ class SqliteEngine(Engine):
         with self.database.atomic("DEFERRED"):
             yield
 
+    @contextmanager
+    def unsynced(self):
+        # In WAL mode, NORMAL commits without an fsync and stays safe from
+        # corruption; the next FULL commit syncs the log, this commit's frames too.
+        # (Inside a transaction the setting cannot change: the outer commit decides.)
+        if self.database.in_transaction():
+            with self.database.atomic():
+                yield
+            return
+        self.database.execute_sql("PRAGMA synchronous = NORMAL")
+        try:
+            with self.database.atomic():
+                yield
+        finally:
+            self.database.execute_sql("PRAGMA synchronous = FULL")
+
     def prepare_worker(self):
         # Batches commit without checkpointing; the worker loop checkpoints instead.
         self.database.pragma("wal_autocheckpoint", 0, permanent=True)
@@ -400,6 +422,14 @@ class PostgresEngine(Engine):
     def read_snapshot(self):
         with self.database.atomic(isolation_level="REPEATABLE READ"):
             self.database.execute_sql("SET TRANSACTION READ ONLY")
+            yield
+
+    @contextmanager
+    def unsynced(self):
+        # The commit does not wait for the server's WAL flush; a later commit's
+        # flush covers it. A server crash can lose it, never half of it.
+        with self.database.atomic():
+            self.database.execute_sql("SET LOCAL synchronous_commit = off")
             yield
 
     def lock_schema(self):

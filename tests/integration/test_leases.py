@@ -446,3 +446,30 @@ def test_a_long_batch_renews_its_lease_so_nobody_takes_it_over(make_rt, clock, m
     assert [(t.status, t.attempts) for t in Task.select()] == [("done", 1)] * 4
     assert sum(r["tasks_released"] for r in reaped) == 0
     assert len(host.write_counts()) == 4
+
+
+@pytest.mark.backend_independent
+def test_a_claim_commits_without_an_fsync_and_the_outcome_with_one(tmp_path, clock):
+    rt = read_here(Signoff.init(tmp_path / "home", clock=clock))
+    try:
+        rt.host().put_record("comment-1", document="doc-demo", text="t")
+        rt.host().put_material("doc-demo", "2026-11-01")
+        rt.bind("doc-demo")
+        rt.enqueue_events([make_event()])
+        statements = []
+        with rt.database.connection_context():
+            connection = rt.database.connection()
+            connection.set_trace_callback(statements.append)
+            try:
+                assert rt.ingest_batch("w")[0] == 1
+            finally:
+                connection.set_trace_callback(None)
+            assert rt.database.execute_sql("PRAGMA synchronous").fetchone() == (2,)  # FULL again
+        said = [s.split()[0] if not s.startswith("PRAGMA synchronous") else s for s in statements]
+        unsynced = said.index("PRAGMA synchronous = NORMAL")
+        synced = said.index("PRAGMA synchronous = FULL")
+        assert said[unsynced + 1] == "BEGIN" and "UPDATE" in said[unsynced:synced]
+        assert said[synced - 1] == "COMMIT"  # the claim's, at NORMAL
+        assert "COMMIT" in said[synced + 1:]  # the outcome's, at FULL
+    finally:
+        rt.close()
