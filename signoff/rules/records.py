@@ -46,9 +46,11 @@ def check_material(material, max_bytes):
 
 
 def _check_value(what, value, max_bytes, setting):
-    problem, least = _problem(what, value)
+    problem, least, most = _problem(what, value)
     if problem:
         raise InvalidRecord("invalid_record", problem)
+    if most <= max_bytes:  # fits however its strings are escaped: no need to serialise it
+        return
     # ``least`` (characters of its strings) bounds the size from below: a huge
     # answer is refused without serialising it once more.
     at_least = least > max_bytes
@@ -59,30 +61,52 @@ def _check_value(what, value, max_bytes, setting):
 
 
 def _problem(root, value):
-    """``(why value is not JSON every engine stores as it is, or None, its strings' length)``."""
-    stack, least = [(value, root, 0)], 0
+    """``(why value is not JSON every engine stores as it is, or None, least, most)``:
+    ``least`` is its strings' length, ``most`` a bound on its size as JSON."""
+    # A path is kept as (parent path, step) and spelled out only for a problem:
+    # spelling every key's path cost more than the whole walk. A character
+    # takes at most 6 bytes as JSON (``\u001f``; a pair of surrogates, 12 for
+    # 2), a number at most 24, and each value a separator and its brackets.
+    stack, least, most = [(value, root, 0)], 0, 0
     while stack:
         item, where, depth = stack.pop()
+        problem = None
         if depth > MAX_DEPTH:
-            return f"{root}: nested deeper than {MAX_DEPTH} levels", least
+            return f"{root}: nested deeper than {MAX_DEPTH} levels", least, most
         if isinstance(item, str):
-            least += len(item)
+            least, most = least + len(item), most + 6 * len(item) + 3
         elif item is None or isinstance(item, bool):
-            pass
+            most += 6
         elif isinstance(item, int):
+            most += 24
             if not INT64_MIN <= item <= INT64_MAX:
-                return f"{where}: an integer outside the signed 64-bit range", least
+                problem = "an integer outside the signed 64-bit range"
         elif isinstance(item, float):
+            most += 26
             if not math.isfinite(item):
-                return f"{where}: {item} is not a finite number", least
+                problem = f"{item} is not a finite number"
         elif isinstance(item, dict):
+            most += 3
             for key, inner in item.items():
                 if not isinstance(key, str):
-                    return f"{where}: has a key that is not a string", least
-                least += len(key)
-                stack.append((inner, f"{where}[{json.dumps(key[:SHOWN_KEY])}]", depth + 1))
+                    problem = "has a key that is not a string"
+                    break
+                least, most = least + len(key), most + 6 * len(key) + 3
+                stack.append((inner, (where, key), depth + 1))
         elif isinstance(item, list):
-            stack.extend((inner, f"{where}[{n}]", depth + 1) for n, inner in enumerate(item))
+            most += 3
+            stack.extend((inner, (where, n), depth + 1) for n, inner in enumerate(item))
         else:
-            return f"{where}: a {type(item).__name__} is not a JSON value", least
-    return None, least
+            problem = f"a {type(item).__name__} is not a JSON value"
+        if problem:
+            return f"{_spelled(where)}: {problem}", least, most
+    return None, least, most
+
+
+def _spelled(where):
+    """``record["a"][0]`` for the path ``(("record", "a"), 0)``."""
+    steps = []
+    while isinstance(where, tuple):
+        where, step = where
+        steps.append(f"[{json.dumps(step[:SHOWN_KEY])}]" if isinstance(step, str) else f"[{step}]")
+    return where + "".join(reversed(steps))
