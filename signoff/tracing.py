@@ -135,27 +135,29 @@ class _Off:
 OFF = _Off()
 
 
-def span(name, parent=None, links=(), **attributes):
+def span(name, parent=None, links=(), root=False, **attributes):
     """A context manager running the block in span ``name`` (yields the span, or
     ``None`` when off): a child of ``parent`` when given (a carrier dict, see
     ``carrier``, or a delivery or task row that keeps one), else of the current
-    span; ``links`` are carriers or rows of other traces.
+    span, else (``root``) the first of a trace of its own; ``links`` are carriers
+    or rows of other traces.
     An exception leaving the block marks the span failed with its class name only.
     """
     if _tracer is None:
         return OFF
-    return _current(begin(name, parent, links, **attributes), end_on_exit=True)
+    return _current(begin(name, parent, links, root, **attributes), end_on_exit=True)
 
 
-def begin(name, parent=None, links=(), **attributes):
+def begin(name, parent=None, links=(), root=False, **attributes):
     """Start span ``name`` without making it current; ``end`` it. ``None`` when off."""
     if _tracer is None:
         return None
-    from opentelemetry import trace
+    from opentelemetry import context as contexts, trace
     parent = _row_carrier(parent) if parent is not None else None
     links = [trace.Link(c) for c in map(_span_context, map(_row_carrier, links))
              if c is not None and c.is_valid]
-    return _tracer.start_span(name, context=_extract(parent) if parent else None, links=links,
+    context = _extract(parent) if parent else contexts.Context() if root else None
+    return _tracer.start_span(name, context=context, links=links,
                               attributes=_attributes(attributes), record_exception=False,
                               set_status_on_exception=False)
 

@@ -163,8 +163,8 @@ def _approve(rt, items, tasks, who, spans):
     context = with_retries(rt, host.context)
     monitors = {m.id: m for m in Monitor.select().where(
         Monitor.id.in_(list({tasks[items[i][0]].monitor for i in ready})))}
-    host = BatchReads(host, _readable_records([tasks[items[i][0]] for i in ready], monitors,
-                                              context, now))
+    asked = [tasks[items[i][0]] for i in ready]
+    host = BatchReads(host, _readable_records(asked, monitors, context, now), asked)
     moves = []
     for i in ready:
         task = tasks[items[i][0]]

@@ -17,11 +17,13 @@ class BatchReads:
 
     Every other attribute is the host's own. A ``get_many`` that fails is the
     failure of the read that asked for it (one refused, ``Blocked``, is not: that
-    read asks ``get``); the reads after it go one by one.
+    read asks ``get``); the reads after it go one by one. The batch read is a
+    ``signoff.reads`` span of its own, linked to ``rows`` (the batch's deliveries or
+    tasks), not a part of the trace of the row that happened to ask first.
     """
 
-    def __init__(self, host, record_ids):
-        self.host = host
+    def __init__(self, host, record_ids, rows=()):
+        self.host, self._rows = host, rows
         wanted = set(record_ids)
         # One record is one call either way: ``get`` keeps it in its row's trace.
         self._wanted = wanted if len(wanted) > 1 and getattr(host, "get_many", None) else set()
@@ -34,7 +36,9 @@ class BatchReads:
             if self._records is None:
                 self._records = {}  # a failure below is not asked again for the others
                 try:
-                    self._records = self.host.get_many(sorted(self._wanted))
+                    with tracing.span("signoff.reads", links=self._rows, root=True,
+                                      count=len(self._wanted)):
+                        self._records = self.host.get_many(sorted(self._wanted))
                 except Blocked:
                     pass  # a refusal of the whole batch: each row's ``get`` names its own
             if record_id in self._records:
@@ -64,7 +68,7 @@ def receipts(host, tasks, spans, renew):
         return {t.key: _receipt(host, t.key, spans.get(t.key), renew) for t in tasks}
     renew()
     try:
-        with tracing.span("signoff.receipts", links=tasks, tasks=len(tasks)):
+        with tracing.span("signoff.receipts", links=tasks, count=len(tasks)):
             found = batch([t.key for t in tasks])
     except Exception as exc:
         return {t.key: exc for t in tasks}
@@ -82,7 +86,7 @@ def submit(host, tasks, spans, renew):
         return {t.key: _submitted(host, t, spans.get(t.key), renew) for t in tasks}
     renew()
     try:
-        with tracing.span("signoff.submits", links=tasks, tasks=len(tasks)):
+        with tracing.span("signoff.submits", links=tasks, count=len(tasks)):
             refused = batch([(t.key, t.record, t.result) for t in tasks])
     except Exception as exc:
         return {t.key: exc for t in tasks}

@@ -69,7 +69,8 @@ def ingest_batch(rt, owner):
 
 def _examine_all(rt, batch, consumed):
     """Each claimed delivery's outcome, in order (``consumed`` gains the consumed ones)."""
-    outcomes, host = [], BatchReads(batch.host, _may_read(batch, rt.clock.now()))
+    readable = _may_read(batch, rt.clock.now())
+    outcomes, host = [], BatchReads(batch.host, [r.record_id for r in readable], readable)
     # A drafter bounded by timeout_s (below the lease) gets a lease that outlasts its call.
     need = rt.drafter_timeout_s()
     for row in batch.rows:
@@ -92,12 +93,12 @@ def _examine_all(rt, batch, consumed):
 
 
 def _may_read(batch, now):
-    """The record ids of the batch's rows whose monitors the grant lets read: the
-    batch's one read asks for no record a gate would refuse."""
+    """The batch's rows whose monitors the grant lets read: the batch's one read
+    asks for no record a gate would refuse."""
     if batch.context_error is not None:
         return []
     open_gate = {m.id for m in batch.monitors.values() if not gate(m, batch.context, now)}
-    return [row.record_id for row in batch.rows if row.monitor in open_gate]
+    return [row for row in batch.rows if row.monitor in open_gate]
 
 
 def examine(rt, host, row, monitor, context, consumed, now):

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from helpers import child_env, signoff_cmd, wait_for
+from helpers import child_env, make_event, signoff_cmd, wait_for
 from servekit import SECRET_TEXT, Server, event, make_home, signed
 from signoff import tracing
 
@@ -179,7 +179,9 @@ def test_a_webhook_continues_the_senders_trace(home, receiver):
     rt.close()
 
 
-def test_a_batch_task_links_the_traces_of_its_events(rt, clock):
+@pytest.fixture
+def in_memory():
+    """Tracing on in this process, its spans kept in memory (``get_finished_spans``)."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -188,20 +190,24 @@ def test_a_batch_task_links_the_traces_of_its_events(rt, clock):
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracing.start(provider)
     try:
-        rt.bind("doc-demo", "batched", batch_window_s=10)
-        rt.host().put_record("comment-2", document="doc-demo")
-        events = [{"event_id": f"evt-{n}", "name": "comment.created", "document": "doc-demo",
-                   "record_id": f"comment-{n}", "occurred": int(clock.now())} for n in (1, 2)]
-        rt.enqueue_events(events, "batched")
-        rt.run_until_idle()
-        clock.advance(11)
-        from signoff.steps import batching
-        from signoff import storage
-        with storage.session(rt.database):
-            assert batching.close_due(rt) == 1
+        yield exporter
     finally:
         tracing.stop()
-    spans = exporter.get_finished_spans()
+
+
+def test_a_batch_task_links_the_traces_of_its_events(rt, clock, in_memory):
+    rt.bind("doc-demo", "batched", batch_window_s=10)
+    rt.host().put_record("comment-2", document="doc-demo")
+    events = [{"event_id": f"evt-{n}", "name": "comment.created", "document": "doc-demo",
+               "record_id": f"comment-{n}", "occurred": int(clock.now())} for n in (1, 2)]
+    rt.enqueue_events(events, "batched")
+    rt.run_until_idle()
+    clock.advance(11)
+    from signoff.steps import batching
+    from signoff import storage
+    with storage.session(rt.database):
+        assert batching.close_due(rt) == 1
+    spans = in_memory.get_finished_spans()
     enqueues = {s.context.trace_id for s in spans if s.name == "signoff.enqueue"}
     [batch] = [s for s in spans if s.name == "signoff.batch"]
     assert {link.context.trace_id for link in batch.links} == enqueues and len(enqueues) == 2
@@ -209,6 +215,28 @@ def test_a_batch_task_links_the_traces_of_its_events(rt, clock):
     assert [d.parent.span_id for d in drafts] == [batch.context.span_id]
     task = rt.task([t for t in rt.tasks() if t["monitor"] == "batched"][0]["key"])
     assert task["status"] == "ready"
+
+
+def test_a_batch_of_tasks_submits_with_tracing_on_and_its_batch_calls_link_every_trace(
+        rt, in_memory):
+    rt.host().put_record("comment-2", document="doc-demo")
+    rt.enqueue_events([make_event(), make_event(event_id="evt-2", record_id="comment-2")])
+    rt.run_until_idle()
+    for task in rt.tasks("ready"):
+        rt.approve(task["key"], task["digest"])
+    rt.run_until_idle()
+    assert [t["status"] for t in rt.tasks()] == ["done", "done"]
+    spans = in_memory.get_finished_spans()
+    traces = {s.context.trace_id for s in spans if s.name == "signoff.enqueue"}
+    assert len(traces) == 2
+    # The host's batch calls are spans of their own (no parent), linked to both traces.
+    for name in ("signoff.reads", "signoff.receipts", "signoff.submits"):
+        for batch in [s for s in spans if s.name == name]:
+            assert batch.parent is None and batch.context.trace_id not in traces, name
+            assert {link.context.trace_id for link in batch.links} == traces, name
+            assert batch.attributes["signoff.count"] == 2, name
+    assert len([s for s in spans if s.name == "signoff.receipts"]) == 2  # before, and after
+    assert {s.name for s in spans} >= {"signoff.reads", "signoff.submits"}
 
 
 def test_a_collector_that_never_answers_does_not_hold_a_command(home):
