@@ -14,9 +14,18 @@ import contextlib
 import gc
 import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
+
+# Keep the compiled test modules. pytest rewrites the asserts of every test module,
+# and of the plug-ins' packages (hypothesis, anyio), in each of the four xdist
+# workers: with PYTHONDONTWRITEBYTECODE set (as in this machine's shells)
+# nothing is kept, and every worker spent ~6 s of CPU rewriting them again on
+# every run. The modules this process imports later are cached the same way; the
+# children the tests start still read those caches, and write none themselves.
+sys.dont_write_bytecode = False
 
 from backends import Backends
 # The helpers stay importable from here for tests that still name conftest.
