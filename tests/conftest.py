@@ -13,10 +13,20 @@ is set but unreachable fails the tests; it never skips them.
 import contextlib
 import gc
 import os
+import shutil
 import signal
+import sys
 from pathlib import Path
 
 import pytest
+
+# Keep the compiled test modules. pytest rewrites the asserts of every test module,
+# and of the plug-ins' packages (hypothesis, anyio), in each of the four xdist
+# workers: with PYTHONDONTWRITEBYTECODE set (as in this machine's shells)
+# nothing is kept, and every worker spent ~6 s of CPU rewriting them again on
+# every run. The modules this process imports later are cached the same way; the
+# children the tests start still read those caches, and write none themselves.
+sys.dont_write_bytecode = False
 
 from backends import Backends
 # The helpers stay importable from here for tests that still name conftest.
@@ -173,7 +183,6 @@ def home(tmp_path, backend):
 @pytest.fixture
 def browser():
     """Debian's headless Chromium through playwright (a missing one fails the test)."""
-    import shutil
     if not shutil.which(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
     from playwright.sync_api import sync_playwright
@@ -189,10 +198,30 @@ def _test_reads():
         yield
 
 
+_INITIALISED = []  # a home `Signoff.init` made, once per process, copied by `rt`
+
+
+def _initialised_copy(home, clock, tmp_path_factory):
+    """``Signoff.init(home, clock=clock)``; on SQLite, a copy of a home init made once.
+
+    Init builds the whole schema (~30 ms of CPU, ~70 ms with its fsyncs) and ``rt``
+    serves some 200 tests; opening a copy checks the schema as every command does.
+    What init itself does is tested where it is called directly.
+    """
+    if BACKENDS.active or home.exists():  # server databases are cloned per test already;
+        return Signoff.init(home, clock=clock)  # a home a fixture began is init's to finish
+    if not _INITIALISED:
+        made = tmp_path_factory.mktemp("initialised") / "home"
+        Signoff.init(made).close()
+        _INITIALISED.append(made)
+    shutil.copytree(_INITIALISED[0], home)  # modes too: the home 700, its files 600
+    return Signoff(home, clock=clock)
+
+
 @pytest.fixture
-def rt(home, clock):
+def rt(home, clock, tmp_path_factory):
     """An initialised home with one open record, its material and a bound monitor."""
-    app = Signoff.init(home, clock=clock)
+    app = _initialised_copy(home, clock, tmp_path_factory)
     host = app.host()
     host.put_record("comment-1", document="doc-demo", text="please add the demo date")
     host.put_material("doc-demo", "2026-11-01")
