@@ -2,11 +2,15 @@
 
 SIGTERM and SIGINT both stop gracefully: no new work is claimed and running
 batches finish (bounded by the lease time). Nothing depends on it: a worker
-killed with SIGKILL leaves leases that expire and are taken over.
+killed with SIGKILL leaves leases that expire and are taken over. SIGUSR1
+writes every thread's stack to the log (standard error) and changes nothing:
+what a worker that does not stop is waiting for.
 """
 
+import faulthandler
 import logging
 import signal
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -118,6 +122,8 @@ def _loop(rt, workers, drain):
     _safe(heartbeat.beat, None)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
+    # In C, so it answers even while the main thread is stuck in a call.
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     log.info("worker started: %d threads, lease %.0fs, home %s", workers,
              rt.config.lease_ttl_s, rt.home)
     health_at = time.monotonic() + HEALTH_INTERVAL_S

@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -34,10 +35,23 @@ def worker(home, tmp_path, *args, env=None):
     return proc
 
 
+def log_of(proc):
+    """What the worker wrote to its log so far."""
+    return Path(proc.log.name).read_text(encoding="utf-8", errors="replace")
+
+
 def stop(proc, signum=signal.SIGTERM):
+    """Signal the worker; its exit code. One that does not exit in 60 s fails with its
+    threads' stacks (SIGUSR1) and the end of its log."""
     proc.send_signal(signum)
     try:
         return proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        try:
+            wait_for(lambda: "Thread 0x" in log_of(proc), timeout=10, what="the stacks")
+        finally:
+            pytest.fail("the worker did not stop within 60 s:\n" + log_of(proc)[-6000:])
     finally:
         proc.kill()
         proc.log.close()
@@ -100,6 +114,21 @@ def test_a_clean_stop_removes_the_heartbeat(live, home, tmp_path):
     proc = worker(home, tmp_path, "--workers", "1")
     try:
         wait_for(lambda: beats(live), what="the first beat")
+    finally:
+        assert stop(proc) == 0
+    assert beats(live) == []
+
+
+def test_sigusr1_writes_every_threads_stack_to_the_log_and_the_worker_goes_on(
+        live, home, tmp_path):
+    proc = worker(home, tmp_path, "--workers", "1")
+    try:
+        wait_for(lambda: beats(live), what="the first beat")
+        wait_for(lambda: "worker started" in log_of(proc), what="the signal handlers")
+        proc.send_signal(signal.SIGUSR1)
+        wait_for(lambda: "in _loop" in log_of(proc), what="the stacks in the log")
+        assert log_of(proc).count("Thread 0x") >= 2  # the loop and the consumer's thread
+        assert proc.poll() is None
     finally:
         assert stop(proc) == 0
     assert beats(live) == []
