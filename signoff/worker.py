@@ -2,12 +2,13 @@
 
 SIGTERM and SIGINT both stop gracefully: no new work is claimed and running
 batches finish (bounded by the lease time). Nothing depends on it: a worker
-killed with SIGKILL leaves leases that expire and are taken over. SIGUSR1
+killed with SIGKILL leaves leases that expire and are taken over. SIGUSR2
 writes every thread's stack to the log (standard error) and changes nothing:
 what a worker that does not stop is waiting for.
 """
 
 import faulthandler
+import io
 import logging
 import signal
 import sys
@@ -122,8 +123,7 @@ def _loop(rt, workers, drain):
     _safe(heartbeat.beat, None)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
-    # In C, so it answers even while the main thread is stuck in a call.
-    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    stacks = _stacks_on_sigusr2()
     log.info("worker started: %d threads, lease %.0fs, home %s", workers,
              rt.config.lease_ttl_s, rt.home)
     health_at = time.monotonic() + HEALTH_INTERVAL_S
@@ -150,9 +150,22 @@ def _loop(rt, workers, drain):
             if helper is not None:
                 helper.stop()
         _safe(heartbeat.stop, None)
+        if stacks:
+            faulthandler.unregister(signal.SIGUSR2)
     log.info("worker stopped (%s)", reason["why"])
     return {"stopped": reason["why"], "seconds": round(time.monotonic() - started, 3),
             "reaper_changes": reaped}
+
+
+def _stacks_on_sigusr2():
+    """Dump every thread's stack to standard error on SIGUSR2 (in C, so it answers even
+    while the main thread is stuck in a call); False where stderr is no file (a worker
+    run inside another program's captured output)."""
+    try:
+        faulthandler.register(signal.SIGUSR2, file=sys.stderr.fileno(), all_threads=True)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return False
+    return True
 
 
 def _chores(rt, chores_at):

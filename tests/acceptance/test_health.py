@@ -42,12 +42,12 @@ def log_of(proc):
 
 def stop(proc, signum=signal.SIGTERM):
     """Signal the worker; its exit code. One that does not exit in 60 s fails with its
-    threads' stacks (SIGUSR1) and the end of its log."""
+    threads' stacks (SIGUSR2) and the end of its log."""
     proc.send_signal(signum)
     try:
         return proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGUSR1)
+        proc.send_signal(signal.SIGUSR2)
         try:
             wait_for(lambda: "Thread 0x" in log_of(proc), timeout=10, what="the stacks")
         finally:
@@ -119,13 +119,13 @@ def test_a_clean_stop_removes_the_heartbeat(live, home, tmp_path):
     assert beats(live) == []
 
 
-def test_sigusr1_writes_every_threads_stack_to_the_log_and_the_worker_goes_on(
+def test_sigusr2_writes_every_threads_stack_to_the_log_and_the_worker_goes_on(
         live, home, tmp_path):
     proc = worker(home, tmp_path, "--workers", "1")
     try:
         wait_for(lambda: beats(live), what="the first beat")
         wait_for(lambda: "worker started" in log_of(proc), what="the signal handlers")
-        proc.send_signal(signal.SIGUSR1)
+        proc.send_signal(signal.SIGUSR2)
         wait_for(lambda: "in _loop" in log_of(proc), what="the stacks in the log")
         assert log_of(proc).count("Thread 0x") >= 2  # the loop and the consumer's thread
         assert proc.poll() is None
