@@ -8,7 +8,7 @@ psycopg and redis eagerly, which would cost more than the rest of start-up.
 
 import sys
 
-HELD_BACK = ("psycopg", "redis")
+HELD_BACK = ("psycopg", "redis")  # storage.drivers.DRIVERS (importing it would import Peewee)
 
 
 def main():

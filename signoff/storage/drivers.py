@@ -4,9 +4,10 @@ Peewee and Huey import psycopg and redis at their own import when they are
 installed, which costs a third of a second: more than the rest of signoff's
 start-up. A program that imports signoff keeps that behaviour. The ``signoff``
 command owns its process, so it imports both libraries with the drivers held
-back (``signoff.__main__``); ``load`` imports a driver when a backend asks for
-it and hands it to the library globals that import left empty. ``restore`` does that for
-every installed driver, before a plug-in that may use the libraries on its own.
+back (``signoff.__main__``, whose ``HELD_BACK`` are these ``DRIVERS``); ``load``
+imports a driver when a backend asks for it and hands it to the library globals
+that import left empty. ``restore`` does that for every installed driver, before a
+plug-in that may use the libraries on its own.
 
 ``load`` is the one place signoff asks for a driver, so a missing extra is found
 in one place (``urls``).
