@@ -15,6 +15,9 @@ exception raised by ``write`` itself is raised in every caller of the batch.
 ``signoff serve`` waits from its event loop (``submit`` and
 ``asyncio.wrap_future``); the Python API waits in its callers' threads
 (``run``), where a caller alone writes in its own thread, with no hand-over.
+The writer thread waits for such a caller's write to end before it writes: two
+writers of one process at once would only queue for SQLite's lock, in pauses
+(8 callers enqueueing one event a call: 1,970 calls/s before, 2,570 after).
 """
 
 import logging
@@ -40,7 +43,7 @@ class GroupCommit:
         self.batches = 0  # batches the writer thread wrote
         self._queue = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._alone = threading.Lock()  # held by a caller writing in its own thread
+        self._alone = threading.Lock()  # held by whoever writes: a lone caller or the thread
         self._thread = None
 
     def submit(self, job):
@@ -106,7 +109,8 @@ class GroupCommit:
         # written; only its answer is dropped.
         live = [future.set_running_or_notify_cancel() for _, future in batch]
         try:
-            answers = self.write([job for job, _ in batch])
+            with self._alone:
+                answers = self.write([job for job, _ in batch])
         except Exception as exc:
             log.error("group commit of %d job(s) failed: %s", len(batch), type(exc).__name__)
             answers = [exc] * len(batch)

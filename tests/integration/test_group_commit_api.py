@@ -58,14 +58,19 @@ def _callers(rt, events):
 
 
 def _line_up(rt, gate, threads):
-    # The first call writes in its own thread, the writer thread takes the
-    # second, and the others queue behind it, to be written together.
+    # The first call writes in its own thread; the writer thread takes the
+    # second and waits for that write to end; the others queue behind it, to
+    # be written together.
+    handed = []
+    submit = rt.commits.submit
+    rt.commits.submit = lambda job: handed.append(submit(job)) or handed[-1]
     wait_for(lambda: len(gate.entered) == 1, what="the first caller writing")
     threads[1].start()
-    wait_for(lambda: len(gate.entered) == 2, what="the writer thread writing")
+    wait_for(lambda: handed and handed[0].running(), what="the writer thread taking the second")
     for thread in threads[2:]:
         thread.start()
     wait_for(lambda: rt.commits._queue.qsize() == len(threads) - 2, what="the callers queued")
+    assert len(gate.entered) == 1  # the writer thread waits for the lone caller's write
 
 
 @pytest.fixture

@@ -82,3 +82,33 @@ def test_a_single_job_is_not_held_back():
         await commits.stop()
         return answer
     assert asyncio.run(main()) == 7
+
+
+def test_a_caller_writing_alone_and_the_writer_thread_never_write_at_once():
+    # In one process, two writers at once would only queue for SQLite's lock
+    # and pay its pauses; the writer thread waits for a lone caller instead.
+    from signoff.storage.groupcommit import GroupCommit as Writer
+    inside, most, lock = [0], [0], threading.Lock()
+    entered = {1: threading.Event(), 2: threading.Event()}
+
+    def write(jobs):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        for job in jobs:
+            entered[job].set()
+        if 1 in jobs:  # the lone caller stays in its write while job 2 is handed over
+            entered[2].wait(0.5)
+        with lock:
+            inside[0] -= 1
+        return [f"ok {j}" for j in jobs]
+
+    commits = Writer(write)
+    alone = threading.Thread(target=lambda: commits.run(1))
+    alone.start()
+    assert entered[1].wait(10)
+    second = commits.submit(2)
+    assert second.result(10) == "ok 2"
+    alone.join(10)
+    commits.close()
+    assert most[0] == 1
