@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import threading
 import time
 from urllib.parse import urlsplit
 
@@ -102,13 +103,26 @@ class ChatDrafter:
         self.prompt_version = digest([INSTRUCTIONS, self.instructions, response_schema(None)])
         self._system = INSTRUCTIONS if self.instructions is None else (
             f"{INSTRUCTIONS}\n\nThe operator of this deployment adds:\n{self.instructions}")
-        # The client's own retries are off: the workflow's retry budget is the only one.
-        self._client = openai.OpenAI(api_key=_read_key(self.api_key_env), base_url=self.base_url,
-                                     max_retries=0, timeout=self.timeout_s)
+        key = _read_key(self.api_key_env)
+        # The client's own retries are off: the workflow's retry budget is the
+        # only one. The key stays in this closure, out of the drafter's attributes.
+        self._connect = lambda: openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0,
+                                              timeout=self.timeout_s)
+        self._client = None
+        self._client_lock = threading.Lock()
 
     def __repr__(self):
         return (f"ChatDrafter(base_url={self.base_url!r}, model={self.model!r}, "
                 f"api_key_env={self.api_key_env!r})")
+
+    def _openai(self):
+        # Made on first use: a command that loads this configuration and never
+        # drafts (status, approve, ...) does not build an HTTP client, whose TLS
+        # context alone costs 30 ms.
+        with self._client_lock:
+            if self._client is None:
+                self._client = self._connect()
+            return self._client
 
     def __call__(self, record, material):
         """Draft for ``record`` (or a batch's list of records) from ``material``.
@@ -120,7 +134,7 @@ class ChatDrafter:
         started, failure = time.monotonic(), None
         try:
             request = self.request(record, material, sources)
-            response = self._client.chat.completions.create(**request)
+            response = self._openai().chat.completions.create(**request)
         except openai.APIError as exc:
             failure = fault(exc, self.timeout_s)
         if failure is not None:

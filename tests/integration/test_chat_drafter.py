@@ -69,6 +69,19 @@ def test_a_good_answer_is_the_result_with_its_meta(model_server):
     assert isinstance(meta["seconds"], float) and meta["seconds"] >= 0
 
 
+def test_the_http_client_is_made_at_the_first_draft_and_kept(model_server):
+    # A command that loads the configuration and never drafts makes no client.
+    draft = drafter(model_server)
+    assert draft._client is None
+    model_server.answer(GOOD)
+    model_server.answer(GOOD)
+    draft(RECORD, MATERIAL)
+    client = draft._client
+    draft(RECORD, MATERIAL)
+    assert client is not None and draft._client is client
+    assert len(model_server.requests) == 2
+
+
 def test_open_questions_stand_in_for_evidence_when_the_material_is_silent(model_server):
     asked = {"draft": "The demo date is not settled yet.", "evidence": [],
              "open_questions": ["Which date was agreed for the demo?"]}
