@@ -8,6 +8,7 @@ submitted exactly once.
 import httpx
 import pytest
 
+from helpers import LOCAL_TLS
 from servekit import Server, event, make_home
 from signoff.models import MODELS
 from test_serve_pages import csrf, post_login
@@ -34,7 +35,8 @@ def site(home):
         headers = {}
         if name or token:
             headers["authorization"] = f"Bearer {token or tokens[name]}"
-        c = httpx.Client(base_url=server.url + "/api/v1", headers=headers, timeout=30)
+        c = httpx.Client(verify=LOCAL_TLS, base_url=server.url + "/api/v1", headers=headers,
+                         timeout=30)
         clients.append(c)
         return c
     yield rt, server, tokens, client
@@ -66,7 +68,8 @@ def test_no_token_or_a_wrong_one_is_401_and_changes_nothing(site):
         r = c.post(f"/tasks/{t['key']}/approve", json={"digest": t["digest"]})
         assert (r.status_code, r.json()["error"]) == (401, "unauthorized")
         assert r.headers["www-authenticate"] == "Bearer"
-    with httpx.Client(base_url=server.url, timeout=30) as c:  # another scheme is no token
+    # Another scheme is no token.
+    with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
         r = c.get("/api/v1/tasks", headers={"authorization": f"Basic {tokens['alice']}"})
         assert r.status_code == 401
     assert snapshot(rt) == before
@@ -187,7 +190,7 @@ def test_unknown_tasks_404_and_listing_pages(site):
 def test_a_limited_reviewer_on_the_pages(site):
     rt, server, tokens, client = site
     theirs, mine = task_of(rt, "default"), task_of(rt, "other", "comment-3")
-    with httpx.Client(base_url=server.url, timeout=30) as c:
+    with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
         assert post_login(c, "olga", tokens["olga"]).status_code == 303
         index = c.get("/", params={"status": "all"}).text
         assert mine["key"] in index and theirs["key"] not in index

@@ -24,7 +24,7 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from helpers import ROOT, child_env, signoff_cmd, state_tables, wait_for, read_here
+from helpers import LOCAL_TLS, ROOT, child_env, signoff_cmd, state_tables, wait_for, read_here
 from servekit import Server
 from signoff.app import Signoff
 from signoff.clock import Clock
@@ -138,7 +138,7 @@ def test_bind_subscribes_and_a_published_comment_becomes_a_ready_task(served):
     assert the_subscription(rt)["last_delivery_at"] is not None
     assert requests_by_code(rt) == {"verified": 1, "accepted": 1}
 
-    metrics = httpx.get(f"{serve.url}/metrics", timeout=30).text
+    metrics = httpx.get(f"{serve.url}/metrics", verify=LOCAL_TLS, timeout=30).text
     assert 'signoff_subscriptions{state="active"} 1.0' in metrics
     assert 'signoff_event_deliveries_total{code="accepted"} 1.0' in metrics
     listed = subprocess.run(signoff_cmd(rt.home, "subscriptions", "--json"), env=child_env(),
@@ -150,7 +150,7 @@ def test_bind_subscribes_and_a_published_comment_becomes_a_ready_task(served):
     secret = Subscription.get().secret
     assert secret not in listed.stdout and secret not in json.dumps(rt.audit())
     token = rt.add_reviewer("rita", read_only=True)["token"]
-    with httpx.Client(base_url=serve.url, timeout=30) as page:
+    with httpx.Client(verify=LOCAL_TLS, base_url=serve.url, timeout=30) as page:
         post_login(page, "rita", token)
         shown = page.get("/monitors").text
     assert MONITOR in shown and sub["subscription_id"] in shown and "subscription-active" in shown
@@ -214,7 +214,8 @@ def delivery_body(comment_id, data=None, event_id="evt_forged"):
 
 
 def post(serve, body, headers, monitor=MONITOR):
-    return httpx.post(f"{serve.url}/hooks/{monitor}", content=body, headers=headers, timeout=30)
+    return httpx.post(f"{serve.url}/hooks/{monitor}", verify=LOCAL_TLS, content=body,
+                      headers=headers, timeout=30)
 
 
 def test_a_forged_delivery_or_verification_is_refused_and_nothing_is_stored(served):

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from peewee import fn
 
-from helpers import child_env, make_event, signoff_cmd, state_tables, wait_for
+from helpers import LOCAL_TLS, child_env, make_event, signoff_cmd, state_tables, wait_for
 from servekit import SECRET_TEXT, Server, event, make_home, signed
 from signoff.ops import retention
 from signoff.errors import Refused
@@ -32,7 +32,7 @@ def served(home):
     rt = make_home(home)
     secret = rt.add_secret("default")["secret"]
     server = Server(home)
-    client = httpx.Client(base_url=server.url, timeout=30)
+    client = httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30)
     yield rt, secret, server, client
     client.close()
     assert server.stop() == 0, server.stderr()
@@ -152,7 +152,7 @@ def test_concurrent_copies_of_one_webhook_id_store_one_delivery(served):
     answers = []
 
     def send():
-        with httpx.Client(base_url=server.url, timeout=30) as c:
+        with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
             answers.append(c.post("/hooks/default", content=body, headers=headers))
     threads = [threading.Thread(target=send) for _ in range(6)]
     for t in threads:
@@ -332,7 +332,7 @@ def test_healthz_reports_what_failed(home, served):
     # environment overrides signoff.toml on every backend.
     broken = Server(home, env=child_env(SIGNOFF_QUEUE_URL="redis://127.0.0.1:1/0"))
     try:
-        r = httpx.get(broken.url + "/healthz", timeout=30)
+        r = httpx.get(broken.url + "/healthz", verify=LOCAL_TLS, timeout=30)
         assert r.status_code == 503
         assert r.json()["database"] == "ok" and r.json()["queue"].startswith("error")
     finally:
@@ -364,7 +364,7 @@ def test_kill_9_while_8_clients_post_loses_no_202(home):
     accepted, stop = [], threading.Event()
 
     def client(n):
-        with httpx.Client(base_url=server.url, timeout=60) as c:
+        with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=60) as c:
             for i in range(100_000):
                 if stop.is_set():
                     return
@@ -392,7 +392,7 @@ def test_kill_9_while_8_clients_post_loses_no_202(home):
     again = Server(home)
     try:
         n, i = accepted[0].removeprefix("c").split("-")
-        with httpx.Client(base_url=again.url, timeout=30) as c:
+        with httpx.Client(verify=LOCAL_TLS, base_url=again.url, timeout=30) as c:
             r = post(c, secret, event(1, event_id=accepted[0]), f"m-{n}-{i}")
         assert r.status_code == 200 and r.json()["duplicate"] is True
         assert len(rt.events()) == len(stored)

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers import child_env, signoff_cmd, state_tables, wait_for
+from helpers import LOCAL_TLS, child_env, signoff_cmd, state_tables, wait_for
 from servekit import Server, make_home
 
 PASTED = "sor_" + "Q" * 43  # a token typed into the name field by mistake
@@ -39,7 +39,7 @@ def site(home):
 def log_in(server, name, token, client):
     """Open the login form and post it as ``client``; the response (not followed)."""
     headers = {"x-forwarded-for": client}
-    with httpx.Client(base_url=server.url, timeout=30) as c:
+    with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
         page = c.get("/login", headers=headers).text
         csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
         return c.post("/login", data={"name": name, "token": token, "csrf_token": csrf},
@@ -47,7 +47,7 @@ def log_in(server, name, token, client):
 
 
 def logins_total(server):
-    text = httpx.get(server.url + "/metrics", timeout=30).text
+    text = httpx.get(server.url + "/metrics", verify=LOCAL_TLS, timeout=30).text
     return {s.labels["outcome"]: s.value for f in text_string_to_metric_families(text)
             for s in f.samples if s.name == "signoff_logins_total"}
 
@@ -82,7 +82,7 @@ def test_failed_api_tokens_from_one_client_are_throttled_as_failed_logins_are(si
     server = serve()
 
     def call(token, client):
-        return httpx.get(server.url + "/api/v1/tasks", timeout=30, headers={
+        return httpx.get(server.url + "/api/v1/tasks", verify=LOCAL_TLS, timeout=30, headers={
             "x-forwarded-for": client, "authorization": f"Bearer {token}"})
     assert call(tokens["alice"], "10.0.3.1").status_code == 200
     for _ in range(4):
@@ -143,8 +143,8 @@ def test_a_throttle_is_one_log_line_not_one_per_request(site):
 def test_access_log_is_off_by_default_and_on_with_the_option(site):
     rt, tokens, serve = site
     quiet = serve()
-    assert httpx.get(quiet.url + "/healthz", timeout=30).status_code == 200
+    assert httpx.get(quiet.url + "/healthz", verify=LOCAL_TLS, timeout=30).status_code == 200
     loud = serve("--access-log")
-    assert httpx.get(loud.url + "/healthz", timeout=30).status_code == 200
+    assert httpx.get(loud.url + "/healthz", verify=LOCAL_TLS, timeout=30).status_code == 200
     wait_for(lambda: '"GET /healthz HTTP/1.1" 200' in loud.stderr(), what="the access line")
     assert "/healthz" not in quiet.stderr()

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers import child_env, signoff_cmd, read_here
+from helpers import LOCAL_TLS, child_env, signoff_cmd, read_here
 from servekit import Server, event, make_home, ready_home
 from signoff.app import Signoff
 from signoff.clock import FakeClock
@@ -31,7 +31,7 @@ def site(home):
     clients = []
 
     def login(name):
-        client = httpx.Client(base_url=server.url, timeout=30)
+        client = httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30)
         clients.append(client)
         r = post_login(client, name, tokens[name])
         assert r.status_code == 303, r.text
@@ -66,7 +66,7 @@ def snapshot():
 def test_without_a_session_pages_redirect_and_posts_answer_401(site):
     rt, server, tokens, login = site
     key = ready_keys(rt)[0]
-    with httpx.Client(base_url=server.url, timeout=30) as c:
+    with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
         for path, back in (("/", ""), (f"/tasks/{key}", f"?next=%2Ftasks%2F{key}"),
                            ("/dead-letters", "?next=%2Fdead-letters")):
             r = c.get(path)
@@ -84,7 +84,7 @@ def test_without_a_session_pages_redirect_and_posts_answer_401(site):
 
 def test_login_sets_a_strict_httponly_cookie_and_logout_ends_it(site):
     rt, server, tokens, login = site
-    with httpx.Client(base_url=server.url, timeout=30) as c:
+    with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
         r = post_login(c, "alice", tokens["alice"])
         cookie = r.headers["set-cookie"].lower()
         assert "httponly" in cookie and "samesite=strict" in cookie and "secure" not in cookie
@@ -264,7 +264,7 @@ def test_metrics_match_stats(site, home):
     rt.run_until_idle()
     stats = json.loads(subprocess.run(signoff_cmd(home, "stats", "--json"), env=child_env(),
                                       capture_output=True, text=True, timeout=60).stdout)
-    text = httpx.get(server.url + "/metrics", timeout=30).text
+    text = httpx.get(server.url + "/metrics", verify=LOCAL_TLS, timeout=30).text
     samples = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -290,7 +290,7 @@ def test_record_and_draft_text_cannot_script_or_forge_a_form(home):
     token = rt.add_reviewer("alice")["token"]
     server = Server(home)
     try:
-        with httpx.Client(base_url=server.url, timeout=30) as c:
+        with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
             post_login(c, "alice", token)
             [task] = rt.tasks("ready")
             r = c.get(f"/tasks/{task['key']}")
@@ -324,7 +324,7 @@ def test_what_was_not_observed_is_on_the_review_page(site):
 def test_login_returns_to_the_page_asked_for_and_only_on_this_site(site):
     rt, server, tokens, login = site
     key = ready_keys(rt)[0]
-    with httpx.Client(base_url=server.url, timeout=30) as c:
+    with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
         # A notification's link, opened without a session.
         r = c.get(f"/tasks/{key}?from=notification")
         assert r.status_code == 303
@@ -335,7 +335,7 @@ def test_login_returns_to_the_page_asked_for_and_only_on_this_site(site):
         assert c.get(r.headers["location"]).status_code == 200
     for hostile in ("https://evil.example/", "//evil.example/x", "/\\evil.example",
                     "javascript:alert(1)", "/x\r\nSet-Cookie: a=b", "tasks/x"):
-        with httpx.Client(base_url=server.url, timeout=30) as c:
+        with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
             assert 'name="next"' not in c.get("/login", params={"next": hostile}).text
             r = post_login(c, "alice", tokens["alice"], next=hostile)
             assert (r.status_code, r.headers["location"]) == (303, "/"), hostile
@@ -378,7 +378,7 @@ def test_long_record_text_and_drafts_are_collapsed_and_the_page_stays_bounded(ho
     token = rt.add_reviewer("alice")["token"]
     server = Server(home)
     try:
-        with httpx.Client(base_url=server.url, timeout=60) as c:
+        with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=60) as c:
             post_login(c, "alice", token)
             page = c.get(f"/tasks/{task['key']}").text
     finally:
@@ -408,7 +408,7 @@ def test_dead_letters_link_to_their_delivery_or_task_and_show_the_code(home):
     token = rt.add_reviewer("alice")["token"]
     server = Server(home)
     try:
-        with httpx.Client(base_url=server.url, timeout=30) as c:
+        with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
             post_login(c, "alice", token)
             listing = c.get("/dead-letters").text
             assert f'href="/deliveries/{letter["ref"]}"' in listing
@@ -441,7 +441,7 @@ def test_a_limited_reviewer_sees_and_replays_its_monitors_dead_letters_alone(hom
     token = rt.add_reviewer("lee", monitors=["default"])["token"]
     server = Server(home)
     try:
-        with httpx.Client(base_url=server.url, timeout=30) as c:
+        with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
             assert post_login(c, "lee", token).status_code == 303
             page = c.get("/dead-letters").text
             assert f"/dead-letters/{letters['default']['id']}/replay" in page
@@ -477,7 +477,7 @@ def test_a_reviewer_pauses_and_unpauses_a_monitor_from_the_monitors_page(site):
     assert 'id="pause-' not in rita.get("/monitors").text
     token = csrf(rita.get("/monitors").text)
     assert rita.post("/monitors/default/pause", data={"csrf_token": token}).status_code == 403
-    with httpx.Client(base_url=server.url, timeout=30) as other:
+    with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as other:
         assert post_login(other, "lee", lee).status_code == 303
         token = csrf(other.get("/monitors").text)
         r = other.post("/monitors/default/pause", data={"csrf_token": token})

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from helpers import child_env, make_event, signoff_cmd, wait_for
+from helpers import LOCAL_TLS, child_env, make_event, signoff_cmd, wait_for
 from servekit import SECRET_TEXT, Server, event, make_home, signed
 from signoff import tracing
 
@@ -162,8 +162,8 @@ def test_a_webhook_continues_the_senders_trace(home, receiver):
         body = json.dumps(event())
         headers = dict(signed(secret, body, "msg-traced"),
                        traceparent=f"00-{sender_trace}-{sender_span}-01")
-        answer = httpx.post(server.url + "/hooks/default", content=body, headers=headers,
-                            timeout=30)
+        answer = httpx.post(server.url + "/hooks/default", verify=LOCAL_TLS, content=body,
+                            headers=headers, timeout=30)
         assert answer.status_code == 202, answer.text
     finally:
         assert server.stop() == 0, server.stderr()

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import re
+import ssl
 import subprocess
 import sys
 import time
@@ -22,6 +23,10 @@ from signoff.config import DEFAULT_TOML
 T0 = 1_000_000
 ROOT = Path(__file__).resolve().parent.parent.parent
 PLUGINS = ROOT / "tests" / "plugins"
+# The tests' HTTP clients speak plain HTTP to servers on 127.0.0.1, and httpx
+# builds a TLS context for every client all the same, loading the CA bundle
+# (30 ms each). Handed this one, a client costs a tenth of a millisecond.
+LOCAL_TLS = ssl.create_default_context()
 
 
 def make_event(**changes):

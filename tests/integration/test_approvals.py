@@ -341,6 +341,7 @@ def test_page_forms_edit_reason_acknowledgement_and_bulk_drafts(tmp_path, backen
     import re
 
     import httpx
+    from helpers import LOCAL_TLS
     from servekit import Server, event, make_home
     from test_serve_pages import csrf, post_login
 
@@ -356,7 +357,7 @@ def test_page_forms_edit_reason_acknowledgement_and_bulk_drafts(tmp_path, backen
     token = rt.add_reviewer("alice")["token"]
     server = Server(home)
     try:
-        with httpx.Client(base_url=server.url, timeout=30) as c:
+        with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
             assert post_login(c, "alice", token).status_code == 303
             listing = c.get("/?status=ready").text
             assert listing.count("2026-11-01⟨U+200B⟩") == 2 and "approve it on its page" in listing
