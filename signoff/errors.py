@@ -82,3 +82,20 @@ class AttemptFailed(SignoffError):
         self.final = final
         self.retry_after = retry_after
         self.meta = meta
+
+
+class McpCallError(Exception):
+    """An MCP server answered a call with a protocol error or an unreadable result.
+
+    An ordinary failed attempt for a host, not a ``SignoffError``. It lives here,
+    not beside the MCP session, so that code that only reads MCP Events
+    deliveries (``signoff serve``'s callback) need not import the MCP SDK,
+    which takes a second and a half.
+
+    ``code``, ``message`` and ``data`` are the JSON-RPC error's when the server
+    answered one (``code`` is ``None`` for an unreadable result).
+    """
+
+    def __init__(self, text, code=None, message=None, data=None):
+        super().__init__(text)
+        self.code, self.message, self.data = code, message or text, data

@@ -24,11 +24,10 @@ from datetime import datetime, timezone
 
 import jsonschema
 
-from ..errors import ConfigError, InvalidEvent, Refused
+from ..errors import ConfigError, InvalidEvent, McpCallError, Refused
 from ..rules.events import check_label
 from ..ops.secrets import generate as new_secret  # noqa: F401 (re-exported: a subscription's secret)
 from ..ops.secrets import signed_by_one_of
-from .session import McpCallError
 
 SUBSCRIBE_TIMEOUT_S = 30.0
 TTL_S = 24 * 60 * 60.0  # asked for; servers clamp it (1 h to 7 days is common)

@@ -36,24 +36,14 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, Request
 from pydantic import TypeAdapter
 
+from ..errors import McpCallError
+
 log = logging.getLogger("signoff.mcp")
 
 GRACE_S = 1.0  # the owner answers within the deadline itself; this is a backstop
 CLOSE_WAIT_S = 5.0
 _CLOSE = object()
 BROKEN = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError)
-
-
-class McpCallError(Exception):
-    """The server answered a call with a protocol error or an unreadable result.
-
-    ``code``, ``message`` and ``data`` are the JSON-RPC error's when the server
-    answered one (``code`` is ``None`` for an unreadable result).
-    """
-
-    def __init__(self, text, code=None, message=None, data=None):
-        super().__init__(text)
-        self.code, self.message, self.data = code, message or text, data
 
 
 class _Custom(Request[dict[str, Any] | None, str]):

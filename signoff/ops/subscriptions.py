@@ -30,7 +30,7 @@ from urllib.parse import quote
 from peewee import JOIN, fn
 
 from ..config import serve_settings
-from ..errors import ConfigError, Refused, SignoffError
+from ..errors import ConfigError, McpCallError, Refused, SignoffError
 from ..models import EventDeliveryCount, Monitor, Subscription, db
 from ..rules.gate import gate
 from ..rules.retry import TRANSIENT, backoff
@@ -47,6 +47,8 @@ REFRESH_MARGIN_MAX_S = 3600.0
 TEND_LIMIT = 20
 INTERVAL_S = 1.0
 DELIVERED = ("accepted", "duplicate")
+# What a call that got no usable answer raises: a transient failure or a protocol error.
+_UNANSWERED = (*TRANSIENT, McpCallError)
 
 log = logging.getLogger("signoff.subscriptions")
 
@@ -82,7 +84,7 @@ def subscribe(rt, events, monitor_id, document, create):
     client = rt.host().events_client()
     try:
         client.check(events.name, arguments)
-    except _unanswered() as exc:
+    except _UNANSWERED as exc:
         raise Refused("subscribe_failed", f"events/list got no answer: {exc}") from None
     now = rt.clock.now()
     row = new_subscription(
@@ -94,7 +96,7 @@ def subscribe(rt, events, monitor_id, document, create):
     except Refused:
         _give_up(rt, row, unsubscribed=True)  # the server refused: it holds nothing
         raise
-    except _unanswered() as exc:
+    except _UNANSWERED as exc:
         _give_up(rt, row, unsubscribed=False)  # it may hold one: the worker unsubscribes
         raise Refused("subscribe_failed", f"events/subscribe got no answer: {exc}") from None
     try:
@@ -109,12 +111,6 @@ def subscribe(rt, events, monitor_id, document, create):
     except BaseException:
         _give_up(rt, row, unsubscribed=False)
         raise
-
-
-def _unanswered():
-    """What a call that got no usable answer raises: a transient failure or a protocol error."""
-    from ..mcp.session import McpCallError  # the mcp extra: a subscribing host has it
-    return (*TRANSIENT, McpCallError)
 
 
 def _give_up(rt, row, unsubscribed):
@@ -209,7 +205,7 @@ class _Turn:
         except Fenced:
             return "fenced"  # a cancel or another worker moved the row meanwhile
         except Exception as exc:  # a failed try, retried with backoff, never the end of the chore
-            if not isinstance(exc, (SignoffError, *_unanswered())):
+            if not isinstance(exc, (SignoffError, *_UNANSWERED)):
                 log.exception("subscription %s of monitor %s", self.row.id, self.row.monitor)
             return self._failed(exc.code if isinstance(exc, SignoffError) else type(exc).__name__)
 
