@@ -94,60 +94,73 @@ def store_chunks(rt, jobs):
     """Store ``(monitor_id, [(line, Event | InvalidEvent), ...])`` jobs in one transaction.
 
     Returns each job's line results, in order, or the exception that job alone
-    raised: each job is written in a savepoint of its own, so one that fails
-    leaves the others to commit. The queue is woken once, after the commit.
+    raised. All jobs' rows go in one statement per table; should the database
+    refuse it, each job is written again in a savepoint of its own, so one that
+    fails leaves the others to commit. The queue is woken once, after the commit.
     """
     now = rt.clock.now()
     if len(jobs) == 1:
-        # One job needs no savepoint, and one event no transaction (see _write).
-        answers = [_write(*jobs[0], now)]
+        answers = _write(jobs, now)
     else:
-        answers = []
-        with db.atomic():
-            for monitor_id, chunk in jobs:
-                try:
-                    with db.atomic():
-                        answers.append(_write(monitor_id, chunk, now))
-                except Exception as exc:  # this job's own failure, answered to its caller
-                    answers.append(exc)
+        try:
+            answers = _write(jobs, now)
+        except Exception:  # some job's rows: find which, each job on its own
+            answers = _each_alone(jobs, now)
     stored = sum(1 for a in answers if not isinstance(a, Exception) for r in a if r.accepted)
     if stored:
         rt.wakers.wake("ingest", stored)
     return answers
 
 
-def _write(monitor_id, chunk, now):
-    good = [(n, ev) for n, ev in chunk if not isinstance(ev, InvalidEvent)]
-    bad = [(n, ev) for n, ev in chunk if isinstance(ev, InvalidEvent)]
+def _each_alone(jobs, now):
+    answers = []
+    with db.atomic():
+        for job in jobs:
+            try:
+                with db.atomic():
+                    answers.append(_write([job], now)[0])
+            except Exception as exc:  # this job's own failure, answered to its caller
+                answers.append(exc)
+    return answers
+
+
+def _write(jobs, now):
+    """Every job's lines, in one statement per table: each job's line results."""
+    good = [(m, n, ev) for m, chunk in jobs for n, ev in chunk if not isinstance(ev, InvalidEvent)]
+    bad = [m for m, chunk in jobs for _, ev in chunk if isinstance(ev, InvalidEvent)]
     # One trace per event: its signoff.enqueue span's context is kept on its delivery.
-    spans = ([tracing.begin("signoff.enqueue", event_id=ev.event_id, monitor=monitor_id)
-              for _, ev in good] if tracing.enabled() else [])
+    spans = ([tracing.begin("signoff.enqueue", event_id=ev.event_id, monitor=m)
+              for m, _, ev in good] if tracing.enabled() else [])
     traces = [tracing.carrier(s) for s in spans]
-    if len(good) == 1 and not bad:
-        # One row is one statement, atomic and committed by itself (every engine
-        # runs in autocommit mode outside a transaction; inside one it joins it):
-        # no BEGIN and COMMIT, two round trips on PostgreSQL, for each event a
-        # webhook or agent sends alone.
-        ids = new_deliveries([(monitor_id, good[0][1])], now, traces)
-    else:
-        ids = _store_batch(monitor_id, good, bad, now, traces)
-    for span, delivery in zip(spans, ids):
-        tracing.end(span, delivery=delivery)
-    by_line = {n: ev for n, ev in bad}
-    id_of = {n: i for (n, _), i in zip(good, ids)}
-    return [LineResult(n, None, False, None, "invalid_event", by_line[n].reason) if n in by_line
-            else LineResult(n, ev.event_id, True, id_of[n], None, None) for n, ev in chunk]
+    ids = []
+    try:
+        if len(good) == 1 and not bad:
+            # One row is one statement, atomic and committed by itself (every engine
+            # runs in autocommit mode outside a transaction; inside one it joins it):
+            # no BEGIN and COMMIT, two round trips on PostgreSQL, for each event a
+            # webhook or agent sends alone.
+            ids = new_deliveries([(good[0][0], good[0][2])], now, traces)
+        else:
+            ids = _store_batch(good, bad, now, traces)
+    finally:  # a refused attempt's spans end without a delivery; a retry begins its own
+        for span, delivery in zip(spans, ids or [None] * len(spans)):
+            tracing.end(span, delivery=delivery)
+    id_of = iter(ids)
+    return [[LineResult(n, None, False, None, "invalid_event", ev.reason)
+             if isinstance(ev, InvalidEvent) else LineResult(n, ev.event_id, True, next(id_of),
+                                                            None, None)
+             for n, ev in chunk] for _, chunk in jobs]
 
 
-def _store_batch(monitor_id, good, bad, now, traces):
+def _store_batch(good, bad, now, traces):
     with db.atomic():
         ids = []
         if good:
-            ids = new_deliveries([(monitor_id, ev) for _, ev in good], now, traces)
+            ids = new_deliveries([(m, ev) for m, _, ev in good], now, traces)
         if bad:
             # One row per bad line, and nothing from the line itself.
-            insert_rows(Audit, [{"at": now, "monitor": monitor_id, "event_id": None,
-                                 "task_key": None, "code": "invalid_event"}] * len(bad))
+            insert_rows(Audit, [{"at": now, "monitor": m, "event_id": None, "task_key": None,
+                                 "code": "invalid_event"} for m in bad])
     return ids
 
 

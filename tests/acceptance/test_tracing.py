@@ -305,3 +305,25 @@ def test_attributes_are_ids_statuses_and_codes_only():
             tracing.begin("signoff.ingest", text="a record's words")
     finally:
         tracing.stop()
+
+
+def test_callers_sharing_a_commit_each_keep_their_own_trace(rt, in_memory):
+    # Three callers' jobs in one group commit, one with a bad line beside its event.
+    from signoff.models import Delivery
+    from signoff.rules.events import check_value
+    jobs = [("default", [(1, check_value(make_event(event_id="evt-a")))]),
+            ("default", [(1, check_value({"event_id": "bad"})),
+                         (2, check_value(make_event(event_id="evt-b")))]),
+            ("default", [(1, check_value(make_event(event_id="evt-c")))])]
+    answers = rt._store_chunks(jobs)
+    assert [[(r.event_id, r.accepted) for r in a] for a in answers] == [
+        [("evt-a", True)], [(None, False), ("evt-b", True)], [("evt-c", True)]]
+    spans = {s.attributes["signoff.event_id"]: s for s in in_memory.get_finished_spans()
+             if s.name == "signoff.enqueue"}
+    assert set(spans) == {"evt-a", "evt-b", "evt-c"}
+    for result in (answers[0][0], answers[1][1], answers[2][0]):
+        span = spans[result.event_id]
+        assert span.attributes["signoff.delivery_id"] == result.delivery
+        row = Delivery.get_by_id(result.delivery)
+        assert row.event_id == result.event_id
+        assert row.traceparent.split("-")[1] == format(span.context.trace_id, "032x")
