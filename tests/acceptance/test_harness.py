@@ -10,6 +10,7 @@ import conftest
 from conftest import BACKENDS
 from helpers import parent_of, wait_for
 from signoff import storage
+from signoff.app import Signoff
 
 
 @pytest.mark.backend_independent
@@ -51,3 +52,18 @@ def test_the_sweep_takes_the_databases_of_dead_test_processes_and_no_other():
     finally:
         for name in (dead, alive):
             BACKENDS.drop(name)
+
+
+def test_a_database_a_test_used_is_emptied_and_reused_not_dropped(tmp_path):
+    # A drop waits for an immediate checkpoint of everything the run wrote; each
+    # test's database is emptied for the next instead. `signoff init` stamps the
+    # schema-version row again, which once made every database look used.
+    if not BACKENDS.database_url:
+        pytest.skip("PostgreSQL databases: the stages with SIGNOFF_TEST_DATABASE_URL set")
+    with conftest.example_backends() as settings:
+        Signoff.init(tmp_path / "home").close()
+    again = BACKENDS.allocate("reuse")
+    try:
+        assert again.database_name == settings.database_name
+    finally:
+        BACKENDS.release(again)

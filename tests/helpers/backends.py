@@ -337,7 +337,7 @@ class _Fresh:
         return cls(conn.execute(FINGERPRINT).fetchone()[0], {t: r for t, r in rows.items() if r})
 
     def restore(self, conn):
-        """Delete every row but those a fresh clone has, and restart every sequence."""
+        """Put back the rows a fresh clone has, delete every other, restart every sequence."""
         sequences = [s for (s,) in conn.execute(
             "SELECT format('%I.%I', schemaname, sequencename) FROM pg_sequences")]
         # DELETE, not TRUNCATE: on tables this small it is a hundred times faster. In
@@ -345,8 +345,13 @@ class _Fresh:
         with conn.transaction():
             conn.execute("SET LOCAL session_replication_role = replica")
             for table in _tables(conn):
-                if table not in self.rows:
-                    conn.execute(f"DELETE FROM {table}")
+                conn.execute(f"DELETE FROM {table}")
+                # A fresh clone's own rows (the schema version) go back as they were:
+                # `signoff init` stamps that row again, and a database whose row
+                # differed was dropped instead of reused, an immediate checkpoint each.
+                for row in self.rows.get(table, ()):
+                    holders = ", ".join(["%s"] * len(row))
+                    conn.execute(f"INSERT INTO {table} VALUES ({holders})", row)
             for sequence in sequences:
                 conn.execute(f"ALTER SEQUENCE {sequence} RESTART")
 
