@@ -88,10 +88,6 @@ DATABASE_URL = os.environ.get("SIGNOFF_TEST_DATABASE_URL")
 QUEUE_URL = os.environ.get("SIGNOFF_TEST_QUEUE_URL")
 
 
-# Slow: nine worker starts and stops, 30 s alone and 150 s beside the other tests
-# on PostgreSQL/PostgreSQL, where it was the default run's last test by two minutes.
-# The HTTP bench's test below checks the same clean-up in the default run.
-@pytest.mark.slow
 @pytest.mark.skipif(not (DATABASE_URL or QUEUE_URL),
                     reason="SIGNOFF_TEST_DATABASE_URL / SIGNOFF_TEST_QUEUE_URL not set")
 def test_bench_on_the_test_backends_leaves_no_database_behind(tmp_path):
