@@ -7,13 +7,13 @@ writes every thread's stack to the log (standard error) and changes nothing:
 what a worker that does not stop is waiting for.
 """
 
-import faulthandler
 import io
 import logging
 import signal
 import sys
 import threading
 import time
+import traceback
 from dataclasses import replace
 
 from peewee import fn
@@ -150,22 +150,39 @@ def _loop(rt, workers, drain):
             if helper is not None:
                 helper.stop()
         _safe(heartbeat.stop, None)
-        if stacks:
-            faulthandler.unregister(signal.SIGUSR2)
+        if stacks is not None:
+            signal.signal(signal.SIGUSR2, stacks)
     log.info("worker stopped (%s)", reason["why"])
     return {"stopped": reason["why"], "seconds": round(time.monotonic() - started, 3),
             "reaper_changes": reaped}
 
 
 def _stacks_on_sigusr2():
-    """Dump every thread's stack to standard error on SIGUSR2 (in C, so it answers even
-    while the main thread is stuck in a call); False where stderr is no file (a worker
-    run inside another program's captured output)."""
+    """Write every thread's stack to standard error on SIGUSR2; the handler it replaced,
+    or None where stderr is no file (a worker run inside another program's captured
+    output) or this is not the main thread.
+
+    A Python handler, run by the main thread between two steps of its loop (whose
+    waits a signal interrupts), not faulthandler's: that one reads the other
+    threads' frames without the interpreter's lock, and a worker asked for its
+    stacks while a thread was starting or ending died of SIGSEGV.
+    """
     try:
-        faulthandler.register(signal.SIGUSR2, file=sys.stderr.fileno(), all_threads=True)
+        sys.stderr.fileno()
+        return signal.signal(signal.SIGUSR2, _write_stacks)
     except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
-        return False
-    return True
+        return None
+
+
+def _write_stacks(signum, frame):
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    lines = []
+    for ident, top in sys._current_frames().items():
+        lines.append(f"Thread 0x{ident:x} ({names.get(ident, 'unknown')}),"
+                     " most recent call last:\n")
+        lines.extend(traceback.format_stack(top))
+    sys.stderr.write("".join(lines))
+    sys.stderr.flush()
 
 
 def _chores(rt, chores_at):
