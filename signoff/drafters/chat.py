@@ -105,10 +105,9 @@ class ChatDrafter:
             f"{INSTRUCTIONS}\n\nThe operator of this deployment adds:\n{self.instructions}")
         key, base_url, timeout_s = _read_key(self.api_key_env), self.base_url, self.timeout_s
         # The client's own retries are off: the workflow's retry budget is the
-        # only one. The key stays in this closure, out of the drafter's attributes;
-        # the closure holds no reference to the drafter, so a drafter let go is
-        # freed at once and its client closes its connections (a cycle would leave
-        # that to the collector, whose order may reach the sockets first).
+        # only one. The key stays in this closure, out of the drafter's attributes,
+        # and the closure holds no reference to the drafter: that would be a cycle,
+        # and a drafter let go would wait for the collector.
         self._connect = lambda: openai.OpenAI(api_key=key, base_url=base_url, max_retries=0,
                                               timeout=timeout_s)
         self._client = None
