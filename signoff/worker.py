@@ -9,6 +9,7 @@ what a worker that does not stop is waiting for.
 
 import io
 import logging
+import os
 import signal
 import sys
 import threading
@@ -181,8 +182,11 @@ def _write_stacks(signum, frame):
         lines.append(f"Thread 0x{ident:x} ({names.get(ident, 'unknown')}),"
                      " most recent call last:\n")
         lines.extend(traceback.format_stack(top))
-    sys.stderr.write("".join(lines))
-    sys.stderr.flush()
+    # Straight to the descriptor: the main thread may have been stopped inside a
+    # write to sys.stderr, and a buffered stream refuses a reentrant write.
+    data, fd = "".join(lines).encode("utf-8", "replace"), sys.stderr.fileno()
+    while data:
+        data = data[os.write(fd, data):]
 
 
 def _chores(rt, chores_at):
