@@ -182,22 +182,27 @@ def _approve(rt, items, tasks, who, spans):
         counted, moved, repeated, _ = add_approvals(
             {k: (items[i][1], needed[k]) for k, i in first.items()}, who.by, who.channel, now,
             who.audit_code)
-    for i in moves:
-        if first[items[i][0]] != i or items[i][0] not in counted | repeated:
-            out[i] = Refused("not_ready", "the task moved on while it was being approved")
-    done = [i for i in moves if not isinstance(out[i], Refused)]
+        for i in moves:
+            if first[items[i][0]] != i or items[i][0] not in counted | repeated:
+                out[i] = Refused("not_ready", "the task moved on while it was being approved")
+        done = [i for i in moves if not isinstance(out[i], Refused)]
+        # Read before commit: once committed, a worker may submit the task before we answer.
+        answers = _answers([items[i][0] for i in done], needed)
+    for i in done:
+        out[i] = answers[items[i][0]]
     if moved:
         rt.wakers.wake("submit", len(moved))
-    if done:
-        keys = [items[i][0] for i in done]
-        counts = approval_counts(keys)
-        fresh = {t.key: t for t in Task.select(Task.key, Task.status, Task.approved_digest).where(
-            Task.key.in_(keys))}
-        for i in done:
-            key = items[i][0]
-            missing = 0 if fresh[key].status != "ready" else max(0, needed[key] - counts.get(key, 0))
-            out[i] = answer(fresh[key], missing)
     return out
+
+
+def _answers(keys, needed):
+    """``{key: answer}`` for approved ``keys`` as the approval left them (in its transaction)."""
+    if not keys:
+        return {}
+    counts = approval_counts(keys)
+    fresh = Task.select(Task.key, Task.status, Task.approved_digest).where(Task.key.in_(keys))
+    return {t.key: answer(t, 0 if t.status != "ready" else max(0, needed[t.key] - counts.get(t.key, 0)))
+            for t in fresh}
 
 
 def _readable_records(tasks, monitors, context, now):
@@ -250,12 +255,12 @@ def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_char
             edit_task(key, reviewed, result, new_digest, edit, now)
             audit(now, "edited", task.monitor, task_key=key, actor=by, channel=channel)
             _, moved, _, _ = add_approvals({key: (new_digest, _needed(monitor))}, by, channel, now)
+            fresh = get_task(key)  # before commit, as in _approve
     except Fenced:
         raise Refused("digest_mismatch", "the task changed while it was being edited; "
                       "reload it and edit again") from None
     if moved:
         rt.wakers.wake("submit")
-    fresh = get_task(key)
     return dict(answer(fresh, 0 if moved else _needed(monitor) - 1), digest=new_digest)
 
 

@@ -100,6 +100,23 @@ def test_bulk_approval_binds_each_digest_and_never_edits(rt, host):
     assert rt.task(k1)["edits"] == [] and rt.task(k2)["status"] == "ready"
 
 
+@pytest.mark.parametrize("edit", [None, EDITED], ids=["approve", "edit"])
+def test_the_answer_is_what_the_approval_did_even_when_a_worker_submits_at_once(rt, host,
+                                                                                monkeypatch, edit):
+    # A worker woken by the approval may submit the task before the approver is answered.
+    key, d = ready_task(rt)
+    wake = rt.wakers.wake
+
+    def wake_and_work(kind, rows=1):
+        wake(kind, rows)
+        rt.run_until_idle()
+
+    monkeypatch.setattr(rt.wakers, "wake", wake_and_work)
+    answer = rt.approve(key, d, by="ana", edit=edit)
+    assert answer["status"] == "approved"
+    assert rt.task(key)["status"] == "done" and len(host.results()) == 1
+
+
 # -- quorum ----------------------------------------------------------------------
 
 def test_a_quorum_of_two_needs_two_distinct_approvers_of_one_digest(quorum, host):
