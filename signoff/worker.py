@@ -28,7 +28,7 @@ from .errors import StorageError
 from .state import heartbeats
 from .state.lifecycle import DELIVERY_WAITING, TASK_ACTIVE, DeliveryStatus as D
 from .models import Delivery, Monitor, Task
-from .storage.queue import close_queue
+from .storage.queue import close_queue, one_line_queue_faults
 
 REAP_INTERVAL_S = 1.0
 HEALTH_INTERVAL_S = 10.0
@@ -80,7 +80,7 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
     rt.host()
     rt.drafter()
     try:
-        with storage.bind(rt.database):
+        with storage.bind(rt.database), one_line_queue_faults():
             return _loop(rt, workers, drain)
     finally:
         close_queue(rt.queue)  # the consumer's threads have ended: their connections too

@@ -5,6 +5,8 @@ file needs no fsync of its own, and a lost queue loses only wake-ups, which a
 worker's reaper sends again.
 """
 
+import contextlib
+import logging
 import sqlite3
 import sys
 import threading
@@ -26,6 +28,43 @@ def queue_errors():
     if sys.modules.get("psycopg") is not None:
         errors.append(sys.modules["psycopg"].Error)
     return tuple(errors)
+
+
+# Where Huey's consumer logs what its threads meet: reading the queue, the schedule, a task.
+HUEY_LOGGERS = ("huey", "huey.consumer", "huey.consumer.Worker", "huey.consumer.Scheduler")
+
+
+class _OneLineFaults(logging.Filter):
+    """Turn Huey's traceback for an unreachable queue into one warning line.
+
+    Huey's threads share one queue connection: whichever meets it dead first
+    logs a traceback (reading the queue, the schedule) and the next call opens
+    a new one. An outage is the operator's weather, told in one line as the
+    worker's own database faults are; a traceback stays for anything else.
+    """
+
+    def filter(self, record):
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, queue_errors()):
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            record.msg = f"{record.getMessage()}: queue unreachable ({first}); Huey reconnects"
+            record.args, record.exc_info, record.exc_text = (), None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+@contextlib.contextmanager
+def one_line_queue_faults():
+    """While inside, Huey's consumer logs a queue outage as one line (see ``_OneLineFaults``)."""
+    one_line = _OneLineFaults()
+    loggers = [logging.getLogger(name) for name in HUEY_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(one_line)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(one_line)
 
 
 def make_queue(config, create=False):

@@ -6,8 +6,11 @@ and say so.
 """
 
 import gc
+import io
 import itertools
 import json
+import logging
+import sqlite3
 import shutil
 import subprocess
 import threading
@@ -26,7 +29,7 @@ from signoff.state.leases import claim_deliveries, claim_tasks, claimable_counts
 from signoff.storage.claims import claimable
 from signoff.state.lifecycle import DeliveryStatus, TaskStatus, move_task
 from signoff.models import Delivery, Task, insert_rows
-from signoff.storage.queue import close_queue
+from signoff.storage.queue import close_queue, one_line_queue_faults
 
 
 def on_postgres(rt):
@@ -613,11 +616,39 @@ def test_a_worker_process_rides_out_every_connection_being_terminated(home, back
         rt.close()
     assert worker.returncode == 0, err.decode()[-2000:]
     assert "retrying on a new connection" in err.decode()  # the fault was met, and survived
-    # Huey logs its own queue connection's death (a PostgreSQL queue) and reconnects; no
-    # other traceback is allowed.
+    # Huey's threads meet their queue connection's death (a PostgreSQL queue) too, each
+    # told in one line; no traceback at all.
     log = err.decode()
-    assert log.count("Traceback") == log.count("Error reading from queue"), log[-4000:]
+    assert "Traceback" not in log, log[-4000:]
     assert outcomes == {"ready"} and tasks == 90
+
+
+def test_huey_tells_a_queue_outage_in_one_line_and_keeps_the_traceback_of_a_bug():
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+    worker_log = logging.getLogger("huey.consumer.Worker")
+    worker_log.addHandler(handler)
+    try:
+        with one_line_queue_faults():
+            for exc in (sqlite3.OperationalError("database is locked\nsecond line"),
+                        ValueError("a bug")):
+                try:
+                    raise exc
+                except Exception:
+                    worker_log.exception("Error reading from queue")
+        try:
+            raise sqlite3.OperationalError("after")
+        except Exception:
+            worker_log.exception("Error reading from queue")  # outside: Huey's own report
+    finally:
+        worker_log.removeHandler(handler)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == ("WARNING huey.consumer.Worker Error reading from queue: "
+                        "queue unreachable (database is locked); Huey reconnects")
+    assert lines[1] == "ERROR huey.consumer.Worker Error reading from queue"
+    assert lines[2] == "Traceback (most recent call last):" and "ValueError: a bug" in lines
+    assert out.getvalue().count("Traceback") == 2  # the bug's, and the one outside
 
 
 def test_closing_a_postgresql_queue_closes_the_listen_connections_of_ended_threads(rt):
