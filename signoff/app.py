@@ -59,7 +59,8 @@ class Signoff:
         self.commits = (GroupCommit(self._store_chunks, name="signoff-enqueue")
                         if storage.engine_of(self.database).single_writer else None)
         self._local = threading.local()
-        self._drafter = None
+        self._draft = None  # the drafter as its factory made it
+        self._drafter = None  # the same, traced when tracing is on
         self._host_factory = None
 
     @classmethod
@@ -86,8 +87,9 @@ class Signoff:
         return rt
 
     def close(self):
-        """Send the wake-ups still held back, then close this thread's host (if it can
-        be closed) and its connections to the database and queue (reopened on next use)."""
+        """Send the wake-ups still held back, then close this thread's host and the
+        drafter (those that can be closed) and the connections to the database and
+        queue (all reopened on next use)."""
         if self.commits is not None:
             self.commits.close()
         self.wakers.flush()
@@ -95,6 +97,8 @@ class Signoff:
         if host is not None and callable(getattr(host, "close", None)):
             self._local.host = None
             host.close()
+        if callable(getattr(self._draft, "close", None)):
+            self._draft.close()  # its connections; the drafter itself stays for the next use
         storage.drop_connection(self.database)
         close_queue(self.queue)
 
@@ -121,7 +125,7 @@ class Signoff:
     def drafter(self):
         """The configured ``draft(record, material)`` callable."""
         if self._drafter is None:
-            draft = self._new_drafter()
+            draft = self._draft = self._new_drafter()
             timeout = getattr(draft, "timeout_s", None)
             self._drafter_timeout_s = float(timeout) if isinstance(timeout, (int, float)) else 0.0
             self._drafter = tracing.traced_drafter(draft)

@@ -126,6 +126,13 @@ class ChatDrafter:
                 self._client = self._connect()
             return self._client
 
+    def close(self):
+        """Close the HTTP client and its pooled connections; a later draft opens a new one."""
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
     def __call__(self, record, material):
         """Draft for ``record`` (or a batch's list of records) from ``material``.
 

@@ -101,6 +101,11 @@ class ModelServer:
         """Queue a connection reset instead of an answer."""
         self._push(Step("reset", delay=delay))
 
+    def connections(self):
+        """How many client connections to this server are open now."""
+        port = int(self.url.rsplit(":", 1)[1].split("/")[0])
+        return sum(local == port for (_, local) in list(_transports))
+
     def _push(self, step):
         with self._lock:
             self._steps.append(step)
@@ -143,15 +148,16 @@ class ModelServer:
         return JSONResponse(error_body(why, type_="server_error"), status_code=500)
 
 
-# Open connections by client address, so a step can reset the one it answers:
-# an ASGI app never sees its socket.
+# Open connections by (client address, server port), so a step can reset the one
+# it answers (an ASGI app never sees its socket) and a test can count a server's.
 _transports = {}
 
 
 class _Protocol(H11Protocol):
     def connection_made(self, transport):
         super().connection_made(transport)
-        self._peer = transport.get_extra_info("peername")[:2]
+        self._peer = (transport.get_extra_info("peername")[:2],
+                      transport.get_extra_info("sockname")[1])
         _transports[self._peer] = transport
 
     def connection_lost(self, exc):
@@ -160,7 +166,7 @@ class _Protocol(H11Protocol):
 
 
 def _reset(client):
-    transport = _transports[tuple(client)]
+    [transport] = [t for (peer, _), t in list(_transports.items()) if peer == tuple(client)]
     # A zero linger time makes close() send RST instead of FIN.
     transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                                   struct.pack("ii", 1, 0))
@@ -174,7 +180,10 @@ def serving():
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(server.app, http=_Protocol, lifespan="off", log_level="warning")
+    # Idle connections stay open until the client hangs up (uvicorn's default closes
+    # them after 5 s), so a test sees what the client does.
+    config = uvicorn.Config(server.app, http=_Protocol, lifespan="off", log_level="warning",
+                            timeout_keep_alive=3600)
     runner = uvicorn.Server(config)
     thread = threading.Thread(target=runner.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

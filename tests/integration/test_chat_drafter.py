@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import wait_for
 from modelserver import MODEL, error_body, serving
 from signoff.rules.canonical import digest
 from signoff.config import call_factory, load_plugin
@@ -44,10 +45,24 @@ def model_server(monkeypatch):
     assert server.failures == []
 
 
+_made = []
+
+
+@pytest.fixture(autouse=True)
+def _close_drafters():
+    # A client left open keeps a pooled connection to a server the test stops.
+    yield
+    while _made:
+        _made.pop().close()
+
+
 def drafter(server_or_url, **options):
+    """A ChatDrafter on ``server_or_url``, closed when the test ends."""
     url = getattr(server_or_url, "url", server_or_url)
-    return ChatDrafter(home=None, base_url=url, model="test-model", api_key_env=KEY_ENV,
+    made = ChatDrafter(home=None, base_url=url, model="test-model", api_key_env=KEY_ENV,
                        **options)
+    _made.append(made)
+    return made
 
 
 def failure(draft, record=RECORD, material=MATERIAL):
@@ -84,10 +99,23 @@ def test_the_http_client_is_made_at_the_first_draft_and_kept(model_server):
     assert len(model_server.requests) == 2
 
 
+def test_close_hangs_up_and_a_later_draft_connects_again(model_server):
+    draft = drafter(model_server)
+    model_server.answer(GOOD)
+    model_server.answer(GOOD)
+    draft(RECORD, MATERIAL)
+    wait_for(lambda: model_server.connections() == 1, 10, what="the drafter's connection")
+    draft.close()
+    wait_for(lambda: model_server.connections() == 0, 10, what="the hang-up")
+    draft.close()  # twice is harmless
+    assert draft(RECORD, MATERIAL)["draft"] == GOOD["draft"]
+    assert len(model_server.requests) == 2
+
 def test_a_drafter_let_go_is_freed_at_once_not_left_to_the_collector(model_server):
     # In a reference cycle, the collector would finalise the client's sockets in
     # any order, and an unclosed one warns in whichever test it happens in.
-    draft = drafter(model_server)
+    draft = ChatDrafter(home=None, base_url=model_server.url, model="test-model",
+                        api_key_env=KEY_ENV)
     gc.disable()
     try:
         gone = weakref.ref(draft)

@@ -136,6 +136,21 @@ def test_a_good_answer_makes_a_ready_task_with_its_evidence_and_call_metadata(
     assert 'signoff_drafter_tokens_total{kind="input"} 321.0' in scrape
 
 
+def test_closing_the_runtime_hangs_up_on_the_model_and_it_drafts_again_after(
+        drafting, model, clock):
+    rt = drafting()
+    model.answer(GOOD)
+    model.answer(GOOD)
+    rt.enqueue_events([make_event()])
+    rt.run_until_idle()
+    wait_for(lambda: model.connections() == 1, 10, what="the drafter's connection")
+    rt.close()
+    wait_for(lambda: model.connections() == 0, 10, what="the hang-up")
+    rt.enqueue_events([make_event(event_id="evt-2", record_id="comment-1")])
+    rt.run_until_idle()
+    assert len(model.requests) == 2 and Delivery.select().where(
+        Delivery.status == "done").count() == 2
+
 # -- what the record text can and cannot do ----------------------------------------
 
 def check_request(body):
