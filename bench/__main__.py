@@ -62,12 +62,15 @@ class BackendUrl(click.ParamType):
 @click.option("--concurrent", is_flag=True,
               help="Instead: 8 concurrent API callers (one event a call) against one batch call, "
               "2 worker processes, enqueue → done; and one sequential caller against bare commits.")
+@click.option("--pairs", type=click.IntRange(min=1), default=3, show_default=True,
+              help="With --concurrent: how many (batch, concurrent) pairs and sequential rounds "
+              "to run; the median is reported. More pairs decide a ratio a noisy machine blurs.")
 @click.option("--cli", "through_cli", is_flag=True,
               help="Instead: ingest through the CLI (enqueue, worker --drain) against plain Huey "
               "producer and consumer processes, process start included; and the start-up alone.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def bench(n_events, workers, processes, database_url, queue_url, growth, growth_rows, over_mcp,
-          http, traced, concurrent, through_cli, as_json):
+          http, traced, concurrent, pairs, through_cli, as_json):
     """Measure signoff against plain Huey on this machine, in one run.
 
     The homes it makes are its own: their backends are the flags' (SQLite by
@@ -91,7 +94,8 @@ def bench(n_events, workers, processes, database_url, queue_url, growth, growth_
     from .pipeline import run_bench
     if concurrent:
         from .callers import run_concurrent_bench
-        report = run_concurrent_bench(n_events, workers, database_url, queue_url, as_json)
+        report = run_concurrent_bench(n_events, workers, database_url, queue_url, as_json,
+                                      pairs=pairs)
     elif traced:
         from .tracing import run_tracing_bench
         report = run_tracing_bench(n_events, as_json)

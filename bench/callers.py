@@ -6,15 +6,16 @@ concurrent run has ``CALLERS`` threads of this process call
 ``Signoff.enqueue_events`` with one event each, each call durable before it
 answers, until the N are in. Both then go through the whole pipeline (ingest,
 one bulk approval, submit, receipt confirmed) and are timed from the first
-enqueue call to the last ``done``. The two alternate ``PAIRS`` times, each in
-a fresh home; the pair whose ratio is the median gives the figures.
+enqueue call to the last ``done``. The two alternate ``--pairs`` times (3 by
+default), each in a fresh home; the pair whose ratio is the median gives the figures.
 
 Then one sequential caller, with no worker running: ``SEQUENTIAL_CALLS``
 ``enqueue_events`` calls of one event each against the bare commits one caller
 gets from the same database (single-row inserts into a scratch table, each
-committed alone), alternated ``PAIRS`` times; the median round gives the ratio.
+committed alone), alternated as many times; the median round gives the ratio.
 
-Run: ``python -m bench --concurrent [--events N] [--database-url URL] [--queue-url URL]``.
+Run: ``python -m bench --concurrent [--pairs N] [--events N] [--database-url URL]
+[--queue-url URL]``.
 """
 
 import shutil
@@ -28,34 +29,33 @@ from .pipeline import MONITOR, _close_home, _signoff_home, bench_signoff, commit
 
 CALLERS = 8
 PROCESSES = 2
-PAIRS = 3
 SEQUENTIAL_CALLS = 1000
 
 
 def run_concurrent_bench(n_events=2000, workers=2, database_url=None, queue_url=None,
-                         as_json=False):
+                         as_json=False, pairs=3):
     """Measure both runs and the sequential caller; the report (printed unless ``as_json``)."""
     say = (lambda msg: None) if as_json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     tmp = Path(tempfile.mkdtemp(prefix="signoff-bench-concurrent-"))
     backend = BenchBackend(database_url, queue_url)
     try:
         with backend_env_set_aside():
-            pairs = _pairs(tmp, backend, n_events, workers, say)
+            runs = _pairs(tmp, backend, n_events, workers, say, pairs)
             say(f"one sequential caller: {SEQUENTIAL_CALLS} calls against bare commits")
-            sequential = _sequential(tmp / "sequential", backend, say)
+            sequential = _sequential(tmp / "sequential", backend, say, pairs)
     finally:
         backend.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    report = _report(n_events, workers, backend, pairs, sequential)
+    report = _report(n_events, workers, backend, runs, sequential)
     if not as_json:
         print("\n".join(describe(report)))
     return report
 
 
-def _pairs(tmp, backend, n, workers, say):
+def _pairs(tmp, backend, n, workers, say, count):
     pairs = []
-    for r in range(PAIRS):
-        say(f"[{backend.label}] ({r + 1}/{PAIRS}) {n} events in one call, then from {CALLERS}"
+    for r in range(count):
+        say(f"[{backend.label}] ({r + 1}/{count}) {n} events in one call, then from {CALLERS}"
             f" concurrent callers, one event per call; {PROCESSES} worker processes")
         batch = bench_signoff(tmp / f"batch-{r}", n, workers, say=say, processes=PROCESSES,
                               backend=backend)
@@ -66,12 +66,12 @@ def _pairs(tmp, backend, n, workers, say):
     return pairs
 
 
-def _sequential(folder, backend, say):
+def _sequential(folder, backend, say, count):
     """Rounds of (bare commits/s, one caller's calls/s), taken in turn on one home."""
     rt = _signoff_home(folder, 0, 0, backend, say)
     rounds = []
     try:
-        for r in range(PAIRS):
+        for r in range(count):
             floor = commit_floor(rt, SEQUENTIAL_CALLS)
             events = [{"event_id": f"seq-{r}-{i}", "name": "comment.created", "document": "doc-demo",
                        "record_id": f"r-{i}", "occurred": int(time.time()), "text": "wake only"}

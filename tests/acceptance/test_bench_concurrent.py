@@ -20,14 +20,15 @@ def bench(tmp_path, *args):
 @pytest.mark.slow
 @pytest.mark.backend_independent
 def test_concurrent_bench_compares_eight_callers_with_the_batch_run(tmp_path):
-    report = bench(tmp_path, "--concurrent", "--events", "40")
+    report = bench(tmp_path, "--concurrent", "--events", "40", "--pairs", "5")
     assert (report["events"], report["callers"], report["processes"]) == (40, 8, 2)
     assert report["backend"] == "sqlite/sqlite"
     for key in ("batch_flow_per_s", "concurrent_flow_per_s", "concurrent_enqueue_per_s",
                 "sequential_calls_per_s", "sequential_commit_floor_per_s"):
         assert report[key] > 0, key
     ratios = report["concurrent_ratios"]
-    assert len(ratios) == 3 and ratios == sorted(ratios) and report["concurrent_ratio"] == ratios[1]
+    assert len(ratios) == 5 and ratios == sorted(ratios) and report["concurrent_ratio"] == ratios[2]
+    assert len(report["sequential_ratios"]) == 5
     assert report["concurrent_writer_batches"] >= 0  # SQLite: the API's group commit
     assert set(report["targets"]) == {"concurrent_ratio", "sequential_ratio"}
     assert all(isinstance(t["pass"], bool) for t in report["targets"].values())
