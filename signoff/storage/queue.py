@@ -30,22 +30,26 @@ def queue_errors():
     return tuple(errors)
 
 
-# Where Huey's consumer logs what its threads meet: reading the queue, the schedule, a task.
-HUEY_LOGGERS = ("huey", "huey.consumer", "huey.consumer.Worker", "huey.consumer.Scheduler")
+# Where Huey's consumer says it could not read the queue (its workers) or the
+# schedule (its scheduler), and how each message begins.
+HUEY_QUEUE_READS = {"huey.consumer.Worker": "Error reading from queue",
+                    "huey.consumer.Scheduler": "Error reading schedule"}
 
 
 class _OneLineFaults(logging.Filter):
-    """Turn Huey's traceback for an unreachable queue into one warning line.
+    """Turn Huey's traceback for a queue it could not read into one warning line.
 
     Huey's threads share one queue connection: whichever meets it dead first
     logs a traceback (reading the queue, the schedule) and the next call opens
     a new one. An outage is the operator's weather, told in one line as the
-    worker's own database faults are; a traceback stays for anything else.
+    worker's own database faults are. Any other record keeps its traceback: a
+    task that failed, even on an ``OSError``, is not the queue's.
     """
 
     def filter(self, record):
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, queue_errors()):
+        if (isinstance(exc, queue_errors()) and isinstance(record.msg, str)
+                and record.msg.startswith(HUEY_QUEUE_READS.get(record.name, "\0"))):
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             record.msg = f"{record.getMessage()}: queue unreachable ({first}); Huey reconnects"
             record.args, record.exc_info, record.exc_text = (), None, None
@@ -57,7 +61,7 @@ class _OneLineFaults(logging.Filter):
 def one_line_queue_faults():
     """While inside, Huey's consumer logs a queue outage as one line (see ``_OneLineFaults``)."""
     one_line = _OneLineFaults()
-    loggers = [logging.getLogger(name) for name in HUEY_LOGGERS]
+    loggers = [logging.getLogger(name) for name in HUEY_QUEUE_READS]
     for logger in loggers:
         logger.addFilter(one_line)
     try:

@@ -627,28 +627,37 @@ def test_huey_tells_a_queue_outage_in_one_line_and_keeps_the_traceback_of_a_bug(
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
-    worker_log = logging.getLogger("huey.consumer.Worker")
-    worker_log.addHandler(handler)
+    loggers = [logging.getLogger(n) for n in ("huey.consumer.Worker", "huey.consumer.Scheduler",
+                                              "huey")]
+    loggers[-1].addHandler(handler)  # the consumer's records reach it too
+
+    def report(logger, exc, message):
+        try:
+            raise exc
+        except Exception:
+            logger.exception(message)
+    worker, scheduler, tasks = loggers
     try:
         with one_line_queue_faults():
-            for exc in (sqlite3.OperationalError("database is locked\nsecond line"),
-                        ValueError("a bug")):
-                try:
-                    raise exc
-                except Exception:
-                    worker_log.exception("Error reading from queue")
-        try:
-            raise sqlite3.OperationalError("after")
-        except Exception:
-            worker_log.exception("Error reading from queue")  # outside: Huey's own report
+            report(worker, sqlite3.OperationalError("database is locked\nsecond line"),
+                   "Error reading from queue")
+            report(scheduler, OSError("connection refused"), "Error reading schedule.")
+            report(worker, ValueError("a bug"), "Error reading from queue")
+            report(tasks, OSError("a task's own"), "Unhandled exception in task t1.")
+        report(worker, sqlite3.OperationalError("after"), "Error reading from queue")
     finally:
-        worker_log.removeHandler(handler)
-    lines = out.getvalue().splitlines()
-    assert lines[0] == ("WARNING huey.consumer.Worker Error reading from queue: "
-                        "queue unreachable (database is locked); Huey reconnects")
-    assert lines[1] == "ERROR huey.consumer.Worker Error reading from queue"
-    assert lines[2] == "Traceback (most recent call last):" and "ValueError: a bug" in lines
-    assert out.getvalue().count("Traceback") == 2  # the bug's, and the one outside
+        loggers[-1].removeHandler(handler)
+    text = out.getvalue()
+    lines = text.splitlines()
+    assert lines[:2] == [
+        "WARNING huey.consumer.Worker Error reading from queue: queue unreachable "
+        "(database is locked); Huey reconnects",
+        "WARNING huey.consumer.Scheduler Error reading schedule.: queue unreachable "
+        "(connection refused); Huey reconnects"]
+    assert lines[2] == "ERROR huey.consumer.Worker Error reading from queue"
+    assert "ValueError: a bug" in lines and "OSError: a task's own" in lines
+    # The bug's, the task's, and Huey's own report outside the block keep their tracebacks.
+    assert text.count("Traceback") == 3
 
 
 def test_closing_a_postgresql_queue_closes_the_listen_connections_of_ended_threads(rt):
