@@ -56,13 +56,15 @@ def run(home=None, host="127.0.0.1", port=8080, secure_cookies=None, access_log=
                             forwarded_allow_ips=settings["trusted_proxies"])
     if access_log:  # log_level quiets uvicorn's own lines, not the access lines asked for
         logging.getLogger("uvicorn.access").setLevel(logging.INFO)
-    shown = f"[{host}]" if ":" in host else host
-    print(json.dumps({"listening": f"http://{shown}:{actual}", "home": str(rt.home)}), flush=True)
     server = uvicorn.Server(config)
     for signum in (signal.SIGTERM, signal.SIGINT):
-        # uvicorn re-raises the signal after its graceful stop; land it here so
-        # a graceful stop exits 0 with its summary instead of dying of it.
-        signal.signal(signum, lambda *_: None)
+        # Until uvicorn takes the signals over, one asks it to stop as soon as it
+        # has started (a supervisor may stop us the moment we say we listen).
+        # uvicorn re-raises the signal after its graceful stop; it lands here
+        # too, so a graceful stop exits 0 with its summary instead of dying of it.
+        signal.signal(signum, lambda *_: setattr(server, "should_exit", True))
+    shown = f"[{host}]" if ":" in host else host
+    print(json.dumps({"listening": f"http://{shown}:{actual}", "home": str(rt.home)}), flush=True)
     server.run(sockets=[sock])
     rt.close()  # sends what the last webhooks announced, then closes the connections
     return {"stopped": "signal", "port": actual}

@@ -39,6 +39,17 @@ def served(home):
     rt.close()
 
 
+def test_serve_stopped_the_moment_it_says_it_listens_stops_cleanly(home):
+    # A supervisor may send SIGTERM as soon as the listening line is out, before
+    # uvicorn has taken the signals over; that stop must not be lost.
+    make_home(home).close()
+    for _ in range(3):
+        server = Server(home)
+        try:
+            assert server.stop() == 0, server.stderr()
+        finally:
+            server.kill()
+
 def counts():
     return {"deliveries": Delivery.select().count(), "answers": WebhookAnswer.select().count(),
             "audit": Audit.select().count()}
