@@ -50,6 +50,7 @@ def test_serve_stopped_the_moment_it_says_it_listens_stops_cleanly(home):
         finally:
             server.kill()
 
+
 def counts():
     return {"deliveries": Delivery.select().count(), "answers": WebhookAnswer.select().count(),
             "audit": Audit.select().count()}

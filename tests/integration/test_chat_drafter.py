@@ -111,6 +111,7 @@ def test_close_hangs_up_and_a_later_draft_connects_again(model_server):
     assert draft(RECORD, MATERIAL)["draft"] == GOOD["draft"]
     assert len(model_server.requests) == 2
 
+
 def test_a_drafter_let_go_is_freed_at_once_not_left_to_the_collector(model_server):
     # In a reference cycle, the collector would finalise the client's sockets in
     # any order, and an unclosed one warns in whichever test it happens in.

@@ -151,6 +151,7 @@ def test_closing_the_runtime_hangs_up_on_the_model_and_it_drafts_again_after(
     assert len(model.requests) == 2 and Delivery.select().where(
         Delivery.status == "done").count() == 2
 
+
 # -- what the record text can and cannot do ----------------------------------------
 
 def check_request(body):
