@@ -47,9 +47,10 @@ class _OneLineFaults(logging.Filter):
     """
 
     def filter(self, record):
+        # Set on each of HUEY_QUEUE_READS' loggers, it sees only their own records.
         exc = record.exc_info[1] if record.exc_info else None
         if (isinstance(exc, queue_errors()) and isinstance(record.msg, str)
-                and record.msg.startswith(HUEY_QUEUE_READS.get(record.name, "\0"))):
+                and record.msg.startswith(HUEY_QUEUE_READS[record.name])):
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             record.msg = f"{record.getMessage()}: queue unreachable ({first}); Huey reconnects"
             record.args, record.exc_info, record.exc_text = (), None, None
