@@ -72,18 +72,26 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
 
     Returns a summary dict; the process exit code is 0 either way.
     """
-    rt = _open(home, clock)
-    if lease_ttl is not None:
-        rt.config = replace(rt.config, lease_ttl_s=float(lease_ttl))
-    # A plug-in that does not load is the operator's to fix: say so now, once,
-    # instead of failing every attempt into the dead letters.
-    rt.host()
-    rt.drafter()
+    # From the first step: a worker that does not start (a database it waits
+    # for, a plug-in that hangs on import) is the one an operator asks for its
+    # stacks, and SIGUSR2's default action would kill it.
+    stacks = _stacks_on_sigusr2()
     try:
-        with storage.bind(rt.database), one_line_queue_faults():
-            return _loop(rt, workers, drain)
+        rt = _open(home, clock)
+        if lease_ttl is not None:
+            rt.config = replace(rt.config, lease_ttl_s=float(lease_ttl))
+        # A plug-in that does not load is the operator's to fix: say so now, once,
+        # instead of failing every attempt into the dead letters.
+        rt.host()
+        rt.drafter()
+        try:
+            with storage.bind(rt.database), one_line_queue_faults():
+                return _loop(rt, workers, drain)
+        finally:
+            close_queue(rt.queue)  # the consumer's threads have ended: their connections too
     finally:
-        close_queue(rt.queue)  # the consumer's threads have ended: their connections too
+        if stacks is not None:
+            signal.signal(signal.SIGUSR2, stacks)
 
 
 def _open(home, clock):
@@ -124,7 +132,6 @@ def _loop(rt, workers, drain):
     _safe(heartbeat.beat, None)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
-    stacks = _stacks_on_sigusr2()
     log.info("worker started: %d threads, lease %.0fs, home %s", workers,
              rt.config.lease_ttl_s, rt.home)
     health_at = time.monotonic() + HEALTH_INTERVAL_S
@@ -151,8 +158,6 @@ def _loop(rt, workers, drain):
             if helper is not None:
                 helper.stop()
         _safe(heartbeat.stop, None)
-        if stacks is not None:
-            signal.signal(signal.SIGUSR2, stacks)
     log.info("worker stopped (%s)", reason["why"])
     return {"stopped": reason["why"], "seconds": round(time.monotonic() - started, 3),
             "reaper_changes": reaped}

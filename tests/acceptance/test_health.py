@@ -134,6 +134,25 @@ def test_sigusr2_writes_every_threads_stack_to_the_log_and_the_worker_goes_on(
     assert beats(live) == []
 
 
+def test_sigusr2_answers_a_worker_that_is_still_waiting_for_its_database(live, home,
+                                                                         tmp_path):
+    # Nothing listens on port 1: the worker waits at start, retrying, as it does
+    # for a database that restarts. That is the worker an operator asks for stacks.
+    env = child_env(SIGNOFF_DATABASE_URL="postgresql://postgres@127.0.0.1:1/signoff")
+    proc = worker(home, tmp_path, "--workers", "1", env=env)
+    try:
+        wait_for(lambda: "retrying on a new connection" in log_of(proc),
+                 what="the worker waiting for its database")
+        proc.send_signal(signal.SIGUSR2)
+        wait_for(lambda: "in wait_until_reachable" in log_of(proc), what="the stacks")
+        assert proc.poll() is None
+        assert "worker started" not in log_of(proc)
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+        proc.log.close()
+
+
 def test_the_worker_threads_come_from_the_environment(live, home, tmp_path):
     proc = worker(home, tmp_path, env=child_env(SIGNOFF_WORKER_WORKERS="3"))
     try:
