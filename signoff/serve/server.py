@@ -31,7 +31,11 @@ def bind_socket(host, port):
     # say they are TCP, and without it each answer waits ~40 ms for an ACK.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:  # the address goes where a path would: the operator's to fix
+        sock.close()
+        raise OSError(exc.errno, exc.strerror, f"{host}:{port}") from None
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock

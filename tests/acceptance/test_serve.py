@@ -51,6 +51,23 @@ def test_serve_stopped_the_moment_it_says_it_listens_stops_cleanly(home):
             server.kill()
 
 
+def test_an_address_serve_cannot_listen_on_is_named_in_a_clear_error(home):
+    make_home(home).close()
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        done = subprocess.run(signoff_cmd(home, "serve", "--port", str(port), "--json"),
+                              env=child_env(), capture_output=True, text=True, timeout=60)
+    finally:
+        taken.close()
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout) == {
+        "error": "os_error", "message": f"Address already in use: 127.0.0.1:{port}"}
+    assert "Traceback" not in done.stderr
+
+
 def counts():
     return {"deliveries": Delivery.select().count(), "answers": WebhookAnswer.select().count(),
             "audit": Audit.select().count()}
