@@ -37,6 +37,7 @@ IDLE_POLL_S = 0.5  # Huey's idle polling cap; its default of 10 s is too slow a 
 # How often `--drain` asks whether anything can progress: a query each time, and
 # the moment the work ends it exits within two of them.
 DRAIN_POLL_S = 0.05
+STOP_POLL_S = 0.05  # how soon the loop sees a stop its signal handler asked for
 UNREACHABLE_S = 30.0  # how long `--drain` waits for a database it cannot reach
 
 log = logging.getLogger("signoff.worker")
@@ -116,13 +117,7 @@ def _loop(rt, workers, drain):
     consumer = rt.queue.create_consumer(workers=workers, worker_type="thread", periodic=False,
                                         max_delay=IDLE_POLL_S, initial_delay=0.05,
                                         shutdown_timeout=rt.config.lease_ttl_s)
-    stop = threading.Event()
-    reason = {"why": "signal"}
-
-    def on_signal(signum, frame):
-        reason["why"] = signal.Signals(signum).name
-        stop.set()
-
+    stop = SignalStop()
     started = time.monotonic()
     reaped = _reap(rt)
     notifier = notify.start(rt)  # task.ready notifications, when [notify] url is set
@@ -131,7 +126,7 @@ def _loop(rt, workers, drain):
     heartbeat = heartbeats.Heartbeat(rt.clock, workers)
     _safe(heartbeat.beat, None)
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, on_signal)
+        signal.signal(signum, stop.ask)
     log.info("worker started: %d threads, lease %.0fs, home %s", workers,
              rt.config.lease_ttl_s, rt.home)
     health_at = time.monotonic() + HEALTH_INTERVAL_S
@@ -147,7 +142,7 @@ def _loop(rt, workers, drain):
                 _safe(lambda: storage.checkpoint(rt.database), None)
                 pass_at = time.monotonic() + (IDLE_POLL_S if drain else REAP_INTERVAL_S)
             if drain and drained.now():
-                reason["why"] = "drained"
+                stop.why = "drained"
                 break
             if time.monotonic() >= health_at:
                 consumer.check_worker_health()
@@ -158,9 +153,36 @@ def _loop(rt, workers, drain):
             if helper is not None:
                 helper.stop()
         _safe(heartbeat.stop, None)
-    log.info("worker stopped (%s)", reason["why"])
-    return {"stopped": reason["why"], "seconds": round(time.monotonic() - started, 3),
+    log.info("worker stopped (%s)", stop.why)
+    return {"stopped": stop.why, "seconds": round(time.monotonic() - started, 3),
             "reaper_changes": reaped}
+
+
+class SignalStop:
+    """The stop SIGTERM or SIGINT asks for, seen by the loop within ``STOP_POLL_S``.
+
+    The handler only sets ``why``: it takes no lock. It runs in the main thread
+    between any two steps of what that thread is doing, and that may be inside
+    ``threading.Event.wait`` holding the Event's own lock; an ``Event.set()``
+    there waits on the main thread itself, forever (a worker that never stopped).
+    """
+
+    def __init__(self):
+        self.why = None
+
+    def ask(self, signum, frame):
+        """The signal handler."""
+        self.why = signal.Signals(signum).name
+
+    def wait(self, seconds):
+        """Sleep up to ``seconds`` in short naps; True as soon as a stop is asked."""
+        deadline = time.monotonic() + seconds
+        while self.why is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(left, STOP_POLL_S))
+        return True
 
 
 def _stacks_on_sigusr2():

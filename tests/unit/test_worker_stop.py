@@ -1,0 +1,73 @@
+"""The worker's stop signal: its handler can land between any two steps of the loop's wait."""
+
+import signal
+import sys
+import threading
+
+import pytest
+
+from signoff.worker import SignalStop
+
+# Only the stop object and the interpreter: no home, no database, no queue.
+pytestmark = pytest.mark.backend_independent
+
+DEADLINE_S = 30.0  # a wait that blocks for good is a worker that never stops
+
+
+def wait_with_the_signal_at(stop, step):
+    """``stop.wait`` with the handler run at its ``step``-th traced line (as a signal
+    would run it there, between two steps); True when the handler ran."""
+    seen = {"lines": 0, "ran": False}
+
+    def tracer(frame, event, arg):
+        if event == "line" and not seen["ran"]:
+            seen["lines"] += 1
+            if seen["lines"] == step:
+                seen["ran"] = True
+                stop.ask(signal.SIGTERM, frame)
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        answer = stop.wait(0.2)
+    finally:
+        sys.settrace(None)
+    return seen["ran"], answer
+
+
+def test_a_stop_asked_between_any_two_steps_of_the_wait_ends_it():
+    # Every line the wait runs, itself and in what it calls, takes the handler in
+    # turn. A handler that took a lock the interrupted code holds (an Event's
+    # set() inside that Event's wait) would block here, and the thread not end.
+    results, step = [], 1
+    failure = []
+
+    def walk():
+        nonlocal step
+        try:
+            while True:
+                stop = SignalStop()
+                ran, answer = wait_with_the_signal_at(stop, step)
+                if not ran:  # past the wait's last line: every step was tried
+                    return
+                results.append((step, answer or stop.wait(0), stop.why))
+                step += 1
+        except BaseException as exc:  # reported by the test's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=walk, daemon=True)
+    thread.start()
+    thread.join(DEADLINE_S)
+    assert not thread.is_alive(), f"the wait blocked with the handler run at step {step}"
+    assert not failure, failure
+    assert len(results) >= 3
+    assert all(why == "SIGTERM" for _, _, why in results), results
+    # A stop asked on the wait's last step is seen by the loop's next wait, at once.
+    assert all(answer for _, answer, _ in results[:-1]), results
+
+
+def test_without_a_signal_the_wait_times_out_and_says_so():
+    stop = SignalStop()
+    assert stop.wait(0.01) is False and stop.why is None
+    stop.ask(signal.SIGINT, None)
+    assert stop.wait(10) is True and stop.why == "SIGINT"
