@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import ssl
 import subprocess
 import sys
@@ -137,6 +138,24 @@ def start_worker(home, *args, env=None):
     """Start ``signoff worker`` as a real child process."""
     return subprocess.Popen(signoff_cmd(home, "worker", *args), env=env or child_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def stop_worker(proc, timeout=60.0):
+    """SIGTERM a worker child started with pipes; its ``(stdout, stderr)`` once it exits.
+
+    One still running after ``timeout`` fails the test with the end of its log, its
+    threads' stacks (SIGUSR2) included: what it was waiting for.
+    """
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR2)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=5)  # the stacks reach the pipe meanwhile
+        proc.kill()
+        err = proc.communicate()[1].decode(errors="replace")
+        raise AssertionError(f"the worker did not stop within {timeout:g} s:\n{err[-8000:]}")
 
 
 # -- the review pages in Chromium (browser tests) ------------------------------------

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from helpers import child_env, make_event, open_home, signoff_cmd, wait_for, read_here
+from helpers import child_env, make_event, open_home, read_here, signoff_cmd, stop_worker, wait_for
 from signoff.state.lifecycle import TASK_OPEN
 from signoff.models import Attempt, Task
 
@@ -155,8 +155,7 @@ def cancel_among_writes(rt, home):
     finally:
         for proc in workers:
             proc.send_signal(signal.SIGTERM)
-        errors = "".join(proc.communicate(timeout=60)[1].decode(errors="replace")
-                         for proc in workers)
+        errors = "".join(stop_worker(proc)[1].decode(errors="replace") for proc in workers)
     assert "Traceback" not in errors, errors
     return answer
 
