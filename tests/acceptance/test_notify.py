@@ -1,7 +1,6 @@
 """``task.ready`` notifications from a real worker to a real local receiver."""
 
 import json
-import signal
 import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -9,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from helpers import child_env, signoff_cmd, start_worker, wait_for, read_here
+from helpers import child_env, read_here, signoff_cmd, start_worker, stop_worker, wait_for
 from servekit import SECRET_TEXT, event, make_home
 from signoff.models import Notification
 from signoff.ops import secrets
@@ -60,8 +59,7 @@ def notified_home(home, receiver):
     read_here(rt)
     worker = start_worker(home, env=child_env())
     yield rt, secret
-    worker.send_signal(signal.SIGTERM)
-    out, err = worker.communicate(timeout=60)
+    out, err = stop_worker(worker)
     assert worker.returncode == 0, err.decode()
     rt.close()
 
@@ -158,8 +156,7 @@ def test_notifications_start_when_they_are_configured_never_for_older_ready_task
         assert sent == [new["key"]]
         assert [n.task_key for n in Notification.select()] == [new["key"]]
     finally:
-        worker.send_signal(signal.SIGTERM)
-        _, err = worker.communicate(timeout=60)
+        _, err = stop_worker(worker)
     assert worker.returncode == 0, err.decode()
     rt.close()
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from helpers import child_env, signoff_cmd, wait_for, read_here
+from helpers import child_env, read_here, signoff_cmd, stop_worker, wait_for
 from signoff.app import Signoff
 from signoff.models import Delivery, Task
 from signoff.wakeups import CAP, needed
@@ -114,8 +114,7 @@ def serving(home, rt, command):
 
 
 def stop(worker):
-    worker.terminate()
-    _, err = worker.communicate(timeout=60)
+    _, err = stop_worker(worker)
     assert b"Traceback" not in err, err.decode()[-2000:]
 
 

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from peewee import OperationalError
 
-from helpers import T0, child_env, make_event, signoff_cmd, start_worker, wait_for
+from helpers import T0, child_env, make_event, signoff_cmd, start_worker, stop_worker, wait_for
 from signoff import storage
 from signoff.app import Signoff
 from signoff.errors import Blocked, StorageError
@@ -611,8 +611,7 @@ def test_a_worker_process_rides_out_every_connection_being_terminated(home, back
             assert worker.poll() is None
         outcomes, tasks = {e["outcome"] for e in rt.events()}, len(rt.tasks())
     finally:
-        worker.terminate()
-        out, err = worker.communicate(timeout=60)
+        out, err = stop_worker(worker)
         rt.close()
     assert worker.returncode == 0, err.decode()[-2000:]
     assert "retrying on a new connection" in err.decode()  # the fault was met, and survived
