@@ -153,7 +153,7 @@ def cancel_among_writes(rt, home):
             Task.status.in_(list(TASK_OPEN)) | Task.lease_token.is_null(False)).exists(),
             timeout=120, what="every task to settle")
     finally:
-        for proc in workers:
+        for proc in workers:  # both stop at once; stop_worker's own SIGTERM changes nothing
             proc.send_signal(signal.SIGTERM)
         errors = "".join(stop_worker(proc)[1].decode(errors="replace") for proc in workers)
     assert "Traceback" not in errors, errors
