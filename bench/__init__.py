@@ -5,6 +5,7 @@ baseline in the same run, so every figure comes with the ratio that matters.
 """
 
 import functools
+import os
 
 
 def reads(function):
@@ -16,3 +17,17 @@ def reads(function):
         with storage.bind(rt.database):
             return function(rt, *args, **kwargs)
     return call
+
+
+def cpu_s(pid=None):
+    """User and system CPU seconds of process ``pid`` so far, every thread counted
+    (this process when ``None``; Linux for another), or ``None`` if unreadable."""
+    if pid is None:
+        times = os.times()
+        return times.user + times.system
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -18,6 +18,7 @@ Run: ``python -m bench --concurrent [--pairs N] [--events N] [--database-url URL
 [--queue-url URL]``.
 """
 
+import os
 import shutil
 import sys
 import tempfile
@@ -100,6 +101,7 @@ def _report(n, workers, backend, pairs, sequential):
         "batch_enqueue_per_s": round(batch["enqueue_per_s"], 1),
         "concurrent_writer_batches": batches,
         "concurrent_commit_floor_per_s": round(concurrent["commit_floor_per_s"], 1),
+        "cpu": _cpu_bill(n, batch, concurrent),
         "sequential_calls_per_s": round(calls, 1),
         "sequential_commit_floor_per_s": round(floor, 1),
         "sequential_ratio": round(calls / floor, 3),
@@ -110,6 +112,38 @@ def _report(n, workers, backend, pairs, sequential):
             "sequential_ratio": {"target": ">= 0.5 x bare commits/s",
                                  "value": round(calls / floor, 3), "pass": calls / floor >= 0.5},
         },
+    }
+
+
+def _cpu_bill(n, batch, concurrent):
+    """Where the concurrent run's extra time goes, against the batch run.
+
+    Two costs come with one durable call per event. The callers' own CPU,
+    beyond the batch call's, is taken from the cores the workers use: spread
+    over them at best. And on a database with one writer (SQLite) each of the
+    callers' group commits holds the write lock for a commit's time, which the
+    workers' batches wait out: ``commit_lock_s`` is their commits at the bare
+    commit rate of the same database. ``ceiling`` is the ratio the concurrent
+    run would reach if those two were its only extra costs, the workers
+    spending what they spent on the batch run.
+    """
+    if batch.get("workers_cpu_s") is None or concurrent.get("workers_cpu_s") is None:
+        return None
+    cores = os.cpu_count() or 1
+    callers = concurrent["enqueue_cpu_s"] - batch["enqueue_cpu_s"]
+    workers = concurrent["workers_cpu_s"] - batch["workers_cpu_s"]
+    commits = concurrent.get("enqueue_commits")
+    lock_s = commits / concurrent["commit_floor_per_s"] if commits else 0.0
+    batch_s = n / batch["flow_per_s"]
+    return {
+        "cores": cores,
+        "call_us": round(1e6 * concurrent["enqueue_cpu_s"] / n),
+        "batch_call_us_per_event": round(1e6 * batch["enqueue_cpu_s"] / n),
+        "workers_us_per_event": [round(1e6 * run["workers_cpu_s"] / n) for run in (batch, concurrent)],
+        "extra_callers_s": round(callers, 3), "extra_workers_s": round(workers, 3),
+        "commits": commits, "commit_lock_s": round(lock_s, 3),
+        "gap_s": round(n / concurrent["flow_per_s"] - batch_s, 3),
+        "ceiling": round(batch_s / (batch_s + max(callers, 0.0) / cores + lock_s), 3),
     }
 
 
@@ -130,9 +164,25 @@ def describe(r):
         f"one sequential caller                           {r['sequential_calls_per_s']:,.0f}"
         f" calls/s against {r['sequential_commit_floor_per_s']:,.0f} bare commits/s "
         f"({r['sequential_ratio']:.2f}; rounds {', '.join(f'{x:.2f}' for x in r['sequential_ratios'])})",
+        *_describe_cpu(r["cpu"], r["callers"]),
         "", "targets"]
     for key, t in r["targets"].items():
         lines.append(f"  {'pass' if t['pass'] else 'MISS'}  {key:<17} {t['value']:>7}  {t['target']}")
     return lines
 
+
+def _describe_cpu(cpu, callers):
+    if cpu is None:
+        return []
+    return [
+        f"  CPU, the median pair: {callers} callers {cpu['call_us']} µs a call (the batch call "
+        f"{cpu['batch_call_us_per_event']} µs an event); workers {cpu['workers_us_per_event'][0]}"
+        f" then {cpu['workers_us_per_event'][1]} µs an event",
+        f"  the concurrent run spent {cpu['extra_callers_s']:+.2f} s in its callers and "
+        f"{cpu['extra_workers_s']:+.2f} s in its workers beyond the batch run's, over "
+        f"{cpu['cores']} cores; it took {cpu['gap_s']:+.2f} s longer",
+        *([f"  the callers' {cpu['commits']} commits held the write lock about "
+           f"{cpu['commit_lock_s']:.2f} s (at the bare commit rate)"] if cpu["commits"] else []),
+        f"  ratio if these were its only extra costs (ceiling)  {cpu['ceiling']:.2f}",
+    ]
 

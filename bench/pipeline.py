@@ -94,7 +94,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import reads
+from . import cpu_s, reads
 from .backends import BenchBackend, backend_env_set_aside, kind_of
 
 DOC = "doc-demo"
@@ -581,6 +581,11 @@ class _Group:
         """Every child's counts now, merged."""
         return _merged([c.snapshot() for c in self.children])
 
+    def cpu_s(self):
+        """The children's CPU seconds so far, summed (``None`` where unreadable)."""
+        seconds = [cpu_s(c.proc.pid) for c in self.children]
+        return None if None in seconds else sum(seconds)
+
     def stop(self):
         """Stop every child; their merged final reports."""
         return _merged([c.stop() for c in self.children])
@@ -923,7 +928,8 @@ def _event_lines(n):
 
 
 def _enqueue(rt, lines, per_event):
-    """Accept ``lines`` through the API: ``(accepted, wake-ups this process sent)``.
+    """Accept ``lines`` through the API: ``(accepted, wake-ups this process sent,
+    transactions the API's group commit wrote, or None where it has none)``.
 
     ``per_event``: one call per event, from this thread (True) or from
     ``per_event`` threads at once (a number above 1: concurrent callers of
@@ -931,6 +937,10 @@ def _enqueue(rt, lines, per_event):
     """
     sent, send = [], rt.wakers.send
     rt.wakers.send = lambda kind, count: (sent.append(count), send(kind, count))
+    writes = []
+    if rt.commits is not None:  # each call of its writer is one transaction
+        write = rt.commits.write
+        rt.commits.write = lambda jobs: (writes.append(len(jobs)), write(jobs))[1]
     try:
         if per_event is not True and per_event > 1:
             accepted = _enqueue_concurrently(rt, [json.loads(line) for line in lines], per_event)
@@ -941,7 +951,9 @@ def _enqueue(rt, lines, per_event):
             accepted = sum(r.accepted for r in rt.enqueue(io.BytesIO(b"".join(lines)), MONITOR))
     finally:
         del rt.wakers.send  # the class's own again
-    return accepted, sum(sent)
+        if rt.commits is not None:
+            rt.commits.write = write
+    return accepted, sum(sent), (len(writes) if rt.commits is not None else None)
 
 
 def _enqueue_concurrently(rt, events, threads):
@@ -980,9 +992,11 @@ def _run_events(rt, group, n, counter, pipeline, per_event):
     lines = _event_lines(n)
     w0 = group.snapshot()
     p0 = counter.snapshot()
+    cpu0 = (cpu_s(), group.cpu_s())
     t0 = time.perf_counter()
-    accepted, wakeups = _enqueue(rt, lines, per_event)
-    out = {"events": n, "enqueue_s": time.perf_counter() - t0, "enqueue_wakeups": wakeups}
+    accepted, wakeups, commits = _enqueue(rt, lines, per_event)
+    out = {"events": n, "enqueue_s": time.perf_counter() - t0, "enqueue_wakeups": wakeups,
+           "enqueue_cpu_s": cpu_s() - cpu0[0], "enqueue_commits": commits}
     c_enqueue = _minus(counter.snapshot(), p0)
     if accepted != n:
         raise RuntimeError("bench: not every event was accepted")
@@ -997,6 +1011,8 @@ def _run_events(rt, group, n, counter, pipeline, per_event):
         out["flow_s"], out["flow_per_s"] = done_at - t0, n / (done_at - t0)
         out["after_enqueue_s"] = done_at - t0 - out["enqueue_s"]  # what waiting wake-ups delay
         out["after_ingest_s"] = done_at - ingested_at  # bulk approval, submit and confirmation
+        workers = group.cpu_s()
+        out["workers_cpu_s"] = None if workers is None else workers - cpu0[1]
     return out
 
 
