@@ -4,7 +4,10 @@ One load generator (asyncio + httpx, loopback only, every loop bounded by a
 count) drives, in one run: a bare endpoint on the same server stack (uvicorn +
 Starlette, same middleware) that reads the body and answers 202; then
 ``signoff serve`` with the same number of signed events (verified, deduped,
-group-committed, durable before the 202); then badly signed requests (each
+group-committed, durable before the 202); before both, a *durable* bare
+endpoint on the same stack, the least a receiver that keeps its promise does
+(verify, store the body under its ``webhook-id``, commit, answer 202; its rows
+are counted afterwards); then badly signed requests (each
 must be 401); then a paced run at half the rate signoff reached, for latency,
 and the bare endpoint paced the same (the machine's own tail, for comparison).
 Finally every 202 is looked up in the database: none may be lost. The home
@@ -22,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import reads
+from . import cpu_s, reads
 from .backends import BenchBackend, backend_env_set_aside
 
 EVENTS = 20_000
@@ -45,20 +48,57 @@ def bare_app():
     return SecurityHeaders(Starlette(routes=[Route("/hooks/{monitor}", hook, methods=["POST"])]))
 
 
-def serve_bare(port=0):
-    """Run the bare endpoint until SIGTERM, as ``signoff serve`` runs (same uvicorn options)."""
+def durable_app(path, secret):
+    """The least a receiver that keeps its promise does, on the same stack: verify the
+    signature, then store the body under its ``webhook-id`` (a repeat is stored once)
+    in SQLite as signoff's state is stored (WAL, ``synchronous=FULL``), committed
+    before the 202. One connection, one commit per request, in the loop's thread."""
+    import sqlite3
+
+    from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from signoff.serve.web import SecurityHeaders
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("CREATE TABLE IF NOT EXISTS delivery (webhook_id TEXT PRIMARY KEY, body BLOB)")
+    hook_of = Webhook(secret)
+
+    async def hook(request):
+        body = await request.body()
+        try:
+            hook_of.verify(body, request.headers)
+        except WebhookVerificationError:
+            return JSONResponse({"error": "bad_signature"}, status_code=401)
+        conn.execute("INSERT OR IGNORE INTO delivery VALUES (?, ?)",
+                     (request.headers["webhook-id"], body))
+        return JSONResponse({"accepted": True}, status_code=202)
+    return SecurityHeaders(Starlette(routes=[Route("/hooks/{monitor}", hook, methods=["POST"])]))
+
+
+def serve_bare(port=0, durable=None):
+    """Run the bare endpoint until SIGTERM, as ``signoff serve`` runs (same uvicorn options).
+
+    ``durable``: ``(database path, secret)`` to run ``durable_app`` instead.
+    """
     import uvicorn
 
     from signoff.serve.server import GRACEFUL_S, bind_socket
     sock = bind_socket("127.0.0.1", port)
     print(json.dumps({"listening": f"http://127.0.0.1:{sock.getsockname()[1]}"}), flush=True)
-    config = uvicorn.Config(bare_app(), lifespan="off", access_log=False, log_level="warning",
+    app = bare_app() if durable is None else durable_app(*durable)
+    config = uvicorn.Config(app, lifespan="off", access_log=False, log_level="warning",
                             server_header=False, timeout_graceful_shutdown=GRACEFUL_S)
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def _start(argv):
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+def _start(argv, env=None):
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=None if env is None else dict(os.environ, **env))
     line = proc.stdout.readline()  # the server prints one line once it listens
     if not line:
         proc.wait(30)
@@ -170,8 +210,10 @@ def run_http_bench(events=EVENTS, clients=CLIENTS, bad=None, paced=None, as_json
                 rt.close()
     finally:
         backend.close()
-    passes[4].pop("accepted_ids")
-    report["bare_half_rate"] = passes[4]
+    for figures in passes[4:]:
+        figures.pop("accepted_ids")
+    report["bare_half_rate"], report["durable_bare"] = passes[4:]
+    report["ratio_to_durable_bare"] = round(report["signoff"]["per_s"] / passes[5]["per_s"], 3)
     report["backend"] = backend.label
     if not as_json:
         _print(report)
@@ -181,6 +223,16 @@ def run_http_bench(events=EVENTS, clients=CLIENTS, bad=None, paced=None, as_json
 def _passes(rt, secret, events, clients, bad, paced, say):
     """The bare endpoint, then ``signoff serve``: full rate, bad signatures, half rate."""
     good, sign = events_for(events, "evt"), signer(secret)
+    durable_proc, durable_url = _start([sys.executable, "-m", "bench.webhooks",
+                                        str(rt.home / "durable-bare.db")],
+                                       env={"BENCH_WEBHOOK_SECRET": secret})
+    try:
+        say(f"durable bare endpoint: {events} signed requests from {clients} clients")
+        durable = _with_cpu(durable_proc, lambda: asyncio.run(_load(durable_url, good, sign,
+                                                                    clients)))
+    finally:
+        _stop(durable_proc)
+    durable["stored"] = _rows(rt.home / "durable-bare.db")
     bare_proc, bare_url = _start([sys.executable, "-m", "bench.webhooks"])
     try:
         say(f"bare endpoint: {events} requests from {clients} clients")
@@ -202,25 +254,25 @@ def _passes(rt, secret, events, clients, bad, paced, say):
         bare_half = asyncio.run(_load(bare_url, good[:paced], sign, clients, rate=rate))
     finally:
         _stop(bare_proc)
-    return bare, ingest, refused, half, bare_half
+    return bare, ingest, refused, half, bare_half, durable
 
 
-def _cpu_s(pid):
-    """User and system CPU seconds of process ``pid`` so far (Linux), or ``None``."""
+def _rows(path):
+    """Deliveries the durable bare endpoint stored, read back once it stopped."""
+    import sqlite3
+    conn = sqlite3.connect(path)
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return conn.execute("SELECT count(*) FROM delivery").fetchone()[0]
+    finally:
+        conn.close()
 
 
 def _with_cpu(proc, load):
     """``load()``'s figures, with the server's CPU milliseconds per request during it:
     the load generator shares the machine's cores, so the rate ratio is partly theirs."""
-    before = _cpu_s(proc.pid)
+    before = cpu_s(proc.pid)
     figures = load()
-    after = _cpu_s(proc.pid)
+    after = cpu_s(proc.pid)
     figures["server_cpu_ms_per_request"] = (None if before is None or after is None else
                                             round((after - before) * 1000 / figures["requests"], 3))
     return figures
@@ -254,12 +306,14 @@ def _report(rt, bare, ingest, refused, half, events, clients):
 
 
 def _print(r):
-    for name in ("bare", "bare_half_rate", "signoff", "bad_signatures", "half_rate"):
+    for name in ("bare", "bare_half_rate", "durable_bare", "signoff", "bad_signatures", "half_rate"):
         x = r[name]
         print(f"{name:<15} {x['requests']:>6} req  {x['per_s']:>8.1f}/s  p50 {x['p50_ms']:>7.2f} ms  "
               f"p99 {x['p99_ms']:>7.2f} ms  {x['statuses']}")
-    print(f"server CPU per request: bare {r['bare']['server_cpu_ms_per_request']} ms, "
+    print(f"server CPU per request: bare {r['bare']['server_cpu_ms_per_request']} ms, durable bare "
+          f"{r['durable_bare']['server_cpu_ms_per_request']} ms, "
           f"signoff {r['signoff']['server_cpu_ms_per_request']} ms")
+    print(f"signoff against the durable bare endpoint: {r['ratio_to_durable_bare']}")
     print(f"accepted {r['accepted']}, lost {r['lost']}, bad signatures all 401: {r['bad_all_401']}, "
           f"{r['events_per_commit']} events per commit")
     for key, t in r["targets"].items():
@@ -267,4 +321,6 @@ def _print(r):
 
 
 if __name__ == "__main__":
-    serve_bare()
+    # ``python -m bench.webhooks [DATABASE]``: the bare endpoint, or with a database
+    # path the durable one, its secret in ``BENCH_WEBHOOK_SECRET``.
+    serve_bare(durable=(sys.argv[1], os.environ["BENCH_WEBHOOK_SECRET"]) if sys.argv[1:] else None)

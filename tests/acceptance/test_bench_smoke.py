@@ -131,13 +131,17 @@ def test_http_bench_reports_every_figure_and_loses_nothing(tmp_path):
     assert report["events"] == 120 and report["clients"] == 50
     assert report["signoff"]["statuses"] == {"202": 120}
     assert report["bare"]["statuses"] == {"202": 120}
+    # The durable bare endpoint verified and stored every request it answered 202.
+    assert report["durable_bare"]["statuses"] == {"202": 120}
+    assert report["durable_bare"]["stored"] == 120
+    assert report["ratio_to_durable_bare"] > 0
     assert report["bad_signatures"]["statuses"] == {"401": 3} and report["bad_all_401"]
     assert report["accepted"] == 120 + 30 and report["lost"] == 0
     assert report["events_per_commit"] >= 1
     # The servers' CPU per request (a tick is 10 ms: the bare side's 120 may round to 0).
     assert report["signoff"]["server_cpu_ms_per_request"] > 0
     assert report["bare"]["server_cpu_ms_per_request"] >= 0
-    for name in ("bare", "bare_half_rate", "signoff", "half_rate"):
+    for name in ("bare", "bare_half_rate", "durable_bare", "signoff", "half_rate"):
         assert report[name]["per_s"] > 0 and report[name]["p99_ms"] >= report[name]["p50_ms"] > 0
     assert set(report["targets"]) == {"ratio", "p99_ms_at_half_rate"}
     assert all(isinstance(t["pass"], bool) for t in report["targets"].values())
