@@ -185,4 +185,3 @@ def _describe_cpu(cpu, callers):
            f"{cpu['commit_lock_s']:.2f} s (at the bare commit rate)"] if cpu["commits"] else []),
         f"  ratio if these were its only extra costs (ceiling)  {cpu['ceiling']:.2f}",
     ]
-

@@ -221,7 +221,8 @@ def run_http_bench(events=EVENTS, clients=CLIENTS, bad=None, paced=None, as_json
 
 
 def _passes(rt, secret, events, clients, bad, paced, say):
-    """The bare endpoint, then ``signoff serve``: full rate, bad signatures, half rate."""
+    """The durable bare endpoint, the bare one, then ``signoff serve``: full rate, bad
+    signatures, half rate; the bare endpoint paced as signoff was last."""
     good, sign = events_for(events, "evt"), signer(secret)
     durable_proc, durable_url = _start([sys.executable, "-m", "bench.webhooks",
                                         str(rt.home / "durable-bare.db")],
