@@ -427,14 +427,13 @@ def _hand_over(huey, messages):
 
 
 def _huey_child(cfg, reporter):
-    from signoff.worker import IDLE_POLL_S, SignalStop
+    from signoff.worker import IDLE_POLL_S, SignalStop, start_consumer
     huey, _ = plain_huey(cfg["queue"], cfg.get("host"), reporter.extra)
     consumer = huey.create_consumer(workers=cfg["workers"], worker_type="thread", periodic=False,
                                     max_delay=IDLE_POLL_S, initial_delay=0.05)
     stop = SignalStop()  # as the worker stops: a handler that takes no lock
-    consumer.start()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, stop.ask)
+    stop.install()
+    start_consumer(consumer, stop)
     reporter.write()  # ready
     while not stop.wait(1.0):
         pass

@@ -118,15 +118,14 @@ def _loop(rt, workers, drain):
                                         max_delay=IDLE_POLL_S, initial_delay=0.05,
                                         shutdown_timeout=rt.config.lease_ttl_s)
     stop = SignalStop()
+    stop.install()
     started = time.monotonic()
     reaped = _reap(rt)
     notifier = notify.start(rt)  # task.ready notifications, when [notify] url is set
     tender = subscriptions.start(rt)  # when the host's MCP server offers events
-    consumer.start()
+    start_consumer(consumer, stop)
     heartbeat = heartbeats.Heartbeat(rt.clock, workers)
     _safe(heartbeat.beat, None)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, stop.ask)
     log.info("worker started: %d threads, lease %.0fs, home %s", workers,
              rt.config.lease_ttl_s, rt.home)
     health_at = time.monotonic() + HEALTH_INTERVAL_S
@@ -167,8 +166,15 @@ class SignalStop:
     there waits on the main thread itself, forever (a worker that never stopped).
     """
 
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
     def __init__(self):
         self.why = None
+
+    def install(self):
+        """Make ``ask`` the handler of SIGTERM and SIGINT."""
+        for signum in self.SIGNALS:
+            signal.signal(signum, self.ask)
 
     def ask(self, signum, frame):
         """The signal handler."""
@@ -183,6 +189,21 @@ class SignalStop:
                 return False
             time.sleep(min(left, STOP_POLL_S))
         return True
+
+
+def start_consumer(consumer, stop):
+    """Start Huey's consumer with SIGTERM and SIGINT left to ``stop``.
+
+    ``Consumer.start`` puts in Huey's own handlers, which only note the signal
+    for Huey's run loop, and the worker runs a loop of its own: a stop asked
+    while the consumer started was lost, and the worker never stopped. So the
+    worker's handlers go back in at once, and a stop Huey's handler took in
+    between (Huey keeps it in ``_signum``) is passed on.
+    """
+    consumer.start()
+    stop.install()
+    if consumer._signum in stop.SIGNALS:
+        stop.ask(consumer._signum, None)
 
 
 def _stacks_on_sigusr2():

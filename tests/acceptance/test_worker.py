@@ -46,6 +46,36 @@ def test_a_signal_stops_the_worker_gracefully(live_home, signum):
     assert b"Traceback" not in err
 
 
+# The stop lands the moment Huey's consumer has started, after Huey put in its own
+# handlers (which only note a signal for Huey's run loop, one the worker does not
+# use) and before the worker's first beat: a supervisor stopping a worker it has
+# just started.
+STOP_AS_THE_CONSUMER_STARTS = """
+import os, sys
+from huey.consumer import Consumer
+from signoff.__main__ import main
+
+started, signum = Consumer.start, int(sys.argv.pop())
+
+def start_then_stop(self):
+    started(self)
+    os.kill(os.getpid(), signum)
+
+Consumer.start = start_then_stop
+main()
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_asked_as_the_consumer_starts_is_not_lost(live_home, signum):
+    home, _ = live_home
+    argv = signoff_cmd(home, "worker", "--json")
+    done = subprocess.run([argv[0], "-c", STOP_AS_THE_CONSUMER_STARTS, *argv[3:], str(signum)],
+                          env=child_env(), capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert json.loads(done.stdout)["stopped"] == signal.Signals(signum).name
+
+
 def test_drain_is_not_held_by_a_parked_task(live_home):
     home, rt = live_home
     key = rt.tasks()[0]["key"]
