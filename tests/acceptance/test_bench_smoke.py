@@ -141,6 +141,10 @@ def test_http_bench_reports_every_figure_and_loses_nothing(tmp_path):
     # The servers' CPU per request (a tick is 10 ms: the bare side's 120 may round to 0).
     assert report["signoff"]["server_cpu_ms_per_request"] > 0
     assert report["bare"]["server_cpu_ms_per_request"] >= 0
+    for name in ("bare", "durable_bare", "signoff"):  # which side a pass measured
+        figures = report[name]
+        assert figures["server_busy"] >= 0 and figures["load_busy"] >= 0
+        assert figures["load_cpu_ms_per_request"] >= 0
     for name in ("bare", "bare_half_rate", "durable_bare", "signoff", "half_rate"):
         assert report[name]["per_s"] > 0 and report[name]["p99_ms"] >= report[name]["p50_ms"] > 0
     assert set(report["targets"]) == {"ratio", "p99_ms_at_half_rate"}
@@ -192,3 +196,49 @@ def test_plain_huey_baseline_on_postgresql_is_handed_over_in_one_transaction(bac
         (transactions,) = conn.execute("SELECT count(DISTINCT xmin::text) FROM huey_task "
                                        "WHERE queue = %s", (backend.queue_name,)).fetchone()
     assert transactions == 1
+
+
+
+async def _load_against(answer, count=12, clients=3):
+    """The bench's load client against a real loopback server that answers each
+    connection's first request with ``answer`` (bytes) and then closes it."""
+    import asyncio
+
+    from bench.webhooks import _load, events_for
+
+    async def handle(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    async with server:
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        return await _load(url, events_for(count, "t"), lambda msg_id, body: {}, clients)
+
+
+CLOSED = {"EOFError", "ConnectionResetError", "BrokenPipeError"}
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("answer, failure", [
+    (b"", "EOFError"),  # closed without an answer
+    (b"HTTP/1.1 202 Accepted\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n", "ValueError"),
+])
+def test_the_load_client_counts_requests_that_got_no_answer_it_reads(answer, failure):
+    import asyncio
+    figures = asyncio.run(_load_against(answer))
+    assert figures["statuses"] == {failure: 12}  # each one counted, none lost from the count
+    assert figures["p50_ms"] is None and figures["accepted_ids"] == []
+
+
+@pytest.mark.backend_independent
+def test_the_load_client_reads_answers_and_reconnects_after_the_server_closes():
+    import asyncio
+    figures = asyncio.run(_load_against(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 2\r\n\r\n{}"))
+    statuses = figures["statuses"]
+    assert sum(statuses.values()) == 12 and set(statuses) - {401} <= CLOSED
+    # Every connection answers once: a client that did not reconnect after the
+    # first close would get 3 answers in all (one per client), not half of the 12.
+    assert statuses[401] >= 6 and figures["p99_ms"] >= figures["p50_ms"] > 0
