@@ -18,7 +18,7 @@ class GroupCommit:
     """Batches jobs for ``write(jobs) -> [answer, ...]``, awaited from the event loop."""
 
     def __init__(self, write, window_s=WINDOW_S, max_batch=MAX_BATCH):
-        self._writer = Writer(write, window_s=window_s, max_batch=max_batch)
+        self._writer = Writer(write, window_s=window_s, max_batch=max_batch, deliver=_deliver)
 
     @property
     def batches(self):
@@ -30,8 +30,35 @@ class GroupCommit:
 
     async def submit(self, job):
         """Queue ``job`` and wait until the transaction that wrote it committed."""
-        return await asyncio.wrap_future(self._writer.submit(job))
+        future = asyncio.get_running_loop().create_future()
+        self._writer.put(job, future)
+        return await future
 
     async def stop(self):
         """Write what is still queued, then stop the writer thread."""
         await asyncio.to_thread(self._writer.close)
+
+
+def _deliver(futures, answers):
+    # In the writer thread: one wake-up of each loop for the whole batch, where a
+    # future of another thread per request would wake the loop once per request.
+    by_loop = {}
+    for future, answer in zip(futures, answers):
+        by_loop.setdefault(future.get_loop(), []).append((future, answer))
+    for loop, settled in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle, settled)
+        except RuntimeError:  # the loop closed: nobody is left to answer
+            pass
+
+
+def _settle(settled):
+    # In the loop. A request that stopped waiting (its client went away) had
+    # its future cancelled; its job was still written, only the answer is dropped.
+    for future, answer in settled:
+        if future.cancelled():
+            continue
+        if isinstance(answer, BaseException):
+            future.set_exception(answer)
+        else:
+            future.set_result(answer)

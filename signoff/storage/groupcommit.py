@@ -35,8 +35,12 @@ _STOP = object()
 class GroupCommit:
     """Batches jobs for ``write(jobs) -> [answer, ...]``, run by one writer thread."""
 
-    def __init__(self, write, window_s=0.0, max_batch=MAX_BATCH, name="signoff-commit"):
+    def __init__(self, write, window_s=0.0, max_batch=MAX_BATCH, name="signoff-commit",
+                 deliver=None):
         self.write = write
+        # ``deliver(waiters, answers)``, in the writer thread once a batch committed
+        # (or failed): by default the waiters are ``submit``'s futures.
+        self.deliver = deliver or _deliver_to_futures
         self.window_s = window_s
         self.max_batch = max_batch
         self.name = name
@@ -49,12 +53,16 @@ class GroupCommit:
     def submit(self, job):
         """Queue ``job``; a ``Future`` resolved once the transaction that wrote it committed."""
         future = Future()
+        self.put(job, future)
+        return future
+
+    def put(self, job, waiter):
+        """Queue ``job``; ``deliver`` gets ``waiter`` with its answer after the commit."""
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
-            self._queue.put((job, future))
-        return future
+            self._queue.put((job, waiter))
 
     def run(self, job):
         """Write ``job`` and return its answer once committed (raise its error).
@@ -105,20 +113,24 @@ class GroupCommit:
         return False
 
     def _commit(self, batch):
-        # A caller that stopped waiting (a client gone away) still has its job
-        # written; only its answer is dropped.
-        live = [future.set_running_or_notify_cancel() for _, future in batch]
+        jobs, waiters = zip(*batch)
         try:
             with self._alone:
-                answers = self.write([job for job, _ in batch])
+                answers = self.write(list(jobs))
         except Exception as exc:
             log.error("group commit of %d job(s) failed: %s", len(batch), type(exc).__name__)
             answers = [exc] * len(batch)
         else:
             self.batches += 1
-        for (_, future), answer, waiting in zip(batch, answers, live):
-            if waiting:
-                _resolve(future, answer)
+        self.deliver(waiters, answers)
+
+
+def _deliver_to_futures(futures, answers):
+    # A caller that stopped waiting (its future cancelled) still had its job
+    # written; only its answer is dropped.
+    for future, answer in zip(futures, answers):
+        if future.set_running_or_notify_cancel():
+            _resolve(future, answer)
 
 
 def _outcome(answer):

@@ -84,6 +84,43 @@ def test_a_single_job_is_not_held_back():
     assert asyncio.run(main()) == 7
 
 
+def test_a_batch_wakes_the_loop_once_and_a_request_gone_away_is_still_written():
+    gate, written = threading.Event(), []
+
+    def write(jobs):
+        gate.wait(10)
+        written.extend(jobs)
+        return list(jobs)
+
+    class CountingLoop(asyncio.SelectorEventLoop):
+        wake_ups = 0
+
+        def call_soon_threadsafe(self, *args, **kwargs):
+            CountingLoop.wake_ups += 1
+            return super().call_soon_threadsafe(*args, **kwargs)
+
+    async def main():
+        commits = GroupCommit(write)
+        first = asyncio.create_task(commits.submit("first"))  # the write the rest wait behind
+        await asyncio.sleep(0.05)
+        rest = [asyncio.create_task(commits.submit(n)) for n in range(20)]
+        await asyncio.sleep(0.05)
+        rest[3].cancel()  # its client went away while the first write ran
+        before = CountingLoop.wake_ups
+        gate.set()
+        answers = await asyncio.gather(first, *rest, return_exceptions=True)
+        wake_ups = CountingLoop.wake_ups - before
+        after = await commits.submit("after")  # the writer thread is still there
+        await commits.stop()
+        return answers, wake_ups, after
+    with asyncio.Runner(loop_factory=CountingLoop) as runner:
+        answers, wake_ups, after = runner.run(main())
+    assert isinstance(answers[4], asyncio.CancelledError)
+    assert answers[:4] + answers[5:] == ["first", *range(3), *range(4, 20)]
+    assert sorted(written[1:-1]) == list(range(20)) and after == "after"  # 3 written too
+    assert wake_ups == 2  # one per batch: "first", then the 20 behind it
+
+
 def test_a_caller_writing_alone_and_the_writer_thread_never_write_at_once():
     # In one process, two writers at once would only queue for SQLite's lock
     # and pay its pauses; the writer thread waits for a lone caller instead.
