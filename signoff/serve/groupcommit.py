@@ -4,7 +4,8 @@ Each request hands a job to ``GroupCommit.submit`` and waits for its answer on
 the event loop; the writing is ``storage.groupcommit``'s (one writer thread,
 a short window that lets concurrent requests catch up, an answer only after
 the commit). So an answer means durable, and N concurrent requests cost one
-fsync instead of N.
+fsync instead of N. The webhook endpoint batches its reads of monitors' secrets
+the same way: requests waiting for a read share the next one.
 """
 
 import asyncio
@@ -17,8 +18,9 @@ WINDOW_S = 0.001
 class GroupCommit:
     """Batches jobs for ``write(jobs) -> [answer, ...]``, awaited from the event loop."""
 
-    def __init__(self, write, window_s=WINDOW_S, max_batch=MAX_BATCH):
-        self._writer = Writer(write, window_s=window_s, max_batch=max_batch, deliver=_deliver)
+    def __init__(self, write, window_s=WINDOW_S, max_batch=MAX_BATCH, name="signoff-commit"):
+        self._writer = Writer(write, window_s=window_s, max_batch=max_batch, name=name,
+                              deliver=_deliver)
 
     @property
     def batches(self):

@@ -81,8 +81,8 @@ async def store_event(rt, commits, monitor_id, webhook_id, body, parse, via=None
         check_label("webhook-id", webhook_id)
         event = parse()
     except InvalidEvent as exc:
-        # In the loop's thread, as the secrets below: one indexed read, and no pool
-        # thread (each would hold a connection of its own) per request.
+        # In the loop's thread: one indexed read on a path no sender takes in
+        # bulk, and no pool thread (each would hold a connection of its own).
         first = rt.first_webhook_answer(monitor_id, webhook_id)
         if first is not None:
             # The first answer was for a valid event, so this is another body.
@@ -96,8 +96,9 @@ async def store_event(rt, commits, monitor_id, webhook_id, body, parse, via=None
     return JSONResponse(answer, status_code=status)
 
 
-def make_endpoint(rt, commits):
-    """The ASGI endpoint for ``POST /hooks/{monitor}`` writing through ``commits``."""
+def make_endpoint(rt, commits, reads):
+    """The ASGI endpoint for ``POST /hooks/{monitor}`` writing through ``commits``;
+    ``reads``: the batched reads of monitors' secrets (``rt.webhook_secrets``)."""
     from .events import SUBSCRIPTION_HEADER, event_hook
 
     async def hook(request):
@@ -114,7 +115,10 @@ def make_endpoint(rt, commits):
         monitor_id = request.path_params["monitor"]
         if SUBSCRIPTION_HEADER in request.headers:
             return await event_hook(rt, commits, request, monitor_id)
-        exists, monitor_secrets = rt.webhook_secrets(monitor_id)  # the loop thread's connection
+        # Read for each request, after it arrived (a removed secret never verifies
+        # again), but once for all the requests waiting: on a database server a
+        # read in the loop's thread would stop every request for a round trip.
+        exists, monitor_secrets = await reads.submit(monitor_id)
         known = monitor_id if exists else None  # a name nobody bound is never stored
         if exists:
             tracing.annotate(span, monitor=monitor_id)  # a monitor's id, not what the path says

@@ -67,6 +67,8 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
     """
     commits = GroupCommit(rt.write_webhooks,  # binds its own database in the commit thread
                           **({} if window_s is None else {"window_s": window_s}))
+    # Requests waiting for their monitor's secrets share one read, in a thread of its own.
+    reads = GroupCommit(rt.webhook_secrets, window_s=0, name="signoff-secrets")
     logins = logins or Logins()
     pages = Pages(rt, logins, secure_cookies=secure_cookies)
     registry = metrics.registry_for(rt, logins)
@@ -82,11 +84,13 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
     @contextlib.asynccontextmanager
     async def lifespan(app):
         commits.start()
+        reads.start()
         yield
         await commits.stop()  # after uvicorn answered the requests in flight
+        await reads.stop()
 
     routes = [
-        Route("/hooks/{monitor}", make_endpoint(rt, commits), methods=["POST"]),
+        Route("/hooks/{monitor}", make_endpoint(rt, commits, reads), methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics_page, methods=["GET"]),
         Route("/login", pages.login_page, methods=["GET"]),

@@ -39,7 +39,8 @@ class GroupCommit:
                  deliver=None):
         self.write = write
         # ``deliver(waiters, answers)``, in the writer thread once a batch committed
-        # (or failed): by default the waiters are ``submit``'s futures.
+        # (or failed): by default the waiters are ``submit``'s futures (those
+        # cancelled before the writer took them are left out).
         self.deliver = deliver or _deliver_to_futures
         self.window_s = window_s
         self.max_batch = max_batch
@@ -113,24 +114,28 @@ class GroupCommit:
         return False
 
     def _commit(self, batch):
-        jobs, waiters = zip(*batch)
+        # A future taken here can no longer be cancelled: its caller learns that
+        # the job is being written. One cancelled before (a caller that stopped
+        # waiting) still has its job written; only its answer is dropped.
+        jobs = [job for job, _ in batch]
+        taken = [not isinstance(waiter, Future) or waiter.set_running_or_notify_cancel()
+                 for _, waiter in batch]
         try:
             with self._alone:
-                answers = self.write(list(jobs))
+                answers = self.write(jobs)
         except Exception as exc:
-            log.error("group commit of %d job(s) failed: %s", len(batch), type(exc).__name__)
+            log.error("%s: a batch of %d job(s) failed: %s", self.name, len(batch),
+                      type(exc).__name__)
             answers = [exc] * len(batch)
         else:
             self.batches += 1
-        self.deliver(waiters, answers)
+        self.deliver([waiter for (_, waiter), t in zip(batch, taken) if t],
+                     [answer for answer, t in zip(answers, taken) if t])
 
 
 def _deliver_to_futures(futures, answers):
-    # A caller that stopped waiting (its future cancelled) still had its job
-    # written; only its answer is dropped.
     for future, answer in zip(futures, answers):
-        if future.set_running_or_notify_cancel():
-            _resolve(future, answer)
+        _resolve(future, answer)
 
 
 def _outcome(answer):

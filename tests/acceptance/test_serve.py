@@ -5,6 +5,7 @@ then reads the home to see what was stored: a delivery and a webhook-id
 answer for an accepted event, one audit row and nothing else for a refusal.
 """
 
+import concurrent.futures
 import datetime
 import json
 import socket
@@ -237,6 +238,29 @@ def test_rotation_every_current_secret_verifies_and_a_removed_one_stops(served):
     assert post(client, secret, event(1, event_id="evt-4"), "rot-4").status_code == 401
     assert_refused_once(before, "bad_signature")
     assert post(client, added["secret"], event(1, event_id="evt-5"), "rot-5").status_code == 202
+
+
+def test_concurrent_requests_for_two_monitors_are_each_checked_against_their_own(served):
+    # Requests waiting for secrets share one read: a batch that mixes monitors
+    # must still give each request its own monitor's secrets, and a monitor
+    # bound after the server started is seen by the next request.
+    rt, secret, server, client = served
+    rt.bind("doc-demo", "second", window_s=3600)
+    second = rt.add_secret("second")["secret"]
+    assert rt.webhook_secrets(["second", "nobody", "default", "second"]) == [
+        (True, [second]), (False, []), (True, [secret]), (True, [second])]
+    own = {"default": secret, "second": second}
+    other = {"default": second, "second": secret}
+
+    def send(n, keys):
+        monitor = ("default", "second")[n % 2]
+        ev = event(1, event_id=f"two-{n}-{keys is own}")
+        return post(client, keys[monitor], ev, f"two-{n}-{keys is own}", monitor=monitor)
+    with concurrent.futures.ThreadPoolExecutor(10) as pool:
+        right = list(pool.map(lambda n: send(n, own), range(30)))
+        wrong = list(pool.map(lambda n: send(n, other), range(30)))
+    assert [r.status_code for r in right] == [202] * 30
+    assert [r.status_code for r in wrong] == [401] * 30
 
 
 def last_audit():
