@@ -31,6 +31,12 @@ def _own_database(method):
     return call
 
 
+def _once_each(read, keys):
+    """``[read(key) for key in keys]``, each distinct key read once."""
+    done = {key: read(key) for key in set(keys)}
+    return [done[key] for key in keys]
+
+
 class Signoff:
     """A signoff home: configuration, state database, queue, host and drafter.
 
@@ -354,8 +360,7 @@ class Signoff:
     def webhook_secrets(self, monitor_ids):
         """``(monitor exists, its current secrets)`` for each of ``monitor_ids``: what
         webhook requests are verified against. A monitor named twice is read once."""
-        read = {monitor_id: secrets.current(monitor_id) for monitor_id in set(monitor_ids)}
-        return [read[monitor_id] for monitor_id in monitor_ids]
+        return _once_each(secrets.current, monitor_ids)
 
     @_own_database
     def first_webhook_answer(self, monitor_id, webhook_id):
@@ -369,9 +374,10 @@ class Signoff:
         return webhooks.write_batch(self, jobs)
 
     @_own_database
-    def subscription_callbacks(self, monitor_id):
-        """The MCP Events subscriptions whose callback is ``/hooks/<monitor_id>``."""
-        return subscriptions.for_callback(monitor_id)
+    def subscription_callbacks(self, monitor_ids):
+        """For each of ``monitor_ids``, the MCP Events subscriptions whose callback is
+        ``/hooks/<monitor>``. A monitor named twice is read once."""
+        return _once_each(subscriptions.for_callback, monitor_ids)
 
     @_own_database
     def monitor_secrets(self, monitor_id):

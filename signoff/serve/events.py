@@ -27,10 +27,11 @@ from .hooks import read_text, refuse, store_event
 SUBSCRIPTION_HEADER = "x-mcp-subscription-id"
 
 
-async def event_hook(rt, commits, request, monitor_id):
-    """The answer to a request that names an MCP Events subscription."""
+async def event_hook(rt, commits, reads, request, monitor_id):
+    """The answer to a request that names an MCP Events subscription (``reads``: the
+    endpoint's batched reads, ``hooks.reader``)."""
     from ..mcp import events as wire  # the mcp extra: a subscription implies it
-    rows = rt.subscription_callbacks(monitor_id)  # the loop thread's connection, as hooks
+    rows = await reads.submit(("subscriptions", monitor_id))  # read after it arrived, as hooks
     known = monitor_id if rows else None
     body, text, refused = await read_text(commits, request, known, wire.MAX_DELIVERY_BYTES)
     if refused is not None:

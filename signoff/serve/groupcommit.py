@@ -4,8 +4,9 @@ Each request hands a job to ``GroupCommit.submit`` and waits for its answer on
 the event loop; the writing is ``storage.groupcommit``'s (one writer thread,
 a short window that lets concurrent requests catch up, an answer only after
 the commit). So an answer means durable, and N concurrent requests cost one
-fsync instead of N. The webhook endpoint batches its reads of monitors' secrets
-the same way: requests waiting for a read share the next one.
+fsync instead of N. The webhook endpoint batches its reads (a monitor's secrets,
+its MCP Events subscriptions) the same way: requests waiting for a read share
+the next one.
 """
 
 import asyncio

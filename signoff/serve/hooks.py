@@ -96,9 +96,23 @@ async def store_event(rt, commits, monitor_id, webhook_id, body, parse, via=None
     return JSONResponse(answer, status_code=status)
 
 
+# The endpoint's reads, by kind: the ``Signoff`` method that reads a list of monitors.
+READS = {"secrets": "webhook_secrets", "subscriptions": "subscription_callbacks"}
+
+
+def reader(rt):
+    """``read(jobs)`` for the endpoint's batched reads: a job is ``(kind, monitor id)``,
+    ``kind`` one of ``READS``; each kind is read once for all its monitors."""
+    def read(jobs):
+        answers = {kind: iter(getattr(rt, READS[kind])([m for k, m in jobs if k == kind]))
+                   for kind in {kind for kind, _ in jobs}}
+        return [next(answers[kind]) for kind, _ in jobs]
+    return read
+
+
 def make_endpoint(rt, commits, reads):
     """The ASGI endpoint for ``POST /hooks/{monitor}`` writing through ``commits``;
-    ``reads``: the batched reads of monitors' secrets (``rt.webhook_secrets``)."""
+    ``reads``: the batched reads (``reader``) of what a request is verified against."""
     from .events import SUBSCRIPTION_HEADER, event_hook
 
     async def hook(request):
@@ -114,11 +128,11 @@ def make_endpoint(rt, commits, reads):
     async def answer(request, span):
         monitor_id = request.path_params["monitor"]
         if SUBSCRIPTION_HEADER in request.headers:
-            return await event_hook(rt, commits, request, monitor_id)
+            return await event_hook(rt, commits, reads, request, monitor_id)
         # Read for each request, after it arrived (a removed secret never verifies
         # again), but once for all the requests waiting: on a database server a
         # read in the loop's thread would stop every request for a round trip.
-        exists, monitor_secrets = await reads.submit(monitor_id)
+        exists, monitor_secrets = await reads.submit(("secrets", monitor_id))
         known = monitor_id if exists else None  # a name nobody bound is never stored
         if exists:
             tracing.annotate(span, monitor=monitor_id)  # a monitor's id, not what the path says

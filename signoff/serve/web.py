@@ -12,7 +12,7 @@ from starlette.routing import Route
 from . import metrics
 from .api import Api
 from .groupcommit import GroupCommit
-from .hooks import make_endpoint
+from .hooks import make_endpoint, reader
 from .logins import Logins
 from .pages import TEMPLATES, Pages
 
@@ -67,8 +67,9 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
     """
     commits = GroupCommit(rt.write_webhooks,  # binds its own database in the commit thread
                           **({} if window_s is None else {"window_s": window_s}))
-    # Requests waiting for their monitor's secrets share one read, in a thread of its own.
-    reads = GroupCommit(rt.webhook_secrets, window_s=0, name="signoff-secrets")
+    # Requests waiting for what they are verified against share one read, in a thread
+    # of its own.
+    reads = GroupCommit(reader(rt), window_s=0, name="signoff-reads")
     logins = logins or Logins()
     pages = Pages(rt, logins, secure_cookies=secure_cookies)
     registry = metrics.registry_for(rt, logins)

@@ -263,6 +263,22 @@ def test_concurrent_requests_for_two_monitors_are_each_checked_against_their_own
     assert [r.status_code for r in wrong] == [401] * 30
 
 
+def test_a_batch_of_reads_that_mixes_kinds_and_monitors_answers_each_in_its_place(home):
+    from signoff.models import Subscription
+    from signoff.serve.hooks import reader
+    rt = make_home(home)
+    secret = rt.add_secret("default")["secret"]
+    Subscription.create(monitor="default", name="comment.created", arguments={}, field_map={},
+                        url="https://signoff.example/hooks/default", secret=secrets.generate(),
+                        ttl_s=3600.0, status="pending", created_at=1.0, updated_at=1.0)
+    jobs = [("subscriptions", "default"), ("secrets", "nobody"), ("secrets", "default"),
+            ("subscriptions", "nobody"), ("secrets", "default")]
+    answers = reader(rt)(jobs)
+    assert answers[1] == (False, []) and answers[2] == answers[4] == (True, [secret])
+    assert answers[3] == [] and [row["status"] for row in answers[0]] == ["pending"]
+    rt.close()
+
+
 def last_audit():
     row = Audit.select().order_by(Audit.seq.desc()).get()
     return row.code, row.monitor
