@@ -147,7 +147,7 @@ async def _load(url, requests, sign, clients, rate=None):
     A plain HTTP/1.1 client on asyncio streams: a general client (httpx) spent
     4-6 ms of CPU a request, so one load process saturated its core while the
     server idled at a fifth of one, and the ratio measured the client. This one
-    spends a tenth of that, so the server is what a pass measures (the
+    spends a twentieth of that, so the server is what a pass measures (the
     ``load_cpu_ms_per_request`` and ``busy`` figures show which side it was).
     """
     address = urlsplit(url)
@@ -170,7 +170,8 @@ async def _load(url, requests, sign, clients, rate=None):
                 except (OSError, EOFError, ValueError) as exc:  # counted: no answer, no promise
                     name = type(exc).__name__
                     statuses[name] = statuses.get(name, 0) + 1
-                    conn = _close(conn)
+                    _close(conn)
+                    conn = None
                     continue
                 latencies.append(time.perf_counter() - t0)
                 statuses[status] = statuses.get(status, 0) + 1

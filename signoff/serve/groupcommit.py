@@ -32,7 +32,8 @@ class GroupCommit:
         """Nothing to start: the writer thread starts with the first job."""
 
     async def submit(self, job):
-        """Queue ``job`` and wait until the transaction that wrote it committed."""
+        """Queue ``job`` and wait for its answer: given once the transaction that wrote
+        it committed (for the reads, once it was read)."""
         future = asyncio.get_running_loop().create_future()
         self._writer.put(job, future)
         return await future
