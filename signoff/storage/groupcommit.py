@@ -12,8 +12,9 @@ them queue for its lock and pay a commit each.
 in that job's caller alone (the others of the batch were written). An
 exception raised by ``write`` itself is raised in every caller of the batch.
 
-``signoff serve`` waits from its event loop (``submit`` and
-``asyncio.wrap_future``); the Python API waits in its callers' threads
+``signoff serve`` waits from its event loop (``put`` with an asyncio future,
+and a ``deliver`` that answers a whole batch in one wake-up of the loop); the
+Python API waits in its callers' threads
 (``run``), where a caller alone writes in its own thread, with no hand-over.
 The writer thread waits for such a caller's write to end before it writes: two
 writers of one process at once would only queue for SQLite's lock, in pauses

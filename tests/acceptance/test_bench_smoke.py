@@ -198,7 +198,6 @@ def test_plain_huey_baseline_on_postgresql_is_handed_over_in_one_transaction(bac
     assert transactions == 1
 
 
-
 async def _load_against(answer, count=12, clients=3):
     """The bench's load client against a real loopback server that answers each
     connection's first request with ``answer`` (bytes) and then closes it."""

@@ -85,10 +85,11 @@ def test_a_single_job_is_not_held_back():
 
 
 def test_a_batch_wakes_the_loop_once_and_a_request_gone_away_is_still_written():
-    gate, written = threading.Event(), []
+    gate, entered, written = threading.Event(), threading.Event(), []
 
     def write(jobs):
-        gate.wait(10)
+        entered.set()
+        gate.wait(60)
         written.extend(jobs)
         return list(jobs)
 
@@ -102,9 +103,9 @@ def test_a_batch_wakes_the_loop_once_and_a_request_gone_away_is_still_written():
     async def main():
         commits = GroupCommit(write)
         first = asyncio.create_task(commits.submit("first"))  # the write the rest wait behind
-        await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(entered.wait, 60)
         rest = [asyncio.create_task(commits.submit(n)) for n in range(20)]
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # each task queues its job before it first waits
         rest[3].cancel()  # its client went away while the first write ran
         before = CountingLoop.wake_ups
         gate.set()
