@@ -123,9 +123,12 @@ def _cpu_bill(n, batch, concurrent):
     over them at best. And on a database with one writer (SQLite) each of the
     callers' group commits holds the write lock for a commit's time, which the
     workers' batches wait out: ``commit_lock_s`` is their commits at the bare
-    commit rate of the same database. ``ceiling`` is the ratio the concurrent
-    run would reach if those two were its only extra costs, the workers
-    spending what they spent on the batch run.
+    commit rate of the same database. ``estimate`` is the ratio the concurrent
+    run would reach if those two were its only extra costs, paid in full, the
+    workers spending what they spent on the batch run. It is an estimate for
+    cores kept busy, not a bound: ``batch_busy`` says how busy the batch run
+    kept them (the workers' and the enqueue call's CPU over the run's time on
+    all cores), and their idle rest can absorb part of the callers' CPU.
     """
     if batch.get("workers_cpu_s") is None or concurrent.get("workers_cpu_s") is None:
         return None
@@ -143,7 +146,8 @@ def _cpu_bill(n, batch, concurrent):
         "extra_callers_s": round(callers, 3), "extra_workers_s": round(workers, 3),
         "commits": commits, "commit_lock_s": round(lock_s, 3),
         "gap_s": round(n / concurrent["flow_per_s"] - batch_s, 3),
-        "ceiling": round(batch_s / (batch_s + max(callers, 0.0) / cores + lock_s), 3),
+        "batch_busy": round((batch["enqueue_cpu_s"] + batch["workers_cpu_s"]) / (batch_s * cores), 2),
+        "estimate": round(batch_s / (batch_s + max(callers, 0.0) / cores + lock_s), 3),
     }
 
 
@@ -183,5 +187,6 @@ def _describe_cpu(cpu, callers):
         f"{cpu['cores']} cores; it took {cpu['gap_s']:+.2f} s longer",
         *([f"  the callers' {cpu['commits']} commits held the write lock about "
            f"{cpu['commit_lock_s']:.2f} s (at the bare commit rate)"] if cpu["commits"] else []),
-        f"  ratio if these were its only extra costs (ceiling)  {cpu['ceiling']:.2f}",
+        f"  ratio if these extra costs were paid in full (estimate)  {cpu['estimate']:.2f}; the "
+        f"batch run kept the cores {cpu['batch_busy']:.2f} busy",
     ]
