@@ -51,3 +51,22 @@ def test_every_command_is_named_in_the_commands_page():
     missing = [" ".join(p) for p in paths
                if not re.search(r"`" + re.escape(" ".join(p)) + r"[ `]", page)]
     assert not missing, f"commands missing from docs/cli.md: {missing}"
+
+
+def test_every_option_is_named_in_its_commands_row():
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    missing = []
+    for path in command_paths(main):
+        command = main
+        for name in path:
+            command = command.commands[name]
+        if isinstance(command, click.Group):
+            continue
+        name = " ".join(path)
+        rows = "\n".join(line for line in page.splitlines()
+                         if re.search(r"`" + re.escape(name) + r"[ `]", line))
+        missing += [f"{name} {option}" for param in command.params
+                    for option in (*param.opts, *getattr(param, "secondary_opts", ()))
+                    if option.startswith("--") and option not in ("--help", "--json")
+                    and option not in rows]
+    assert not missing, f"options missing from their rows in docs/cli.md: {missing}"
