@@ -1,4 +1,5 @@
-"""The documentation stays true to the repository: links resolve, every command is named."""
+"""The documentation stays true to the repository: links resolve, every command, option
+and configuration key is named."""
 
 import re
 
@@ -7,6 +8,8 @@ import pytest
 from helpers import ROOT
 
 from signoff.cli import main
+from signoff.config import KEYS, SERVE_DEFAULTS
+from signoff.ops.notify import NotifySettings
 
 pytestmark = pytest.mark.backend_independent
 
@@ -70,3 +73,19 @@ def test_every_option_is_named_in_its_commands_row():
                     if option.startswith("--") and option not in ("--help", "--json")
                     and option not in rows]
     assert not missing, f"options missing from their rows in docs/cli.md: {missing}"
+
+
+def test_every_key_the_config_accepts_is_on_the_configuration_page():
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    keys = [*((section, key) for section, names in KEYS.items() for key in names),
+            *(("serve", key) for key in SERVE_DEFAULTS),
+            *(("notify", key) for key in NotifySettings.__dataclass_fields__)]
+    assert ("serve", "login_window_s") in keys and ("notify", "review_url") in keys
+
+    def named(section, key):  # in a row of the section's table, alone or after another key
+        rows = [line for line in page.splitlines() if line.startswith(f"| `[{section}")]
+        return any(f"] {key}`" in row or f"`{key}`" in row or f"[{section}.{key}]" in row
+                   for row in rows)
+
+    missing = [f"[{section}] {key}" for section, key in keys if not named(section, key)]
+    assert not missing, f"keys missing from docs/configuration.md: {missing}"
