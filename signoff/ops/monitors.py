@@ -178,5 +178,6 @@ def row(monitor):
 
 
 def listing():
-    """Every monitor, oldest first."""
-    return [row(m) for m in Monitor.select().order_by(Monitor.created_at)]
+    """Every monitor, oldest first (by id among those bound at the same instant)."""
+    # Without the id, PostgreSQL returns monitors of one instant in any order.
+    return [row(m) for m in Monitor.select().order_by(Monitor.created_at, Monitor.id)]

@@ -1,6 +1,6 @@
 """A quorum's last approval, then ``kill -9`` of the worker writing it: one write.
 
-Real worker processes on a real home (see tests/test_crash.py for the harness).
+Real worker processes on a real home (the harness is tests/helpers/crashhome.py).
 """
 
 import signal
@@ -9,7 +9,8 @@ import pytest
 
 from conftest import wait_for
 from signoff.models import Task
-from test_crash import DRAIN_TIMEOUT, Home, arm_crash, assert_exactly_one_result, crash_armed
+from crashhome import DRAIN_TIMEOUT, Home, assert_exactly_one_result
+from testhosts import arm_crash, crash_armed
 
 pytestmark = pytest.mark.slow
 

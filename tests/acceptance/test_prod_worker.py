@@ -5,11 +5,11 @@ made ready and the task is written; the loop's hourly purge runs at start and
 purges what finished longer ago than the configured retention.
 """
 
+from crashhome import Home
 from signoff.models import PurgedTask, Task
 
 
 def test_a_policy_approves_and_the_worker_submits_without_a_click(tmp_path):
-    from test_crash import Home
     h = Home(tmp_path / "home", records=2)
     try:
         added = h.rt.add_policy("default", by="owner")
@@ -25,7 +25,6 @@ def test_a_policy_approves_and_the_worker_submits_without_a_click(tmp_path):
 
 
 def test_the_worker_purges_finished_tasks_past_retention(tmp_path):
-    from test_crash import Home
     h = Home(tmp_path / "home", records=1)
     try:
         with open(h.path / "signoff.toml", "a", encoding="utf-8") as f:

@@ -18,6 +18,7 @@ from signoff.cli import main
 from signoff.errors import Refused
 from signoff.models import BatchMember, Delivery, RecordBatch, Task
 
+from crashhome import Home
 from testhosts import arm_crash, crash_armed  # noqa: E402
 
 WINDOW = 30
@@ -49,7 +50,7 @@ def test_records_within_the_window_become_one_task_drafted_from_all(brt, clock, 
     assert batching.close_due(rt) == 1  # T0 + 30: the window has passed
     [task] = Task.select()
     covers = [["c1", 1], ["c2", 1], ["c3", 1]]
-    monitor = rt.monitors()[-1]
+    [monitor] = [m for m in rt.monitors() if m["id"] == "b"]
     assert monitor["batch_window_s"] == WINDOW
     assert task.key == digest(["b", monitor["grant_digest"], covers])
     assert task.result["records"] == covers and task.status == "ready"
@@ -222,7 +223,6 @@ def test_bind_batch_window_cli(tmp_path):
 
 @pytest.fixture
 def batch_home(tmp_path):
-    from test_crash import Home
     h = Home(tmp_path / "home", records=4)
     h.rt.bind("doc-demo", "b", window_s=600, batch_window_s=3)
     yield h
