@@ -10,7 +10,6 @@ import datetime
 import json
 import socket
 import threading
-import time
 
 import httpx
 import pytest
@@ -417,7 +416,10 @@ def test_sigterm_answers_the_request_in_flight(served):
         head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         sock.sendall(f"POST /hooks/default HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
                      f"{head}\r\n".encode() + body[:10])
-        time.sleep(0.3)  # let the server start reading this request
+        # A request on a second connection, answered: the server's loop has by then
+        # accepted the first one (connections are accepted in order) and read what
+        # arrived on it before, the headers of a request now in flight.
+        assert client.get("/healthz").status_code == 200
         server.proc.send_signal(15)
         sock.sendall(body[10:])
         answer = sock.recv(4096)
