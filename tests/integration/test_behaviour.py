@@ -662,3 +662,10 @@ def test_enqueue_for_an_unknown_monitor_refuses_the_whole_call(rt):
     assert refusal_code(rt.enqueue_events, [make_event()], monitor_id="nobody") == "unknown_monitor"
     assert state_counts()["deliveries"] == 0
     assert len(rt.audit()) == audit_before
+
+
+def test_monitors_bound_at_one_instant_list_in_id_order(rt, host):
+    # The fake clock stands still: "default" and these share one created_at.
+    for monitor_id in ("zz", "aa"):
+        rt.bind("doc-demo", monitor_id)
+    assert [m["id"] for m in rt.monitors()] == ["aa", "default", "zz"]
