@@ -41,8 +41,8 @@ class GroupCommit:
         self.write = write
         # ``deliver(waiters, answers)``, in the writer thread once a batch committed
         # (or failed): by default the waiters are ``submit``'s futures (those
-        # cancelled before the writer took them are left out).
-        self.deliver = deliver or _deliver_to_futures
+        # cancelled before the writer took them are left out) and ``run``'s callers.
+        self.deliver = deliver or _deliver_to_waiters
         self.window_s = window_s
         self.max_batch = max_batch
         self.name = name
@@ -77,7 +77,9 @@ class GroupCommit:
                 return _outcome(self.write([job])[0])
             finally:
                 self._alone.release()
-        return self.submit(job).result()
+        waiter = _Waiter()
+        self.put(job, waiter)
+        return waiter.wait()
 
     def close(self):
         """Write what is still queued, then stop the writer thread."""
@@ -134,9 +136,39 @@ class GroupCommit:
                      [answer for answer, t in zip(answers, taken) if t])
 
 
-def _deliver_to_futures(futures, answers):
-    for future, answer in zip(futures, answers):
-        _resolve(future, answer)
+class _Waiter:
+    """A waiting ``run`` caller's answer: a lock held until the answer is in.
+
+    A ``Future`` waits on a ``Condition``, which allocates a lock and takes two
+    more per call. Eight threads enqueueing one event a call beside two worker
+    processes (``bench --concurrent``) spent a median 172 µs of CPU a call with
+    it, 120 µs with this.
+    """
+
+    __slots__ = ("_pending", "answer")
+
+    def __init__(self):
+        self._pending = threading.Lock()
+        self._pending.acquire()
+        self.answer = None
+
+    def settle(self, answer):
+        """Hand ``answer`` over and wake the caller (in the writer thread)."""
+        self.answer = answer
+        self._pending.release()
+
+    def wait(self):
+        """The answer once given (its exception raised)."""
+        self._pending.acquire()
+        return _outcome(self.answer)
+
+
+def _deliver_to_waiters(waiters, answers):
+    for waiter, answer in zip(waiters, answers):
+        if type(waiter) is _Waiter:
+            waiter.settle(answer)
+        else:
+            _resolve(waiter, answer)
 
 
 def _outcome(answer):

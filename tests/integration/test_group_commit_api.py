@@ -61,12 +61,12 @@ def _line_up(rt, gate, threads):
     # The first call writes in its own thread; the writer thread takes the
     # second and waits for that write to end; the others queue behind it, to
     # be written together.
-    handed = []
-    submit = rt.commits.submit
-    rt.commits.submit = lambda job: handed.append(submit(job)) or handed[-1]
+    taken = []  # the size of each batch the writer thread took, as it takes it
+    commit = rt.commits._commit
+    rt.commits._commit = lambda batch: (taken.append(len(batch)), commit(batch))[1]
     wait_for(lambda: len(gate.entered) == 1, what="the first caller writing")
     threads[1].start()
-    wait_for(lambda: handed and handed[0].running(), what="the writer thread taking the second")
+    wait_for(lambda: taken == [1], what="the writer thread taking the second")
     for thread in threads[2:]:
         thread.start()
     wait_for(lambda: rt.commits._queue.qsize() == len(threads) - 2, what="the callers queued")
