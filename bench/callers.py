@@ -101,7 +101,7 @@ def _report(n, workers, backend, pairs, sequential):
         "batch_enqueue_per_s": round(batch["enqueue_per_s"], 1),
         "concurrent_writer_batches": batches,
         "concurrent_commit_floor_per_s": round(concurrent["commit_floor_per_s"], 1),
-        "cpu": _cpu_bill(n, batch, concurrent),
+        "cpu": _cpu_bill(n, batch, concurrent, one_writer=backend.state == "sqlite"),
         "sequential_calls_per_s": round(calls, 1),
         "sequential_commit_floor_per_s": round(floor, 1),
         "sequential_ratio": round(calls / floor, 3),
@@ -115,15 +115,15 @@ def _report(n, workers, backend, pairs, sequential):
     }
 
 
-def _cpu_bill(n, batch, concurrent):
+def _cpu_bill(n, batch, concurrent, one_writer):
     """Where the concurrent run's extra time goes, against the batch run.
 
     Two costs come with one durable call per event. The callers' own CPU,
     beyond the batch call's, is taken from the cores the workers use: spread
-    over them at best. And on a database with one writer (SQLite) each of the
-    callers' group commits holds the write lock for a commit's time, which the
-    workers' batches wait out: ``commit_lock_s`` is their commits at the bare
-    commit rate of the same database. ``estimate`` is the ratio the concurrent
+    over them at best. And on a database with ``one_writer`` (SQLite) each of
+    the callers' group commits holds the write lock for a commit's time, which
+    the workers' batches wait out: ``commit_lock_s`` is their commits at the
+    bare commit rate of the same database (0 elsewhere). ``estimate`` is the ratio the concurrent
     run would reach if those two were its only extra costs, paid in full, the
     workers spending what they spent on the batch run. It is an estimate for
     cores kept busy, not a bound: ``batch_busy`` says how busy the batch run
@@ -135,8 +135,8 @@ def _cpu_bill(n, batch, concurrent):
     cores = os.cpu_count() or 1
     callers = concurrent["enqueue_cpu_s"] - batch["enqueue_cpu_s"]
     workers = concurrent["workers_cpu_s"] - batch["workers_cpu_s"]
-    commits = concurrent.get("enqueue_commits")
-    lock_s = commits / concurrent["commit_floor_per_s"] if commits else 0.0
+    commits = concurrent["enqueue_commits"]
+    lock_s = commits / concurrent["commit_floor_per_s"] if one_writer else 0.0
     batch_s = n / batch["flow_per_s"]
     return {
         "cores": cores,
@@ -153,8 +153,6 @@ def _cpu_bill(n, batch, concurrent):
 
 def describe(r):
     """The report as lines of text."""
-    grouped = ("" if r["concurrent_writer_batches"] is None else
-               f"; the writer thread wrote {r['concurrent_writer_batches']} group commits")
     lines = [
         f"bench --concurrent: {r['events']} events, {r['backend']}, {r['processes']} worker "
         f"processes x {r['workers']} threads, {r['callers']} callers", "",
@@ -164,7 +162,8 @@ def describe(r):
         f"pairs {', '.join(f'{x:.2f}' for x in r['concurrent_ratios'])})",
         f"  enqueue calls, {r['callers']} callers                    "
         f"{r['concurrent_enqueue_per_s']:,.0f}/s (batch call {r['batch_enqueue_per_s']:,.0f}"
-        f" events/s; bare commits {r['concurrent_commit_floor_per_s']:,.0f}/s{grouped})",
+        f" events/s; bare commits {r['concurrent_commit_floor_per_s']:,.0f}/s; "
+        f"the writer thread wrote {r['concurrent_writer_batches']} group commits)",
         f"one sequential caller                           {r['sequential_calls_per_s']:,.0f}"
         f" calls/s against {r['sequential_commit_floor_per_s']:,.0f} bare commits/s "
         f"({r['sequential_ratio']:.2f}; rounds {', '.join(f'{x:.2f}' for x in r['sequential_ratios'])})",
@@ -185,8 +184,9 @@ def _describe_cpu(cpu, callers):
         f"  the concurrent run spent {cpu['extra_callers_s']:+.2f} s in its callers and "
         f"{cpu['extra_workers_s']:+.2f} s in its workers beyond the batch run's, over "
         f"{cpu['cores']} cores; it took {cpu['gap_s']:+.2f} s longer",
-        *([f"  the callers' {cpu['commits']} commits held the write lock about "
-           f"{cpu['commit_lock_s']:.2f} s (at the bare commit rate)"] if cpu["commits"] else []),
+        f"  the callers made {cpu['commits']} commits"
+        + (f", holding the write lock about {cpu['commit_lock_s']:.2f} s (at the bare commit rate)"
+           if cpu["commit_lock_s"] else ""),
         f"  ratio if these extra costs were paid in full (estimate)  {cpu['estimate']:.2f}; the "
         f"batch run kept the cores {cpu['batch_busy']:.2f} busy",
     ]

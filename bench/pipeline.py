@@ -813,8 +813,8 @@ def bench_signoff(folder, n, workers, counter=None, history=0, pipeline=True, sa
             group.wait_ready()
             time.sleep(SETTLE_S)
             out = _run_events(rt, group, n, counter, pipeline, per_event)
-            # Batches the API's group commit wrote for other threads (SQLite only).
-            out["writer_batches"] = rt.commits.batches if rt.commits is not None else None
+            # Batches the API's group commit wrote for other threads.
+            out["writer_batches"] = rt.commits.batches
             final = group.stop()
         finally:
             group.kill()
@@ -928,7 +928,7 @@ def _event_lines(n):
 
 def _enqueue(rt, lines, per_event):
     """Accept ``lines`` through the API: ``(accepted, wake-ups this process sent,
-    transactions the API's group commit wrote, or None where it has none)``.
+    transactions the API's group commit wrote)``.
 
     ``per_event``: one call per event, from this thread (True) or from
     ``per_event`` threads at once (a number above 1: concurrent callers of
@@ -936,10 +936,8 @@ def _enqueue(rt, lines, per_event):
     """
     sent, send = [], rt.wakers.send
     rt.wakers.send = lambda kind, count: (sent.append(count), send(kind, count))
-    writes = []
-    if rt.commits is not None:  # each call of its writer is one transaction
-        write = rt.commits.write
-        rt.commits.write = lambda jobs: (writes.append(len(jobs)), write(jobs))[1]
+    writes, write = [], rt.commits.write  # each call of its writer is one transaction
+    rt.commits.write = lambda jobs: (writes.append(len(jobs)), write(jobs))[1]
     try:
         if per_event is not True and per_event > 1:
             accepted = _enqueue_concurrently(rt, [json.loads(line) for line in lines], per_event)
@@ -950,9 +948,8 @@ def _enqueue(rt, lines, per_event):
             accepted = sum(r.accepted for r in rt.enqueue(io.BytesIO(b"".join(lines)), MONITOR))
     finally:
         del rt.wakers.send  # the class's own again
-        if rt.commits is not None:
-            rt.commits.write = write
-    return accepted, sum(sent), (len(writes) if rt.commits is not None else None)
+        rt.commits.write = write
+    return accepted, sum(sent), len(writes)
 
 
 def _enqueue_concurrently(rt, events, threads):

@@ -60,10 +60,10 @@ class Signoff:
             storage.drop_connection(self.database)
             raise
         self.wakers = Wakers(self.queue, self)
-        # Concurrent enqueue calls share commits where one writer at a time is
-        # all the database allows (see storage.groupcommit); None elsewhere.
-        self.commits = (GroupCommit(self._store_chunks, name="signoff-enqueue")
-                        if storage.engine_of(self.database).single_writer else None)
+        # Concurrent enqueue calls share commits (see storage.groupcommit); the
+        # writer thread's connection is closed with it.
+        self.commits = GroupCommit(self._store_chunks, name="signoff-enqueue",
+                                   finish=lambda: storage.drop_connection(self.database))
         self._local = threading.local()
         self._draft = None  # the drafter as its factory made it
         self._drafter = None  # the same, traced when tracing is on
@@ -96,8 +96,7 @@ class Signoff:
         """Send the wake-ups still held back, then close this thread's host and the
         drafter (those that can be closed) and the connections to the database and
         queue (all reopened on next use)."""
-        if self.commits is not None:
-            self.commits.close()
+        self.commits.close()
         self.wakers.flush()
         host = getattr(self._local, "host", None)
         if host is not None and callable(getattr(host, "close", None)):

@@ -59,10 +59,9 @@ def enqueue_items(rt, items, monitor_id="default", progress=None):
                 progress(done)
     if chunk:
         # A call that fits in one chunk (an event a webhook or agent sends alone)
-        # shares its commit with other threads' calls on a single-writer database.
-        grouped = rt.commits is not None and not done
-        yield from (rt.commits.run((monitor_id, chunk)) if grouped
-                    else _store(rt, monitor_id, chunk))
+        # shares its commit with other threads' calls.
+        yield from (_store(rt, monitor_id, chunk) if done
+                    else rt.commits.run((monitor_id, chunk)))
         if progress:
             progress(done + len(chunk))
 

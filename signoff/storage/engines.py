@@ -96,7 +96,6 @@ class Engine:
     param = None  # the driver's placeholder
     json_holder = None  # the placeholder of a JSON value given as JSON text
     true = "TRUE"
-    single_writer = False  # one write transaction at a time for the whole database
 
     def __init__(self, database):
         self.database = database
@@ -214,7 +213,6 @@ class SqliteEngine(Engine):
 
     kind = "sqlite"
     param = "?"
-    single_writer = True
     json_holder = "json(?)"  # as a JSONField stores on SQLite: JSON-typed text
 
     @classmethod

@@ -29,7 +29,7 @@ def test_concurrent_bench_compares_eight_callers_with_the_batch_run(tmp_path):
     ratios = report["concurrent_ratios"]
     assert len(ratios) == 5 and ratios == sorted(ratios) and report["concurrent_ratio"] == ratios[2]
     assert len(report["sequential_ratios"]) == 5
-    assert report["concurrent_writer_batches"] >= 0  # SQLite: the API's group commit
+    assert report["concurrent_writer_batches"] >= 0  # the API's group commit
     cpu = report["cpu"]  # the median pair's CPU bill
     assert cpu["call_us"] > 0 and all(us > 0 for us in cpu["workers_us_per_event"])
     # Every call commits: alone, or in a group commit of several.

@@ -1,10 +1,11 @@
-"""Concurrent Python API enqueue calls on SQLite share commits; each answer follows its commit."""
+"""Concurrent Python API enqueue calls share commits; each answer follows its commit."""
 
-import sqlite3
 import threading
 
 import pytest
 
+from signoff import storage
+from signoff.app import Signoff
 from signoff.errors import Refused
 from signoff.models import Delivery
 
@@ -12,14 +13,32 @@ from conftest import make_event, wait_for
 
 CALLERS = 8
 
+# A trigger that refuses one event's row: the database's own refusal, for one job.
+REFUSE_BAD = {
+    "sqlite": ["CREATE TRIGGER refuse_bad BEFORE INSERT ON delivery "
+               "WHEN NEW.event_id = 'evt-bad' BEGIN "
+               "SELECT RAISE(ABORT, 'refused by the test'); END"],
+    "postgresql": ["CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                   "BEGIN IF NEW.event_id = 'evt-bad' THEN "
+                   "RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; END $$",
+                   "CREATE TRIGGER refuse_bad BEFORE INSERT ON delivery "
+                   "FOR EACH ROW EXECUTE FUNCTION refuse_bad()"],
+}
 
-def _durable(path, delivery):
-    # Another connection sees only what was committed.
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute("SELECT count(*) FROM delivery WHERE id = ?", (delivery,)).fetchone()[0]
-    finally:
-        conn.close()
+
+@pytest.fixture
+def other(rt):
+    """The same home opened again: its connections see only what was committed."""
+    with Signoff(rt.home) as again:
+        yield again
+
+
+def _durable(other, delivery):
+    with storage.session(other.database):
+        try:
+            return Delivery.select().where(Delivery.id == delivery).count()
+        finally:
+            storage.drop_connection(other.database)  # this caller thread's own
 
 
 class Gate:
@@ -37,10 +56,9 @@ class Gate:
         return self._write(jobs)
 
 
-def _callers(rt, events):
+def _callers(rt, other, events):
     """Start one thread per event, each calling ``enqueue_events`` with it alone;
     the first is inside its write before the others start."""
-    path = rt.database.database
     answers, durable = {}, {}
 
     def call(event):
@@ -49,8 +67,10 @@ def _callers(rt, events):
         except Exception as exc:  # noqa: BLE001 - the caller's own answer is the point
             answers[event["event_id"]] = exc
             return
+        finally:
+            storage.drop_connection(rt.database)  # this caller thread's own
         answers[event["event_id"]] = result
-        durable[event["event_id"]] = _durable(path, result.delivery)
+        durable[event["event_id"]] = _durable(other, result.delivery)
 
     threads = [threading.Thread(target=call, args=(e,)) for e in events]
     threads[0].start()
@@ -73,18 +93,10 @@ def _line_up(rt, gate, threads):
     assert len(gate.entered) == 1  # the writer thread waits for the lone caller's write
 
 
-@pytest.fixture
-def sqlite_rt(rt):
-    if rt.commits is None:
-        pytest.skip("group commit is for single-writer databases (SQLite)")
-    return rt
-
-
-def test_concurrent_calls_share_commits_and_each_answer_follows_its_commit(sqlite_rt):
-    rt = sqlite_rt
+def test_concurrent_calls_share_commits_and_each_answer_follows_its_commit(rt, other):
     gate = Gate(rt.commits)
     events = [make_event(event_id=f"evt-{i}") for i in range(CALLERS)]
-    threads, answers, durable = _callers(rt, events)
+    threads, answers, durable = _callers(rt, other, events)
     _line_up(rt, gate, threads)
     assert answers == {}  # nobody is answered before a commit
     gate.open.set()
@@ -97,16 +109,13 @@ def test_concurrent_calls_share_commits_and_each_answer_follows_its_commit(sqlit
     assert Delivery.select().count() == CALLERS
 
 
-def test_a_failing_call_gets_its_own_error_and_the_others_of_its_batch_commit(sqlite_rt):
-    rt = sqlite_rt
-    # A real refusal by the database, for one event only.
-    rt.database.execute_sql("CREATE TRIGGER refuse_bad BEFORE INSERT ON delivery "
-                            "WHEN NEW.event_id = 'evt-bad' BEGIN "
-                            "SELECT RAISE(ABORT, 'refused by the test'); END")
+def test_a_failing_call_gets_its_own_error_and_the_others_of_its_batch_commit(rt, other):
+    for sql in REFUSE_BAD[storage.engine_of(rt.database).kind]:
+        rt.database.execute_sql(sql)
     gate = Gate(rt.commits)
     events = [make_event(event_id=f"evt-{i}") for i in range(CALLERS - 1)]
     events.insert(3, make_event(event_id="evt-bad"))
-    threads, answers, durable = _callers(rt, events)
+    threads, answers, durable = _callers(rt, other, events)
     _line_up(rt, gate, threads)
     gate.open.set()
     for thread in threads:
@@ -119,16 +128,15 @@ def test_a_failing_call_gets_its_own_error_and_the_others_of_its_batch_commit(sq
         (e,) for e in answers)
 
 
-def test_a_sequential_caller_writes_in_its_own_thread(sqlite_rt):
-    rt = sqlite_rt
+def test_a_sequential_caller_writes_in_its_own_thread(rt, other):
     for i in range(3):
         [result] = rt.enqueue_events([make_event(event_id=f"evt-{i}")])
-        assert result.accepted and _durable(rt.database.database, result.delivery) == 1
+        assert result.accepted and _durable(other, result.delivery) == 1
     assert rt.commits.batches == 0  # no hand-over to the writer thread
 
 
-def test_an_unknown_monitor_is_refused_before_anything_is_queued(sqlite_rt):
+def test_an_unknown_monitor_is_refused_before_anything_is_queued(rt):
     with pytest.raises(Refused) as refused:
-        sqlite_rt.enqueue_events([make_event()], monitor_id="nope")
+        rt.enqueue_events([make_event()], monitor_id="nope")
     assert refused.value.code == "unknown_monitor"
     assert Delivery.select().count() == 0

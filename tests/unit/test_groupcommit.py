@@ -150,3 +150,15 @@ def test_a_caller_writing_alone_and_the_writer_thread_never_write_at_once():
     alone.join(10)
     commits.close()
     assert most[0] == 1
+
+
+def test_the_writer_thread_runs_finish_in_itself_as_it_stops():
+    # What its writes opened (a database connection of its own) is closed there.
+    from signoff.storage.groupcommit import GroupCommit as Writer
+    finished = []
+    commits = Writer(lambda jobs: jobs, name="writer-under-test",
+                     finish=lambda: finished.append(threading.current_thread().name))
+    assert commits.submit(1).result(10) == 1
+    assert finished == []
+    commits.close()
+    assert finished == ["writer-under-test"]
