@@ -20,6 +20,7 @@ Run: ``python -m bench --concurrent [--pairs N] [--events N] [--database-url URL
 
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -97,6 +98,12 @@ def _report(n, workers, backend, pairs, sequential):
         "concurrent_flow_per_s": round(concurrent["flow_per_s"], 1),
         "concurrent_ratio": round(ratio, 3),
         "concurrent_ratios": [round(p[0], 3) for p in pairs],
+        # Each pair's two rates, in the order of its ratio; and the two medians' ratio,
+        # which one slow pick-up in a single run moves less than it moves that pair's.
+        "batch_flows_per_s": [round(p[1]["flow_per_s"], 1) for p in pairs],
+        "concurrent_flows_per_s": [round(p[2]["flow_per_s"], 1) for p in pairs],
+        "ratio_of_medians": round(statistics.median(p[2]["flow_per_s"] for p in pairs)
+                                  / statistics.median(p[1]["flow_per_s"] for p in pairs), 3),
         "concurrent_enqueue_per_s": round(concurrent["enqueue_per_s"], 1),
         "batch_enqueue_per_s": round(batch["enqueue_per_s"], 1),
         "concurrent_writer_batches": batches,
@@ -159,7 +166,8 @@ def describe(r):
         f"enqueue → done, one call for all                {r['batch_flow_per_s']:,.0f} events/s",
         f"enqueue → done, {r['callers']} callers, one event a call    "
         f"{r['concurrent_flow_per_s']:,.0f} events/s ({r['concurrent_ratio']:.2f} of batch; "
-        f"pairs {', '.join(f'{x:.2f}' for x in r['concurrent_ratios'])})",
+        f"pairs {', '.join(f'{x:.2f}' for x in r['concurrent_ratios'])}; ratio of the "
+        f"runs' medians {r['ratio_of_medians']:.2f})",
         f"  enqueue calls, {r['callers']} callers                    "
         f"{r['concurrent_enqueue_per_s']:,.0f}/s (batch call {r['batch_enqueue_per_s']:,.0f}"
         f" events/s; bare commits {r['concurrent_commit_floor_per_s']:,.0f}/s; "

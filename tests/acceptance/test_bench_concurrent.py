@@ -28,6 +28,10 @@ def test_concurrent_bench_compares_eight_callers_with_the_batch_run(tmp_path):
         assert report[key] > 0, key
     ratios = report["concurrent_ratios"]
     assert len(ratios) == 5 and ratios == sorted(ratios) and report["concurrent_ratio"] == ratios[2]
+    flows = list(zip(report["concurrent_flows_per_s"], report["batch_flows_per_s"]))
+    assert [c / b for c, b in flows] == pytest.approx(ratios, rel=0.01)
+    medians = sorted(c for c, _ in flows)[2] / sorted(b for _, b in flows)[2]
+    assert report["ratio_of_medians"] == pytest.approx(medians, rel=0.01)
     assert len(report["sequential_ratios"]) == 5
     assert report["concurrent_writer_batches"] >= 0  # the API's group commit
     cpu = report["cpu"]  # the median pair's CPU bill
