@@ -59,9 +59,12 @@ def enqueue_items(rt, items, monitor_id="default", progress=None):
                 progress(done)
     if chunk:
         # A call that fits in one chunk (an event a webhook or agent sends alone)
-        # shares its commit with other threads' calls.
-        yield from (_store(rt, monitor_id, chunk) if done
-                    else rt.commits.run((monitor_id, chunk)))
+        # shares its commit with other threads' calls; not one made inside the
+        # caller's transaction (a monitor bound with a replay), whose rows commit or
+        # vanish with it and which another connection could not see or wait out.
+        grouped = not done and not db.in_transaction()
+        yield from (rt.commits.run((monitor_id, chunk)) if grouped
+                    else _store(rt, monitor_id, chunk))
         if progress:
             progress(done + len(chunk))
 

@@ -140,3 +140,26 @@ def test_an_unknown_monitor_is_refused_before_anything_is_queued(rt):
         rt.enqueue_events([make_event()], monitor_id="nope")
     assert refused.value.code == "unknown_monitor"
     assert Delivery.select().count() == 0
+
+
+def test_a_call_inside_the_callers_transaction_is_written_in_it(rt, other):
+    # Another thread's write is in progress, so the call would be handed to the
+    # writer thread; its row must instead commit or vanish with the transaction.
+    gate = Gate(rt.commits)
+    [first], answers, _ = _callers(rt, other, [make_event(event_id="evt-0")])
+    wait_for(lambda: len(gate.entered) == 1, what="the first caller writing")
+    opener = threading.Timer(20, gate.open.set)  # only a call handed over waits for it
+    opener.start()
+    try:
+        with storage.session(rt.database), rt.database.atomic() as transaction:
+            [result] = rt.enqueue_events([make_event(event_id="evt-inside")])
+            assert result.accepted and not gate.open.is_set()
+            assert _durable(other, result.delivery) == 0  # not committed yet
+            transaction.rollback()
+    finally:
+        opener.cancel()
+        gate.open.set()
+        first.join(60)
+    assert answers["evt-0"].accepted
+    with storage.session(other.database):  # (evt-0 may have taken the rolled-back id)
+        assert [d.event_id for d in Delivery.select()] == ["evt-0"]
