@@ -50,14 +50,19 @@ def test_log_in_approve_and_see_it_done_after_the_worker(browser, site, tmp_path
 
 
 def test_pause_and_unpause_a_monitor_by_its_button(browser, site):
+    from playwright.sync_api import expect
     rt, server, tokens = site
     page = log_in(browser, server, "alice", tokens["alice"])
     page.goto(server.url + "/monitors")
+    badge = page.locator(".badge.paused")
+    # A click returns once the page after the redirect began loading, not once it
+    # is drawn: the badge is waited for (a look right away can see the page half made).
     page.click("#pause-default")
-    assert page.url == server.url + "/monitors" and page.is_visible(".badge.paused")
-    assert rt.monitors()[0]["paused"]
+    expect(badge).to_be_visible(timeout=60_000)
+    assert page.url == server.url + "/monitors" and rt.monitors()[0]["paused"]
     page.click("#unpause-default")
-    assert not page.is_visible(".badge.paused") and not rt.monitors()[0]["paused"]
+    expect(badge).to_be_hidden(timeout=60_000)
+    assert not rt.monitors()[0]["paused"]
 
 
 def test_a_page_gone_stale_is_refused(browser, site):
