@@ -26,7 +26,6 @@ import logging
 import queue
 import threading
 import time
-from concurrent.futures import Future
 
 log = logging.getLogger("signoff.storage")
 
@@ -43,8 +42,7 @@ class GroupCommit:
         # ``finish()``, in the writer thread as it stops: to close what its writes opened.
         self.finish = finish
         # ``deliver(waiters, answers)``, in the writer thread once a batch committed
-        # (or failed): by default the waiters are ``submit``'s futures (those
-        # cancelled before the writer took them are left out) and ``run``'s callers.
+        # (or failed): by default the waiters are ``run``'s callers.
         self.deliver = deliver or _deliver_to_waiters
         self.window_s = window_s
         self.max_batch = max_batch
@@ -54,12 +52,6 @@ class GroupCommit:
         self._lock = threading.Lock()
         self._alone = threading.Lock()  # held by whoever writes: a lone caller or the thread
         self._thread = None
-
-    def submit(self, job):
-        """Queue ``job``; a ``Future`` resolved once the transaction that wrote it committed."""
-        future = Future()
-        self.put(job, future)
-        return future
 
     def put(self, job, waiter):
         """Queue ``job``; ``deliver`` gets ``waiter`` with its answer after the commit."""
@@ -124,12 +116,7 @@ class GroupCommit:
         return False
 
     def _commit(self, batch):
-        # A future taken here can no longer be cancelled: its caller learns that
-        # the job is being written. One cancelled before (a caller that stopped
-        # waiting) still has its job written; only its answer is dropped.
         jobs = [job for job, _ in batch]
-        taken = [not isinstance(waiter, Future) or waiter.set_running_or_notify_cancel()
-                 for _, waiter in batch]
         try:
             with self._alone:
                 answers = self.write(jobs)
@@ -139,8 +126,7 @@ class GroupCommit:
             answers = [exc] * len(batch)
         else:
             self.batches += 1
-        self.deliver([waiter for (_, waiter), t in zip(batch, taken) if t],
-                     [answer for answer, t in zip(answers, taken) if t])
+        self.deliver([waiter for _, waiter in batch], answers)
 
 
 class _Waiter:
@@ -172,10 +158,7 @@ class _Waiter:
 
 def _deliver_to_waiters(waiters, answers):
     for waiter, answer in zip(waiters, answers):
-        if type(waiter) is _Waiter:
-            waiter.settle(answer)
-        else:
-            _resolve(waiter, answer)
+        waiter.settle(answer)
 
 
 def _outcome(answer):
@@ -183,9 +166,3 @@ def _outcome(answer):
         raise answer
     return answer
 
-
-def _resolve(future, answer):
-    if isinstance(answer, BaseException):
-        future.set_exception(answer)
-    else:
-        future.set_result(answer)

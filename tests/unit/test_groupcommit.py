@@ -7,6 +7,8 @@ import pytest
 
 from signoff.serve.groupcommit import GroupCommit
 
+from conftest import wait_for
+
 # The group commit with in-memory writes: no home, no database, no queue.
 pytestmark = pytest.mark.backend_independent
 
@@ -145,9 +147,12 @@ def test_a_caller_writing_alone_and_the_writer_thread_never_write_at_once():
     alone = threading.Thread(target=lambda: commits.run(1))
     alone.start()
     assert entered[1].wait(10)
-    second = commits.submit(2)
-    assert second.result(10) == "ok 2"
+    second = []  # job 2 finds the lone caller writing: the writer thread takes it
+    handed = threading.Thread(target=lambda: second.append(commits.run(2)))
+    handed.start()
+    handed.join(10)
     alone.join(10)
+    assert second == ["ok 2"] and commits.batches == 1
     commits.close()
     assert most[0] == 1
 
@@ -155,10 +160,12 @@ def test_a_caller_writing_alone_and_the_writer_thread_never_write_at_once():
 def test_the_writer_thread_runs_finish_in_itself_as_it_stops():
     # What its writes opened (a database connection of its own) is closed there.
     from signoff.storage.groupcommit import GroupCommit as Writer
-    finished = []
+    finished, delivered = [], []
     commits = Writer(lambda jobs: jobs, name="writer-under-test",
+                     deliver=lambda waiters, answers: delivered.extend(zip(waiters, answers)),
                      finish=lambda: finished.append(threading.current_thread().name))
-    assert commits.submit(1).result(10) == 1
+    commits.put(1, "waiter of 1")
+    wait_for(lambda: delivered == [("waiter of 1", 1)], what="the writer thread's answer")
     assert finished == []
     commits.close()
     assert finished == ["writer-under-test"]
