@@ -15,7 +15,7 @@ from .config import (call_factory, load_config, load_plugin, make_private, resol
                      write_default)
 from .rules.events import check_value
 from .models import MODELS
-from .storage.groupcommit import GroupCommit
+from .storage.groupcommit import GATHER_S, GroupCommit
 from .storage.queue import close_queue, make_queue
 from .storage.urls import require_extras
 from .tasks import Wakers
@@ -63,6 +63,7 @@ class Signoff:
         # Concurrent enqueue calls share commits (see storage.groupcommit); the
         # writer thread's connection is closed with it.
         self.commits = GroupCommit(self._store_chunks, name="signoff-enqueue",
+                                   gather_s=GATHER_S,
                                    finish=lambda: storage.drop_connection(self.database))
         self._local = threading.local()
         self._draft = None  # the drafter as its factory made it

@@ -20,6 +20,16 @@ The writer thread waits for such a caller's write to end before it writes: two
 writers of one process at once would only queue for SQLite's lock, in pauses
 (8 callers enqueueing one event a call: 1,970 calls/s before, 2,570 after),
 and on PostgreSQL each would pay a commit where one can wait and share the next.
+
+Callers that shared a commit tend to come back together (a webhook server's
+threads, a pool of agents), so with ``gather_s`` a batch that follows one of N
+jobs waits up to ``gather_s`` for N jobs, and meanwhile no caller writes
+alone. Without that, the first caller back after each commit wrote alone and
+the rest queued behind it: 8 threads enqueueing one event a call wrote 2,540
+commits for 10,000 calls, 1,600 of them holding one call. Gathering, they
+write 1,250 of 8 calls, and on SQLite hold the write lock, which the workers
+need too, half as often. Once a batch holds one job (concurrency has ended,
+after one wait of at most ``gather_s``), callers write alone again.
 """
 
 import logging
@@ -30,6 +40,12 @@ import time
 log = logging.getLogger("signoff.storage")
 
 MAX_BATCH = 500
+# How long the API's batches wait for as many jobs as the last one held. Eight
+# callers on two cores that two worker processes also use came back within
+# 4 ms nearly always (1,255 commits for 10,000 calls; waiting 2 ms, 1,340 to
+# 1,500). A caller that does not come back costs one batch this much, and the
+# next batch expects one caller fewer.
+GATHER_S = 0.004
 _STOP = object()
 
 
@@ -37,7 +53,7 @@ class GroupCommit:
     """Batches jobs for ``write(jobs) -> [answer, ...]``, run by one writer thread."""
 
     def __init__(self, write, window_s=0.0, max_batch=MAX_BATCH, name="signoff-commit",
-                 deliver=None, finish=None):
+                 deliver=None, finish=None, gather_s=0.0):
         self.write = write
         # ``finish()``, in the writer thread as it stops: to close what its writes opened.
         self.finish = finish
@@ -45,6 +61,8 @@ class GroupCommit:
         # (or failed): by default the waiters are ``run``'s callers.
         self.deliver = deliver or _deliver_to_waiters
         self.window_s = window_s
+        self.gather_s = gather_s
+        self._expected = 1  # jobs in the last batch: what the next one waits for
         self.max_batch = max_batch
         self.name = name
         self.batches = 0  # batches the writer thread wrote
@@ -65,9 +83,10 @@ class GroupCommit:
         """Write ``job`` and return its answer once committed (raise its error).
 
         A caller with no other call being written writes at once in its own
-        thread; callers arriving meanwhile are grouped by the writer thread.
+        thread, unless the last batch held several (with ``gather_s``); callers
+        arriving meanwhile are grouped by the writer thread.
         """
-        if self._alone.acquire(blocking=False):
+        if self._expected <= 1 and self._alone.acquire(blocking=False):
             try:
                 return _outcome(self.write([job])[0])
             finally:
@@ -93,6 +112,8 @@ class GroupCommit:
                     return
                 batch = [first]
                 stopping = self._take(batch)
+                if not stopping and len(batch) < self._expected:
+                    stopping = self._gather(batch)
                 if not stopping and len(batch) < self.max_batch and self.window_s:
                     time.sleep(self.window_s)
                     stopping = self._take(batch)
@@ -102,6 +123,23 @@ class GroupCommit:
         finally:
             if self.finish is not None:
                 self.finish()
+
+    def _gather(self, batch):
+        # Wait for the jobs the last batch's callers are expected to bring, up to
+        # ``gather_s``; True when the stop marker came meanwhile.
+        deadline = time.monotonic() + self.gather_s
+        while len(batch) < self._expected:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                item = self._queue.get(timeout=left)
+            except queue.Empty:
+                break
+            if item is _STOP:
+                return True
+            batch.append(item)
+        return self._take(batch)
 
     def _take(self, batch):
         # True when the stop marker was among the jobs taken.
@@ -126,6 +164,8 @@ class GroupCommit:
             answers = [exc] * len(batch)
         else:
             self.batches += 1
+        if self.gather_s:
+            self._expected = len(batch)
         self.deliver([waiter for _, waiter in batch], answers)
 
 

@@ -169,3 +169,58 @@ def test_the_writer_thread_runs_finish_in_itself_as_it_stops():
     assert finished == []
     commits.close()
     assert finished == ["writer-under-test"]
+
+
+
+def _writer_recording(gather_s, batches, gate):
+    # A writer whose first write waits for ``gate``; jobs ``put`` without a
+    # waiter (None) are answered to nobody, ``run``'s callers as usual.
+    from signoff.storage.groupcommit import GroupCommit as Writer
+
+    def write(jobs):
+        if not batches:
+            assert gate.wait(10)
+        batches.append((list(jobs), threading.current_thread().name))
+        return list(jobs)
+
+    def deliver(waiters, answers):
+        for waiter, answer in zip(waiters, answers):
+            if waiter is not None:
+                waiter.settle(answer)
+    return Writer(write, name="writer-under-test", gather_s=gather_s, deliver=deliver)
+
+
+def _batch_of_three(commits, batches, gate):
+    # A first batch of one, written while three jobs queue behind it: the second.
+    commits.put("a", None)
+    wait_for(lambda: commits._queue.qsize() == 0, what="the writer taking the first job")
+    for job in "bcd":
+        commits.put(job, None)
+    gate.set()
+    wait_for(lambda: [b for b, _ in batches] == [["a"], ["b", "c", "d"]], what="two batches")
+
+
+def test_a_batch_after_one_of_several_waits_for_as_many_jobs():
+    # Callers that shared a commit come back together: the next batch waits for them.
+    batches, gate = [], threading.Event()
+    commits = _writer_recording(60.0, batches, gate)
+    _batch_of_three(commits, batches, gate)
+    commits.put("e", None)
+    wait_for(lambda: commits._queue.qsize() == 0, what="the writer taking e")
+    commits.put("f", None)
+    commits.put("g", None)
+    wait_for(lambda: len(batches) == 3, what="the third batch")
+    commits.close()
+    assert batches[2][0] == ["e", "f", "g"]
+
+
+def test_no_caller_writes_alone_while_several_are_expected_and_then_again():
+    batches, gate = [], threading.Event()
+    commits = _writer_recording(0.05, batches, gate)
+    _batch_of_three(commits, batches, gate)
+    # Three are expected: this caller's job goes to the writer thread, which waits
+    # out its gathering time for the other two and writes it alone.
+    assert commits.run("h") == "h" and batches[2] == (["h"], "writer-under-test")
+    # That batch held one job: the next caller writes in its own thread again.
+    assert commits.run("i") == "i" and batches[3] == (["i"], threading.current_thread().name)
+    commits.close()
