@@ -259,15 +259,16 @@ def test_the_server_gets_only_the_safe_variables_and_env(renamed):
     assert names - set(DEFAULT_INHERITED_ENV_VARS) - {"PYTHONPATH", "LC_CTYPE"} == set()
 
 
+FAULTY = dict(RENAMED, context={"name": "whoami_slowly"}, get={
+    "name": "broken_fetch", "args": {"record_id": "comment_id"}},
+    read_material={"name": "busy", "args": {"document": "doc"}})
+
+
 @pytest.fixture(scope="module")
 def faulty(renamed):
     home, ref, _ = renamed
-    tools = dict(RENAMED, context={"name": "whoami_slowly"}, get={
-        "name": "broken_fetch", "args": {"record_id": "comment_id"}},
-        read_material={"name": "busy", "args": {"document": "doc"}})
-    # Long enough for a server to start on a busy machine (connecting counts against it),
-    # short enough that the hung-call test does not wait long.
-    host = renamed_mcp_host(home, tools=tools, timeout_s=15)
+    # Long enough for a server to start on a busy machine (connecting counts against it).
+    host = renamed_mcp_host(home, tools=FAULTY, timeout_s=15)
     patiently(host.receipt, "warm-up")  # connected: the tests' calls do not pay for the start
     yield home, host
     host.close()
@@ -283,15 +284,22 @@ def test_is_error_without_a_code_and_transient_codes(faulty):
     assert host.receipt("never-written") is None  # the session is still usable
 
 
-def test_a_hung_call_times_out_and_the_server_is_replaced(faulty):
-    home, host = faulty
-    starts, hung = host.session.starts, host.session.process
-    with pytest.raises(TimeoutError):
-        host.context()
-    wait_for(lambda: hung.returncode is not None, what="the hung server to be killed")
-    assert patiently(host.receipt, "after-timeout") is None
-    # Started again (more than once if a start on a busy machine ran out of time).
-    assert host.session.starts > starts and host.session.process.pid != hung.pid
+def test_a_hung_call_times_out_and_the_server_is_replaced(renamed):
+    home, _, _ = renamed
+    # A host of its own, with a shorter timeout: the hung call waits all of it, and a
+    # start that runs out of it on a busy machine is tried again (``patiently``).
+    host = renamed_mcp_host(home, tools=FAULTY, timeout_s=5)
+    try:
+        patiently(host.receipt, "warm-up")
+        starts, hung = host.session.starts, host.session.process
+        with pytest.raises(TimeoutError):
+            host.context()
+        wait_for(lambda: hung.returncode is not None, what="the hung server to be killed")
+        assert patiently(host.receipt, "after-timeout") is None
+        # Started again (more than once if a start on a busy machine ran out of time).
+        assert host.session.starts > starts and host.session.process.pid != hung.pid
+    finally:
+        host.close()
 
 
 def test_server_killed_mid_call(faulty):
