@@ -30,27 +30,31 @@ def queue_errors():
     return tuple(errors)
 
 
-# Where Huey's consumer says it could not read the queue (its workers) or the
-# schedule (its scheduler), and how each message begins.
-HUEY_QUEUE_READS = {"huey.consumer.Worker": "Error reading from queue",
-                    "huey.consumer.Scheduler": "Error reading schedule"}
+# Where Huey's consumer says it could not use the queue, and how each message
+# begins: its workers reading the queue, or doing its bookkeeping once a task
+# has run (clearing the task's revoke flag, a retry's enqueue); its scheduler
+# reading the schedule. A task's own failure is logged by ``huey.api`` instead.
+HUEY_QUEUE_FAULTS = {"huey.consumer.Worker": ("Error reading from queue",
+                                              "Unhandled error during execution of task"),
+                     "huey.consumer.Scheduler": ("Error reading schedule",)}
 
 
 class _OneLineFaults(logging.Filter):
-    """Turn Huey's traceback for a queue it could not read into one warning line.
+    """Turn Huey's traceback for a queue it could not use into one warning line.
 
     Huey's threads share one queue connection: whichever meets it dead first
-    logs a traceback (reading the queue, the schedule) and the next call opens
-    a new one. An outage is the operator's weather, told in one line as the
-    worker's own database faults are. Any other record keeps its traceback: a
-    task that failed, even on an ``OSError``, is not the queue's.
+    logs a traceback (see ``HUEY_QUEUE_FAULTS``) and the next call opens a new
+    one. An outage is the operator's weather, told in one line as the worker's
+    own database faults are; what a task committed stands, and a lost wake-up
+    is the reaper's. Any other record keeps its traceback: a task that failed,
+    even on an ``OSError``, is not the queue's.
     """
 
     def filter(self, record):
-        # Set on each of HUEY_QUEUE_READS' loggers, it sees only their own records.
+        # Set on each of HUEY_QUEUE_FAULTS' loggers, it sees only their own records.
         exc = record.exc_info[1] if record.exc_info else None
         if (isinstance(exc, queue_errors()) and isinstance(record.msg, str)
-                and record.msg.startswith(HUEY_QUEUE_READS[record.name])):
+                and record.msg.startswith(HUEY_QUEUE_FAULTS[record.name])):
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             record.msg = f"{record.getMessage()}: queue unreachable ({first}); Huey reconnects"
             record.args, record.exc_info, record.exc_text = (), None, None
@@ -62,7 +66,7 @@ class _OneLineFaults(logging.Filter):
 def one_line_queue_faults():
     """While inside, Huey's consumer logs a queue outage as one line (see ``_OneLineFaults``)."""
     one_line = _OneLineFaults()
-    loggers = [logging.getLogger(name) for name in HUEY_QUEUE_READS]
+    loggers = [logging.getLogger(name) for name in HUEY_QUEUE_FAULTS]
     for logger in loggers:
         logger.addFilter(one_line)
     try:

@@ -641,6 +641,9 @@ def test_huey_tells_a_queue_outage_in_one_line_and_keeps_the_traceback_of_a_bug(
             report(worker, sqlite3.OperationalError("database is locked\nsecond line"),
                    "Error reading from queue")
             report(scheduler, OSError("connection refused"), "Error reading schedule.")
+            # After a task ran, clearing its revoke flag on a connection that just died.
+            report(worker, sqlite3.OperationalError("disk I/O error"),
+                   "Unhandled error during execution of task t0.")
             report(worker, ValueError("a bug"), "Error reading from queue")
             report(tasks, OSError("a task's own"), "Unhandled exception in task t1.")
         report(worker, sqlite3.OperationalError("after"), "Error reading from queue")
@@ -648,12 +651,14 @@ def test_huey_tells_a_queue_outage_in_one_line_and_keeps_the_traceback_of_a_bug(
         loggers[-1].removeHandler(handler)
     text = out.getvalue()
     lines = text.splitlines()
-    assert lines[:2] == [
+    assert lines[:3] == [
         "WARNING huey.consumer.Worker Error reading from queue: queue unreachable "
         "(database is locked); Huey reconnects",
         "WARNING huey.consumer.Scheduler Error reading schedule.: queue unreachable "
-        "(connection refused); Huey reconnects"]
-    assert lines[2] == "ERROR huey.consumer.Worker Error reading from queue"
+        "(connection refused); Huey reconnects",
+        "WARNING huey.consumer.Worker Unhandled error during execution of task t0.: queue "
+        "unreachable (disk I/O error); Huey reconnects"]
+    assert lines[3] == "ERROR huey.consumer.Worker Error reading from queue"
     assert "ValueError: a bug" in lines and "OSError: a task's own" in lines
     # The bug's, the task's, and Huey's own report outside the block keep their tracebacks.
     assert text.count("Traceback") == 3
