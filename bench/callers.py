@@ -132,10 +132,11 @@ def _cpu_bill(n, batch, concurrent, one_writer):
     the workers' batches wait out: ``commit_lock_s`` is their commits at the
     bare commit rate of the same database (0 elsewhere). ``estimate`` is the
     ratio the concurrent run would reach if those two were its only extra
-    costs, paid in full, the workers spending what they spent on the batch run. It is an estimate for
-    cores kept busy, not a bound: ``batch_busy`` says how busy the batch run
-    kept them (the workers' and the enqueue call's CPU over the run's time on
-    all cores), and their idle rest can absorb part of the callers' CPU.
+    costs, paid in full, the workers spending what they spent on the batch
+    run. It is an estimate for cores kept busy, not a bound: ``batch_busy``
+    says how busy the batch run kept them (the workers' and the enqueue call's
+    CPU over the run's time on all cores), and their idle rest can absorb part
+    of the callers' CPU.
     """
     if batch.get("workers_cpu_s") is None or concurrent.get("workers_cpu_s") is None:
         return None

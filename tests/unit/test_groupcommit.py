@@ -171,7 +171,6 @@ def test_the_writer_thread_runs_finish_in_itself_as_it_stops():
     assert finished == ["writer-under-test"]
 
 
-
 def _writer_recording(gather_s, batches, gate):
     # A writer whose first write waits for ``gate``; jobs ``put`` without a
     # waiter (None) are answered to nobody, ``run``'s callers as usual.
