@@ -12,6 +12,11 @@ failed attempt, with the JSON-RPC error's code when the server answered one).
 A stdio server is started in its own session (``start_new_session``): it
 outlives a ``killpg`` of its parent, so the session kills it itself when a call
 broke the connection and when it is closed.
+
+A call whose session breaks under it fails then, with ``ConnectionError``: over
+HTTP, a request the SDK could not send (the server died) ends the transport's
+tasks and so the session, and nothing else would answer the caller before its
+bound ran out.
 """
 
 import asyncio
@@ -80,6 +85,7 @@ class McpSession:
         self.starts = 0  # sessions connected so far (a restart adds one)
         self.calls = 0  # requests made, answered or not
         self.process = None  # the stdio server of the current session
+        self._serving = None  # the last call served (owner task)
         self._closed = False
         self._ready = threading.Event()
         self._loop = asyncio.new_event_loop()
@@ -191,6 +197,7 @@ class McpSession:
                     first.fail(ConnectionError(f"mcp: cannot connect: {_describe(exc)}"))
                 else:
                     log.debug("mcp session ended: %s", _describe(exc))
+                    self._fail_serving(exc)
             finally:
                 timer.cancel()
                 self.kill()  # a server that did not exit on its stdin closing
@@ -216,6 +223,12 @@ class McpSession:
             item = await self._queue.get()
         return _CLOSE
 
+    def _fail_serving(self, exc):
+        """The session broke: the call it was serving, unless answered, fails now."""
+        item, self._serving = self._serving, None
+        if item is not None:
+            item.fail(ConnectionError(f"mcp: {item.what}: the session broke: {_describe(exc)}"))
+
     async def _serve(self, client, item):
         """Serve one call; False when the session is broken."""
         what = item.what
@@ -223,6 +236,7 @@ class McpSession:
         if remaining <= 0:
             item.fail(TimeoutError(f"mcp: {what} waited past its deadline"))
             return True
+        self._serving = item
         try:
             result = await item.run(client, remaining)
         except MCPError as exc:

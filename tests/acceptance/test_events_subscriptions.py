@@ -341,15 +341,13 @@ def test_cancel_answers_the_next_delivery_410_and_the_server_drops_it(served):
     assert rt.tend_subscriptions() == {}  # nothing left to do
 
 
-@pytest.mark.slow
 def test_cancel_while_the_server_is_down_unsubscribes_once_it_is_back(served, tmp_path):
     rt, serve, vendor, clock = served
     bind(rt)
     sub_id = the_subscription(rt)["subscription_id"]
     vendor.kill()
     rt.cancel(MONITOR)
-    first = rt.tend_subscriptions()
-    assert list(first.values()) == [1] and list(first)[0] in ("ConnectionError", "TimeoutError")
+    assert rt.tend_subscriptions() == {"ConnectionError": 1}  # at once, not a timeout
     [row] = rt.subscriptions()
     assert (row["unsubscribed"], row["attempts"]) == (False, 1)
     assert rt.tend_subscriptions() == {}  # backing off
@@ -430,17 +428,16 @@ def test_one_worker_claims_a_due_subscription(served):
     assert Subscription.get().next_at > now
 
 
-@pytest.mark.slow
 def test_a_server_down_at_refresh_time_lapses_records_a_gap_and_resubscribes(served):
     rt, serve, vendor, clock = served
     bind(rt)
     row = Subscription.get()
     vendor.kill()
     clock.reach(subscriptions.refresh_at(row.refresh_before, row.subscribed_at))
-    assert set(rt.tend_subscriptions()) <= {"ConnectionError", "TimeoutError"}
+    assert rt.tend_subscriptions() == {"ConnectionError": 1}
     assert the_subscription(rt)["state"] == "active"
     clock.reach(row.refresh_before + 1)
-    assert set(rt.tend_subscriptions()) <= {"ConnectionError", "TimeoutError"}
+    assert rt.tend_subscriptions() == {"ConnectionError": 1}
     lapsed = Subscription.get()
     assert (lapsed.status, lapsed.lapsed_at, lapsed.attempts) == ("lapsed", row.refresh_before, 2)
     assert rt.audit(latest=1)[0]["code"] == "subscription_lapsed"
