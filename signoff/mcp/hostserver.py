@@ -214,6 +214,16 @@ def publish_created(store, record):
     return events.publish(EVENT, {"record_id": record["id"], "document": record["document"]})
 
 
+def retry_now(store):
+    """Send, now, the retries ``store``'s outbox holds for its first backoff (30 s with
+    ``mcp_webhook_events``): the delivery pass the server would make then, signed and
+    sent by the library as the server sends it, to loopback callbacks only (the demo)."""
+    from mcp_webhook_events import RETRY_DELAYS, McpEvents
+    events = McpEvents(None, store=str(store), definitions=definitions(), http=_callbacks(True),
+                       clock=lambda: time.time() + RETRY_DELAYS[0])
+    return events.deliver_pending()
+
+
 def _callbacks(loopback):
     """Where deliveries may go: HTTPS to public addresses only, or with ``loopback``
     (tests and the demo) only to this machine, plain HTTP allowed."""
