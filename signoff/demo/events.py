@@ -8,9 +8,9 @@ and ``monitor bind`` subscribes (the server verifies the callback through
 serve first). Then: the event becomes a ready task; the approved task loses
 its acknowledgement and the worker is killed with SIGKILL and restarted; serve
 is killed right after it stored a delivery and before answering, and the
-server's retry (sent at once, not after the server's 30 s backoff) is answered as
-a duplicate; ``monitor cancel`` makes serve
-answer the next delivery 410, and the server drops the subscription.
+server's retry (sent at once, not after the server's 30 s backoff) is answered
+as a duplicate; ``monitor cancel`` makes serve answer the next delivery 410, and
+the server drops the subscription.
 """
 
 import json

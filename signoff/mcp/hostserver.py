@@ -215,9 +215,10 @@ def publish_created(store, record):
 
 
 def retry_now(store):
-    """Send, now, the retries ``store``'s outbox holds for its first backoff (30 s with
-    ``mcp_webhook_events``): the delivery pass the server would make then, signed and
-    sent by the library as the server sends it, to loopback callbacks only (the demo)."""
+    """Make now the delivery pass the server would make one first backoff (30 s) from
+    now: deliveries waiting out their first retry in ``store``'s outbox are sent, by
+    the library as the server sends them, to loopback callbacks only (the demo).
+    The pass's counts."""
     from mcp_webhook_events import RETRY_DELAYS, McpEvents
     events = McpEvents(None, store=str(store), definitions=definitions(), http=_callbacks(True),
                        clock=lambda: time.time() + RETRY_DELAYS[0])
