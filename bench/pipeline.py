@@ -43,7 +43,9 @@ How the figures are taken:
   nothing); ``commits_breakdown["with_changes"]`` counts only the ones that
   wrote. The window runs from before the enqueue to after the last ``done``,
   once the queue is empty again.
-- Worker peak RSS is the worker child's ``VmHWM`` in the timed pass.
+- Worker peak RSS is the worker child's ``VmHWM`` in the timed pass. The child
+  imports Huey and Peewee as the ``signoff`` command does, with psycopg and redis
+  held back unless the home's backend needs them.
 
 - ``--processes 1,2,4`` measures each count in turn: that many worker
   processes on one home, and plain Huey with that many consumer processes.
@@ -289,6 +291,8 @@ def _child(argv):
     reporter = _Reporter(stats_path, counter)
     signal.signal(signal.SIGUSR1, lambda signum, frame: reporter.write())
     if mode == "worker":
+        from signoff.__main__ import load_libraries
+        load_libraries()  # the worker starts as the command starts it
         _time_batches(reporter)
         atexit.register(reporter.write, True)
         from signoff.cli import main

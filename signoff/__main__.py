@@ -11,8 +11,10 @@ import sys
 HELD_BACK = ("psycopg", "redis")  # storage.drivers.DRIVERS (importing it would import Peewee)
 
 
-def main():
-    """Run the command line."""
+def load_libraries():
+    """Import Huey and Peewee with the server drivers held back, as the command does
+    before anything else (a process that runs the command's ``main`` itself calls it
+    first)."""
     held = [name for name in HELD_BACK if name not in sys.modules]
     for name in held:
         sys.modules[name] = None  # an import of it raises ImportError
@@ -23,6 +25,11 @@ def main():
         for name in held:
             if sys.modules.get(name, ...) is None:
                 del sys.modules[name]
+
+
+def main():
+    """Run the command line."""
+    load_libraries()
     from .cli import main as cli_main
     cli_main()
 
