@@ -8,6 +8,7 @@ from peewee import DatabaseError
 from .ops import (approval, deadletters, gaps, intake, monitors, policy, redraft, retention,
                   reviewers, secrets, subscriptions, views, webhooks)
 from .steps import drafting, ingest, reaper, submit
+from .steps.batch import ClaimSizes
 from . import storage, tracing
 from .clock import Clock
 from .errors import ConfigError, StorageError
@@ -59,6 +60,7 @@ class Signoff:
         except BaseException:
             storage.drop_connection(self.database)
             raise
+        self.claim_sizes = ClaimSizes()
         self.wakers = Wakers(self.queue, self)
         # Concurrent enqueue calls share commits (see storage.groupcommit); the
         # writer thread's connection is closed with it.
@@ -242,6 +244,10 @@ class Signoff:
         return intake.store_chunks(self, jobs)
 
     # -- the worker's steps (Huey tasks call these) ---------------------------
+
+    def claim_limit(self, step):
+        """Rows the next claim of ``step`` (``ingest`` or ``submit``) takes in this process."""
+        return self.claim_sizes.limit(step, self.config.batch_size)
 
     @_own_database
     def ingest_batch(self, owner):

@@ -31,7 +31,7 @@ class Wakers:
 
     def __init__(self, queue, runtime):
         self.queue = queue
-        self.policy = WakePolicy(self, lambda: runtime.config.batch_size)
+        self.policy = WakePolicy(self, runtime.claim_limit)
 
         @queue.task(name="signoff.ingest")
         def ingest():

@@ -62,9 +62,11 @@ def needed(rows, batch_size):
 class WakePolicy:
     """Decides and sends wake-ups for one ``Wakers``; never raises a queue error."""
 
-    def __init__(self, wakers, batch_size):
+    def __init__(self, wakers, claim_limit):
         self.wakers = wakers
-        self.batch_size = batch_size  # a callable: the runtime's config may be replaced
+        # kind -> rows a claim takes: the runtime's config may be replaced, and its
+        # claims shrink when rows are slow (steps.batch.ClaimSizes).
+        self.claim_limit = claim_limit
         self.unreachable = None  # the failure, while the queue cannot be reached
         self._retry_at = 0.0
         self._lock = threading.Lock()
@@ -115,8 +117,7 @@ class WakePolicy:
 
     def top_up(self, backlog):
         """Top the queue up for ``{kind: claimable rows}`` now; returns how many were sent."""
-        size = self.batch_size()
-        wanted = {kind: needed(rows, size) for kind, rows in backlog.items()}
+        wanted = {kind: needed(rows, self.claim_limit(kind)) for kind, rows in backlog.items()}
         wanted = {kind: n for kind, n in wanted.items() if n}
         if not wanted or time.monotonic() < self._retry_at:
             return 0

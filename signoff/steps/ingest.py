@@ -51,7 +51,9 @@ def ingest_batch(rt, owner):
     Returns ``(claimed, full, monitors)``: ``full`` means more may be waiting,
     ``monitors`` are those that gained a ``ready`` task (for standing policies).
     """
-    batch = open_batch(rt, claim_deliveries, Delivery, owner)
+    # A drafter that calls out (it has a timeout) may take seconds a row.
+    batch = open_batch(rt, "ingest", claim_deliveries, Delivery, owner,
+                       cautious=rt.drafter_timeout_s() > 0)
     if batch is None:
         return 0, False, set()
     for monitor_id, window_s in batching.windows(batch.monitors).items():
@@ -63,6 +65,7 @@ def ingest_batch(rt, owner):
     with drafting.tallied():  # the batch's drafter calls: counted in its outcome write
         outcomes = _examine_all(rt, batch, consumed)
         write_outcomes(rt, batch.token, owner, batch.rows, outcomes)
+    batch.done()
     ready = {row.monitor for row, out in zip(batch.rows, outcomes) if out.code == "ready"}
     return len(batch.rows), batch.full, ready
 

@@ -47,7 +47,7 @@ def submit_batch(rt, owner):
 
     Returns ``(claimed, full)``; ``full`` means more may be waiting.
     """
-    batch = open_batch(rt, claim_tasks, Task, owner)
+    batch = open_batch(rt, "submit", claim_tasks, Task, owner)
     if batch is None:
         return 0, False
     tasks, host = batch.rows, batch.host
@@ -65,6 +65,7 @@ def submit_batch(rt, owner):
     if to_write:
         outcomes.update(_write_all(rt, batch, to_write, spans))
     write_outcomes(rt, batch.token, owner, tasks, outcomes)
+    batch.done()
     for key, span in spans.items():
         tracing.end(span, status=outcomes[key].kind, code=outcomes[key].code)
     return len(tasks), batch.full

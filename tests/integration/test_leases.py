@@ -473,3 +473,19 @@ def test_a_claim_commits_without_an_fsync_and_the_outcome_with_one(tmp_path, clo
         assert "COMMIT" in said[synced + 1:]  # the outcome's, at FULL
     finally:
         rt.close()
+
+
+@pytest.mark.backend_independent
+def test_a_claim_takes_about_a_second_of_work_within_the_batch_size():
+    from signoff.steps.batch import BATCH_S, ClaimSizes
+    sizes = ClaimSizes()
+    assert sizes.limit("ingest", 200) == 200  # nothing timed yet: a whole batch
+    assert sizes.limit("ingest", 200, cautious=True) == 1
+    sizes.timed("ingest", 50, BATCH_S * 5)  # 0.1 s a row
+    assert sizes.limit("ingest", 200) == 10
+    sizes.timed("ingest", 1, BATCH_S * 30)  # one row slower than the whole budget
+    assert sizes.limit("ingest", 200) == 1
+    sizes.timed("ingest", 200, BATCH_S / 1000)
+    assert sizes.limit("ingest", 200) == 200 and sizes.limit("ingest", 7) == 7
+    sizes.timed("ingest", 0, 5.0)  # a batch of no rows says nothing
+    assert sizes.limit("ingest", 200) == 200 and sizes.limit("submit", 200) == 200

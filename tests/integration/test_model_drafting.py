@@ -152,6 +152,23 @@ def test_closing_the_runtime_hangs_up_on_the_model_and_it_drafts_again_after(
         Delivery.status == "done").count() == 2
 
 
+def test_the_model_drafter_claims_one_row_first_then_as_many_as_a_second_allows(
+        drafting, model, clock):
+    rt = drafting(records=3)
+    assert rt.drafter_timeout_s() > 0  # it calls out: its rows may take seconds each
+    for n in (1, 2, 3):
+        model.answer(GOOD)
+        rt.enqueue_events([make_event(event_id=f"evt-{n}", record_id=f"comment-{n}")])
+    assert rt.ingest_batch("w") == (1, True)  # written after its one call, not after three
+    assert len(model.requests) == 1 and Task.select().count() == 1
+    rt.claim_sizes.timed("ingest", 1, 3.0)  # as if that call had taken three seconds
+    assert rt.ingest_batch("w") == (1, True)
+    rt.claim_sizes.timed("ingest", 1, 0.05)
+    assert rt.claim_limit("ingest") == 20
+    assert rt.ingest_batch("w") == (1, False)  # the last row: this claim was not full
+    assert Task.select().count() == 3
+
+
 # -- what the record text can and cannot do ----------------------------------------
 
 def check_request(body):
@@ -554,7 +571,7 @@ def test_a_lease_that_would_end_during_the_call_is_renewed_before_it(drafting, c
     assert rt.drafter_timeout_s() == 20.0
     rt.enqueue_events([make_event()])
     ttl = rt.config.lease_ttl_s  # 30
-    batch = open_batch(rt, claim_deliveries, Delivery, "w")
+    batch = open_batch(rt, "ingest", claim_deliveries, Delivery, "w")
     claimed_until = delivery().lease_until
     clock.advance(ttl / 2 - 1)  # not yet half the lease: renewed only for a call's need
     assert batch.keep_lease() and delivery().lease_until == claimed_until
