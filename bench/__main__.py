@@ -68,9 +68,11 @@ class BackendUrl(click.ParamType):
 @click.option("--cli", "through_cli", is_flag=True,
               help="Instead: ingest through the CLI (enqueue, worker --drain) against plain Huey "
               "producer and consumer processes, process start included; and the start-up alone.")
+@click.option("--batch-size", type=click.IntRange(1, 1000), default=None,
+              help="With --cli: the signoff home's [worker] batch_size (default: signoff's).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def bench(n_events, workers, processes, database_url, queue_url, growth, growth_rows, over_mcp,
-          http, traced, concurrent, pairs, through_cli, as_json):
+          http, traced, concurrent, pairs, through_cli, batch_size, as_json):
     """Measure signoff against plain Huey on this machine, in one run.
 
     The homes it makes are its own: their backends are the flags' (SQLite by
@@ -80,10 +82,12 @@ def bench(n_events, workers, processes, database_url, queue_url, growth, growth_
     given = click.get_current_context().get_parameter_source("n_events") != ParameterSource.DEFAULT
     if through_cli:
         from .cli import run_cli_bench
-        report = run_cli_bench(n_events if given else 10_000, as_json)
+        report = run_cli_bench(n_events if given else 10_000, as_json, batch_size)
         if as_json:
             click.echo(json.dumps(report, ensure_ascii=False, indent=2))
         return
+    if batch_size is not None:
+        raise click.UsageError("--batch-size goes with --cli")
     if http:
         from .webhooks import EVENTS, run_http_bench
         report = run_http_bench(events=n_events if given else EVENTS, as_json=as_json,

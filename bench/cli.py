@@ -4,7 +4,8 @@ On SQLite files in fresh folders, N events (default 10,000):
 
 - **signoff**: ``signoff enqueue FILE`` (one process), then ``signoff worker
   --drain`` (one process, 2 threads) until every event is ``ready``; timed
-  from the first process's start to the second's exit.
+  from the first process's start to the second's exit. ``--batch-size N`` sets
+  the home's ``[worker] batch_size``.
 - **plain Huey**: one process that enqueues N no-op tasks (``task()`` once per
   task, as a Huey producer does), then one consumer process (2 threads,
   signoff's queue and consumer settings) that exits once the queue is empty
@@ -21,6 +22,7 @@ of ``STARTS`` runs each.
 
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -73,9 +75,16 @@ def _timed(*argvs, cwd=None):
     return time.perf_counter() - start
 
 
-def _signoff_round(folder, n):
+def _signoff_round(folder, n, batch_size):
     rt = _signoff_home(folder, n, 0, None, lambda msg: None)
     _close_home(rt)
+    if batch_size is not None:
+        config = folder / "signoff.toml"
+        config.write_text(re.sub(r"(?m)^batch_size = \d+$", f"batch_size = {batch_size}",
+                                 config.read_text(encoding="utf-8")), encoding="utf-8")
+        from signoff.config import load_config
+        if load_config(folder).batch_size != batch_size:
+            raise RuntimeError(f"bench --cli: {config} does not set batch_size {batch_size}")
     events = folder / "events.jsonl"
     now = int(time.time())
     events.write_text("".join(json.dumps({"event_id": f"evt-{i}", "name": "comment.created",
@@ -144,8 +153,11 @@ def _startup():
     return {key: round(statistics.median(values), 3) for key, values in runs.items()}
 
 
-def run_cli_bench(n_events=10_000, as_json=False):
-    """Both ways through processes, then the start-up alone; the report."""
+def run_cli_bench(n_events=10_000, as_json=False, batch_size=None):
+    """Both ways through processes, then the start-up alone; the report.
+
+    ``batch_size``: the signoff home's ``[worker] batch_size`` (its default when ``None``).
+    """
     say = (lambda msg: None) if as_json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     tmp = Path(tempfile.mkdtemp(prefix="signoff-bench-cli-"))
     rounds = {"signoff": [], "huey": [], "huey_fsync": []}
@@ -154,7 +166,8 @@ def run_cli_bench(n_events=10_000, as_json=False):
             for r in range(ROUNDS):
                 say(f"({r + 1}/{ROUNDS}) {n_events} events: signoff enqueue + worker --drain;"
                     " plain Huey producer + consumer, without and with fsync")
-                rounds["signoff"].append(n_events / _signoff_round(tmp / f"signoff-{r}", n_events))
+                rounds["signoff"].append(
+                    n_events / _signoff_round(tmp / f"signoff-{r}", n_events, batch_size))
                 rounds["huey"].append(n_events / _huey_round(tmp / f"huey-{r}", n_events, False))
                 rounds["huey_fsync"].append(
                     n_events / _huey_round(tmp / f"huey-fsync-{r}", n_events, True))
@@ -164,7 +177,9 @@ def run_cli_bench(n_events=10_000, as_json=False):
         shutil.rmtree(tmp, ignore_errors=True)
     signoff_rate, huey_rate, durable_rate = (statistics.median(rounds[k])
                                              for k in ("signoff", "huey", "huey_fsync"))
-    report = {"events": n_events, "signoff_cli_ingest_per_s": round(signoff_rate, 1),
+    from signoff.config import Config
+    report = {"events": n_events, "batch_size": batch_size or Config.batch_size,
+              "signoff_cli_ingest_per_s": round(signoff_rate, 1),
               "huey_cli_noop_per_s": round(huey_rate, 1),
               "huey_cli_noop_fsync_per_s": round(durable_rate, 1),
               "cli_ingest_ratio": round(signoff_rate / huey_rate, 3),
@@ -180,7 +195,8 @@ def describe(r):
     """The report as lines of text."""
     s = r["startup"]
     return [
-        f"bench --cli: {r['events']} events, sqlite, process start included", "",
+        f"bench --cli: {r['events']} events, sqlite, process start included,"
+        f" batch_size {r['batch_size']}", "",
         f"signoff enqueue + worker --drain (→ ready)   {r['signoff_cli_ingest_per_s']:,.0f} events/s",
         f"plain Huey producer + consumer (no-op)       {r['huey_cli_noop_per_s']:,.0f} tasks/s",
         f"  ratio                                      {r['cli_ingest_ratio']:.2f}"

@@ -241,3 +241,16 @@ def test_the_load_client_reads_answers_and_reconnects_after_the_server_closes():
     # Every connection answers once: a client that did not reconnect after the
     # first close would get 3 answers in all (one per client), not half of the 12.
     assert statuses[401] >= 6 and figures["p99_ms"] >= figures["p50_ms"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.backend_independent
+def test_bench_cli_runs_with_the_batch_size_it_is_given(tmp_path):
+    done = bench(tmp_path, "--cli", "--events", "60", "--batch-size", "7")
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    report = json.loads(done.stdout)
+    assert (report["events"], report["batch_size"]) == (60, 7)
+    for key in ("signoff_cli_ingest_per_s", "huey_cli_noop_per_s", "cli_ingest_ratio"):
+        assert report[key] > 0, (key, report[key])
+    refused = bench(tmp_path, "--batch-size", "7")
+    assert refused.returncode == 2 and b"--batch-size goes with --cli" in refused.stderr
