@@ -182,8 +182,9 @@ def _approve(rt, items, tasks, who, spans):
         counted, moved, repeated, _ = add_approvals(
             {k: (items[i][1], needed[k]) for k, i in first.items()}, who.by, who.channel, now,
             who.audit_code)
+        taken = counted | repeated
         for i in moves:
-            if first[items[i][0]] != i or items[i][0] not in counted | repeated:
+            if first[items[i][0]] != i or items[i][0] not in taken:
                 out[i] = Refused("not_ready", "the task moved on while it was being approved")
         done = [i for i in moves if not isinstance(out[i], Refused)]
         # Read before commit: once committed, a worker may submit the task before we answer.

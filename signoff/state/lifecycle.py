@@ -193,22 +193,21 @@ def prepare_move_deliveries(ids, sources, target, now, token, per_row=None, **fi
                                     per_row, fields))
 
 
-def move_tasks(keys, sources, target, now, token=None, per_row=None, where=None, **fields):
+def move_tasks(keys, sources, target, now, token=None, where=None, **fields):
     """Move many tasks at once under the rules of ``move_task``; returns the keys moved.
 
     ``where`` adds a condition every moved row must also meet; with ``keys``
     ``None`` it alone picks the rows.
     """
-    return prepare_move_tasks(keys, sources, target, now, token, per_row, where, **fields).run()
+    return prepare_move_tasks(keys, sources, target, now, token, where, **fields).run()
 
 
-def prepare_move_tasks(keys, sources, target, now, token=None, per_row=None, where=None,
-                       **fields):
+def prepare_move_tasks(keys, sources, target, now, token=None, where=None, **fields):
     """``move_tasks`` built now, to ``run()`` in the writer's transaction (as
     ``prepare_move_deliveries``)."""
     _check(TASK_EDGES, sources, target)
     return PreparedMove(_move_query(Task, Task.key, keys, sources, target, now, token,
-                                    per_row, fields, where))
+                                    None, fields, where))
 
 
 def run_moves(moves):
@@ -431,8 +430,11 @@ def add_approvals(wanted, by, channel, now, audit_code="approved"):
         {"task_key": k, "digest": wanted[k][0], "by": by, "channel": channel, "at": now}
         for k in live], ignore_conflicts=True, returning=("task_key",))} if live else set()
     counts = approval_counts(live)
-    complete = {k: wanted[k][0] for k in live if counts.get(k, 0) >= wanted[k][1]}
-    approved = move_tasks(complete, [T.READY], T.APPROVED, now, per_row={"approved_digest": complete},
+    complete = [k for k in live if counts.get(k, 0) >= wanted[k][1]]
+    # The digest approved is the task's own: its rows are locked and live means
+    # unchanged. Named as the column, not value by value: a CASE of one branch a
+    # task is read through for every row it updates, quadratic in a bulk approval.
+    approved = move_tasks(complete, [T.READY], T.APPROVED, now, approved_digest=Task.digest,
                           approved_by=by, approved_at=now, next_at=now, code=None) if complete else set()
     rows = [{"at": now, "code": audit_code if k in approved else "approval_added",
              "monitor": None, "event_id": None, "task_key": k, "actor": by, "channel": channel}

@@ -100,6 +100,17 @@ def test_bulk_approval_binds_each_digest_and_never_edits(rt, host):
     assert rt.task(k1)["edits"] == [] and rt.task(k2)["status"] == "ready"
 
 
+def test_a_bulk_approval_keeps_each_task_its_own_approved_digest(rt, host):
+    pairs = []
+    for n in range(1, 6):
+        host.put_record(f"comment-{n}", document="doc-demo", text=f"text {n}")
+        pairs.append(ready_task(rt, record_id=f"comment-{n}", event_id=f"evt-{n}"))
+    assert len({d for _, d in pairs}) == 5
+    out = rt.approve_many(pairs, by="ana")
+    assert [a["approved_digest"] for a in out] == [d for _, d in pairs]
+    assert [rt.task(k)["approved_digest"] for k, _ in pairs] == [d for _, d in pairs]
+
+
 @pytest.mark.parametrize("edit", [None, EDITED], ids=["approve", "edit"])
 def test_the_answer_is_what_the_approval_did_even_when_a_worker_submits_at_once(rt, host,
                                                                                 monkeypatch, edit):
