@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from signoff.config import Config, load_config
+
 from .backends import backend_env_set_aside
 from .pipeline import DOC, MONITOR, ROOT, _close_home, _signoff_home
 
@@ -82,7 +84,6 @@ def _signoff_round(folder, n, batch_size):
         config = folder / "signoff.toml"
         config.write_text(re.sub(r"(?m)^batch_size = \d+$", f"batch_size = {batch_size}",
                                  config.read_text(encoding="utf-8")), encoding="utf-8")
-        from signoff.config import load_config
         if load_config(folder).batch_size != batch_size:
             raise RuntimeError(f"bench --cli: {config} does not set batch_size {batch_size}")
     events = folder / "events.jsonl"
@@ -177,7 +178,6 @@ def run_cli_bench(n_events=10_000, as_json=False, batch_size=None):
         shutil.rmtree(tmp, ignore_errors=True)
     signoff_rate, huey_rate, durable_rate = (statistics.median(rounds[k])
                                              for k in ("signoff", "huey", "huey_fsync"))
-    from signoff.config import Config
     report = {"events": n_events, "batch_size": batch_size or Config.batch_size,
               "signoff_cli_ingest_per_s": round(signoff_rate, 1),
               "huey_cli_noop_per_s": round(huey_rate, 1),

@@ -52,11 +52,12 @@ WINDOW_S = 0.1
 log = logging.getLogger("signoff.wakeups")
 
 
-def needed(rows, batch_size):
-    """Wake-ups that ``rows`` claimable rows call for: one per batch, at most ``CAP``."""
+def needed(rows, per_claim):
+    """Wake-ups that ``rows`` claimable rows call for: one per claim of ``per_claim``
+    rows, at most ``CAP``."""
     if rows <= 0:
         return 0
-    return min(-(-rows // batch_size), CAP)
+    return min(-(-rows // per_claim), CAP)
 
 
 class WakePolicy:

@@ -6,8 +6,11 @@ How many rows a claim takes is decided here too (``ClaimSizes``).
 import time
 from dataclasses import dataclass, field
 
-from ..state.leases import claimed_alone, renew
-from ..models import Monitor
+from ..state.leases import claim_deliveries, claim_tasks, claimed_alone, renew
+from ..models import Delivery, Monitor, Task
+
+# Each step's claim, and the model of the rows it claims.
+STEPS = {"ingest": (claim_deliveries, Delivery), "submit": (claim_tasks, Task)}
 
 # A claim takes about this much work. A batch's outcomes are written when its last
 # row is done, so a step whose rows are slow (a drafter calling a model) claims a
@@ -79,12 +82,13 @@ class Batch:
         self.rt.claim_sizes.timed(self.step, len(self.rows), time.monotonic() - self.started)
 
 
-def open_batch(rt, step, claim, model, owner, cautious=False):
-    """Claim rows with ``claim`` for ``step``; ``None`` when nothing is waiting.
+def open_batch(rt, step, owner, cautious=False):
+    """Claim rows for ``step`` (``ingest`` or ``submit``); ``None`` when nothing is waiting.
 
     ``cautious``: until the step has timed a batch, claim one row (its rows may
     be slow; see ``BATCH_S``).
     """
+    claim, model = STEPS[step]
     cfg = rt.config
     now = rt.clock.now()
     limit = rt.claim_sizes.limit(step, cfg.batch_size, cautious)

@@ -15,13 +15,12 @@ from ..rules.events import validate
 from ..rules.gate import gate, held_s
 from .batch import open_batch
 from .hostbatch import BatchReads
-from ..state.leases import claim_deliveries
 from .outcomes import Step
 from .outcomes import write as outcomes_write
 from ..state.lifecycle import (RELEASED, DeliveryStatus as D, Fenced, TaskStatus as T, bury, key_in, move_delivery,
                                new_tasks, relabel_duplicate,
                                prepare_move_deliveries, run_moves)
-from ..models import Delivery, Inbox, Task
+from ..models import Inbox, Task
 from ..rules.drafts import result_fields, task_fields
 from ..rules.records import check_material, check_record
 from ..rules.retry import decide
@@ -52,8 +51,7 @@ def ingest_batch(rt, owner):
     ``monitors`` are those that gained a ``ready`` task (for standing policies).
     """
     # A drafter that calls out (it has a timeout) may take seconds a row.
-    batch = open_batch(rt, "ingest", claim_deliveries, Delivery, owner,
-                       cautious=rt.drafter_timeout_s() > 0)
+    batch = open_batch(rt, "ingest", owner, cautious=rt.drafter_timeout_s() > 0)
     if batch is None:
         return 0, False, set()
     for monitor_id, window_s in batching.windows(batch.monitors).items():

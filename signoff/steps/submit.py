@@ -18,7 +18,7 @@ from .batch import open_batch
 from .hostbatch import receipts, submit
 from .outcomes import Step
 from .outcomes import write as outcomes_write
-from ..state.leases import claim_tasks, release
+from ..state.leases import release
 from ..state.lifecycle import (RELEASED, TASK_ACTIVE, Fenced, bury, move_task, prepare_move_tasks,
                                run_moves, update_task, TaskStatus as T,
                                mark_write_possible)
@@ -47,7 +47,7 @@ def submit_batch(rt, owner):
 
     Returns ``(claimed, full)``; ``full`` means more may be waiting.
     """
-    batch = open_batch(rt, "submit", claim_tasks, Task, owner)
+    batch = open_batch(rt, "submit", owner)
     if batch is None:
         return 0, False
     tasks, host = batch.rows, batch.host

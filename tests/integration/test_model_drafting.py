@@ -565,13 +565,12 @@ def test_an_answer_that_comes_after_the_lease_was_taken_over_is_fenced_off(
 
 
 def test_a_lease_that_would_end_during_the_call_is_renewed_before_it(drafting, clock):
-    from signoff.state.leases import claim_deliveries
     from signoff.steps.batch import open_batch
     rt = drafting(timeout_s=20)
     assert rt.drafter_timeout_s() == 20.0
     rt.enqueue_events([make_event()])
     ttl = rt.config.lease_ttl_s  # 30
-    batch = open_batch(rt, "ingest", claim_deliveries, Delivery, "w")
+    batch = open_batch(rt, "ingest", "w")
     claimed_until = delivery().lease_until
     clock.advance(ttl / 2 - 1)  # not yet half the lease: renewed only for a call's need
     assert batch.keep_lease() and delivery().lease_until == claimed_until
