@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from signoff.config import Config, load_config
+from signoff.config import default_batch_size, load_config
 
 from .backends import backend_env_set_aside
 from .pipeline import DOC, MONITOR, ROOT, _close_home, _signoff_home
@@ -82,7 +82,8 @@ def _signoff_round(folder, n, batch_size):
     _close_home(rt)
     if batch_size is not None:
         config = folder / "signoff.toml"
-        config.write_text(re.sub(r"(?m)^batch_size = \d+$", f"batch_size = {batch_size}",
+        # signoff.toml's [worker] batch_size line, set or commented out (the default).
+        config.write_text(re.sub(r"(?m)^(# )?batch_size = \d+.*$", f"batch_size = {batch_size}",
                                  config.read_text(encoding="utf-8")), encoding="utf-8")
         if load_config(folder).batch_size != batch_size:
             raise RuntimeError(f"bench --cli: {config} does not set batch_size {batch_size}")
@@ -178,7 +179,8 @@ def run_cli_bench(n_events=10_000, as_json=False, batch_size=None):
         shutil.rmtree(tmp, ignore_errors=True)
     signoff_rate, huey_rate, durable_rate = (statistics.median(rounds[k])
                                              for k in ("signoff", "huey", "huey_fsync"))
-    report = {"events": n_events, "batch_size": batch_size or Config.batch_size,
+    # The homes are SQLite (database_url None) whatever the environment says.
+    report = {"events": n_events, "batch_size": batch_size or default_batch_size(None),
               "signoff_cli_ingest_per_s": round(signoff_rate, 1),
               "huey_cli_noop_per_s": round(huey_rate, 1),
               "huey_cli_noop_fsync_per_s": round(durable_rate, 1),

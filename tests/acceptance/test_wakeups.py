@@ -67,7 +67,8 @@ def test_approvals_one_at_a_time_leave_one_submit_wake_up(live):
 
 def test_a_batch_gets_one_wake_up_per_batch_up_to_the_cap_and_the_reaper_only_tops_up(live):
     home, rt = live
-    rt.enqueue_events([event(n) for n in range(120)])  # three batches of 50
+    size = rt.config.batch_size
+    rt.enqueue_events([event(n) for n in range(2 * size + size // 2)])  # three batches
     assert rt.wakers.pending_by_kind(100)["ingest"] == 3
     assert rt.reap()["woken"] == 0  # enough are waiting for what is claimable
     rt.queue.flush()  # wake-ups lost (a Redis restart, a crash before sending)

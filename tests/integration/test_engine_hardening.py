@@ -104,8 +104,25 @@ def test_the_default_config_names_only_known_sections_and_keys(tmp_path):
     home.mkdir()
     (home / "signoff.toml").write_text(DEFAULT_TOML, encoding="utf-8")
     config = load_config(home)
-    assert (config.batch_size, config.lease_ttl_s, config.max_record_bytes) == (50, 30.0, 262144)
+    assert (config.batch_size, config.lease_ttl_s, config.max_record_bytes) == (200, 30.0, 262144)
     assert set(tomllib.loads(DEFAULT_TOML)) <= set(SECTIONS)
+
+
+@pytest.mark.backend_independent
+def test_the_batch_size_defaults_by_the_state_database_and_a_set_one_wins(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    config_file = home / "signoff.toml"
+    config_file.write_text(DEFAULT_TOML, encoding="utf-8")
+    monkeypatch.delenv("SIGNOFF_DATABASE_URL", raising=False)
+    assert load_config(home).batch_size == 200  # SQLite: one writer, fewer turns of its lock
+    monkeypatch.setenv("SIGNOFF_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/absent")
+    assert load_config(home).batch_size == 50
+    config_file.write_text(DEFAULT_TOML.replace("# batch_size = 200", "batch_size = 120"),
+                           encoding="utf-8")
+    assert load_config(home).batch_size == 120
+    monkeypatch.delenv("SIGNOFF_DATABASE_URL")
+    assert load_config(home).batch_size == 120
 
 
 # -- a new event for a task past ready is a duplicate of it ------------------------------------
