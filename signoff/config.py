@@ -48,6 +48,19 @@ finished_days = 30
 """
 
 
+def default_batch_size(database_url):
+    """Rows one claim takes at most when ``[worker] batch_size`` is not set.
+
+    SQLite has one writer: each batch's transactions are turns of its lock, and
+    fewer, larger turns ingest about a quarter faster (each turn is longer: an
+    enqueue beside a draining worker waits longer at the tail). PostgreSQL's
+    workers write side by side, and a larger batch costs each worker memory
+    (psycopg holds a batch's statements and their parameters) and concurrent
+    callers their share. docs/performance.md has the figures.
+    """
+    return 200 if database_url is None else 50
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Budgets and backoff for each step (docs/configuration.md)."""
@@ -75,7 +88,7 @@ class Config:
     drafter_options: dict = field(default_factory=dict)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     lease_ttl_s: float = 30.0
-    batch_size: int = 200  # the SQLite default; see default_batch_size
+    batch_size: int = default_batch_size(None)  # _build passes the database's
     database_url: str | None = None
     queue_url: str | None = None
     retention_days: float = 30.0
@@ -111,18 +124,6 @@ class Range:
     def __str__(self):
         return (f"above {self.low} and at most {self.high}" if self.above
                 else f"from {self.low} to {self.high}")
-
-
-def default_batch_size(database_url):
-    """Rows one claim takes at most when ``[worker] batch_size`` is not set.
-
-    SQLite has one writer: each batch's transactions are turns of its lock, and
-    fewer, larger turns ingest about a quarter faster. PostgreSQL's workers write
-    side by side, and a larger batch costs each worker memory (psycopg holds a
-    batch's statements and their parameters) and concurrent callers their share.
-    docs/performance.md has the figures.
-    """
-    return 200 if database_url is None else 50
 
 
 ATTEMPTS = Range(1, 1000)
