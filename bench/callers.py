@@ -14,6 +14,11 @@ Then one sequential caller, with no worker running: ``SEQUENTIAL_CALLS``
 gets from the same database (single-row inserts into a scratch table, each
 committed alone), alternated as many times; the median round gives the ratio.
 
+The report also has the concurrent callers' call times (p50, p99) in the median
+pair: what a caller waits while the workers drain what came before, which a
+larger ``[worker] batch_size`` lengthens on SQLite (each batch holds the one
+write lock longer).
+
 Run: ``python -m bench --concurrent [--pairs N] [--events N] [--database-url URL]
 [--queue-url URL]``.
 """
@@ -107,6 +112,8 @@ def _report(n, workers, backend, pairs, sequential):
         "concurrent_enqueue_per_s": round(concurrent["enqueue_per_s"], 1),
         "batch_enqueue_per_s": round(batch["enqueue_per_s"], 1),
         "concurrent_writer_batches": batches,
+        "concurrent_call_p50_ms": round(concurrent["call_p50_ms"], 2),
+        "concurrent_call_p99_ms": round(concurrent["call_p99_ms"], 2),
         "concurrent_commit_floor_per_s": round(concurrent["commit_floor_per_s"], 1),
         "cpu": _cpu_bill(n, batch, concurrent, one_writer=backend.state == "sqlite"),
         "sequential_calls_per_s": round(calls, 1),
@@ -173,6 +180,8 @@ def describe(r):
         f"{r['concurrent_enqueue_per_s']:,.0f}/s (batch call {r['batch_enqueue_per_s']:,.0f}"
         f" events/s; bare commits {r['concurrent_commit_floor_per_s']:,.0f}/s; "
         f"the writer thread wrote {r['concurrent_writer_batches']} group commits)",
+        f"  a call's time, {r['callers']} callers beside the workers    "
+        f"p50 {r['concurrent_call_p50_ms']:.1f} ms, p99 {r['concurrent_call_p99_ms']:.1f} ms",
         f"one sequential caller                           {r['sequential_calls_per_s']:,.0f}"
         f" calls/s against {r['sequential_commit_floor_per_s']:,.0f} bare commits/s "
         f"({r['sequential_ratio']:.2f}; rounds {', '.join(f'{x:.2f}' for x in r['sequential_ratios'])})",

@@ -932,7 +932,7 @@ def _event_lines(n):
 
 def _enqueue(rt, lines, per_event):
     """Accept ``lines`` through the API: ``(accepted, wake-ups this process sent,
-    transactions the API's group commit wrote)``.
+    transactions the API's group commit wrote, each concurrent call's milliseconds)``.
 
     ``per_event``: one call per event, from this thread (True) or from
     ``per_event`` threads at once (a number above 1: concurrent callers of
@@ -942,9 +942,11 @@ def _enqueue(rt, lines, per_event):
     rt.wakers.send = lambda kind, count: (sent.append(count), send(kind, count))
     writes, write = [], rt.commits.write  # each call of its writer is one transaction
     rt.commits.write = lambda jobs: (writes.append(len(jobs)), write(jobs))[1]
+    call_ms = []
     try:
         if per_event is not True and per_event > 1:
-            accepted = _enqueue_concurrently(rt, [json.loads(line) for line in lines], per_event)
+            accepted = _enqueue_concurrently(rt, [json.loads(line) for line in lines], per_event,
+                                             call_ms)
         elif per_event:
             accepted = sum(r.accepted for line in lines
                            for r in rt.enqueue(io.BytesIO(line), MONITOR))
@@ -953,11 +955,12 @@ def _enqueue(rt, lines, per_event):
     finally:
         del rt.wakers.send  # the class's own again
         rt.commits.write = write
-    return accepted, sum(sent), len(writes)
+    return accepted, sum(sent), len(writes), call_ms
 
 
-def _enqueue_concurrently(rt, events, threads):
-    """``threads`` callers take the next event and enqueue it alone, until none is left."""
+def _enqueue_concurrently(rt, events, threads, call_ms):
+    """``threads`` callers take the next event and enqueue it alone, until none is left;
+    each call's milliseconds go to ``call_ms``."""
     todo, accepted, failed = iter(events), [], []
     lock = threading.Lock()
 
@@ -969,7 +972,9 @@ def _enqueue_concurrently(rt, events, threads):
                     event = next(todo, None)
                 if event is None:
                     break
+                start = time.perf_counter()
                 count += sum(r.accepted for r in rt.enqueue_events([event], MONITOR))
+                call_ms.append((time.perf_counter() - start) * 1000)
         except Exception as exc:
             failed.append(exc)
         accepted.append(count)
@@ -994,9 +999,11 @@ def _run_events(rt, group, n, counter, pipeline, per_event):
     p0 = counter.snapshot()
     cpu0 = (cpu_s(), group.cpu_s())
     t0 = time.perf_counter()
-    accepted, wakeups, commits = _enqueue(rt, lines, per_event)
+    accepted, wakeups, commits, call_ms = _enqueue(rt, lines, per_event)
     out = {"events": n, "enqueue_s": time.perf_counter() - t0, "enqueue_wakeups": wakeups,
            "enqueue_cpu_s": cpu_s() - cpu0[0], "enqueue_commits": commits}
+    if call_ms:  # concurrent callers, beside workers draining what came before
+        out["call_p50_ms"], out["call_p99_ms"] = _percentile(call_ms, 50), _percentile(call_ms, 99)
     c_enqueue = _minus(counter.snapshot(), p0)
     if accepted != n:
         raise RuntimeError("bench: not every event was accepted")

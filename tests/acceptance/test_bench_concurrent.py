@@ -34,6 +34,8 @@ def test_concurrent_bench_compares_eight_callers_with_the_batch_run(tmp_path):
     assert report["ratio_of_medians"] == pytest.approx(medians, rel=0.01)
     assert len(report["sequential_ratios"]) == 5
     assert report["concurrent_writer_batches"] >= 0  # the API's group commit
+    # Each call durable before it answers: its time is at least a commit's, never nothing.
+    assert 0 < report["concurrent_call_p50_ms"] <= report["concurrent_call_p99_ms"]
     cpu = report["cpu"]  # the median pair's CPU bill
     assert cpu["call_us"] > 0 and all(us > 0 for us in cpu["workers_us_per_event"])
     # Every call commits: alone, or in a group commit of several.
