@@ -126,8 +126,9 @@ def _loop(rt, workers, drain):
     start_consumer(consumer, stop)
     heartbeat = heartbeats.Heartbeat(rt.clock, workers)
     _safe(heartbeat.beat, None)
-    log.info("worker started: %d threads, lease %.0fs, home %s", workers,
-             rt.config.lease_ttl_s, rt.home)
+    # The batch size in force: its default depends on the state's database.
+    log.info("worker started: %d threads, lease %.0fs, batch %d, home %s", workers,
+             rt.config.lease_ttl_s, rt.config.batch_size, rt.home)
     health_at = time.monotonic() + HEALTH_INTERVAL_S
     drained = _Drain(rt, notifier is not None, tender is not None)
     chores_at = pass_at = time.monotonic()

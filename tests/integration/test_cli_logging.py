@@ -59,4 +59,5 @@ def test_the_worker_log_lines_follow_each_invocations_level(home, backend):
     assert logging_state() == before
     started = [line for line in told.stderr.splitlines() if "signoff.worker INFO worker started" in line]
     assert len(started) == 1, told.stderr  # one handler, not one per earlier invocation
+    assert ", batch 200, " in started[0]  # the batch size in force: SQLite's default
     assert " INFO " not in quiet.stderr and " INFO " not in again.stderr
