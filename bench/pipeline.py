@@ -918,8 +918,9 @@ def _signoff_home(folder, n, history, backend, say):
 
 
 def _close_home(rt):
-    rt.host().close()
-    _close_queue(rt.queue)
+    # The runtime's close sends the wake-ups it holds back now: a timer sending them
+    # later would write a Redis key after the run has deleted its keys.
+    rt.close()
     rt.database.close()
 
 
