@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from .backends import BenchBackend, backend_env_set_aside
-from .pipeline import MONITOR, _close_home, _signoff_home, bench_signoff, commit_floor
+from .pipeline import MONITOR, _signoff_home, bench_signoff, commit_floor
 
 CALLERS = 8
 PROCESSES = 2
@@ -88,7 +88,7 @@ def _sequential(folder, backend, say, count):
                 rt.enqueue_events([event], MONITOR)
             rounds.append((floor, SEQUENTIAL_CALLS / (time.perf_counter() - start)))
     finally:
-        _close_home(rt)
+        rt.close()
     return rounds
 
 

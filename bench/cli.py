@@ -34,7 +34,7 @@ from pathlib import Path
 from signoff.config import default_batch_size, load_config
 
 from .backends import backend_env_set_aside
-from .pipeline import DOC, MONITOR, ROOT, _close_home, _signoff_home
+from .pipeline import DOC, MONITOR, ROOT, _signoff_home
 
 ROUNDS = 3
 STARTS = 5
@@ -79,7 +79,7 @@ def _timed(*argvs, cwd=None):
 
 def _signoff_round(folder, n, batch_size):
     rt = _signoff_home(folder, n, 0, None, lambda msg: None)
-    _close_home(rt)
+    rt.close()
     if batch_size is not None:
         config = folder / "signoff.toml"
         # signoff.toml's [worker] batch_size line, set or commented out (the default).

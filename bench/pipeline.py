@@ -828,7 +828,7 @@ def bench_signoff(folder, n, workers, counter=None, history=0, pipeline=True, sa
         if floor:
             out["commit_floor_per_s"] = floor
     finally:
-        _close_home(rt)
+        rt.close()
     return out
 
 
@@ -915,13 +915,6 @@ def _signoff_home(folder, n, history, backend, say):
         say(f"  adding {history:,} finished tasks")
         add_history(rt, history)
     return rt
-
-
-def _close_home(rt):
-    # The runtime's close sends the wake-ups it holds back now: a timer sending them
-    # later would write a Redis key after the run has deleted its keys.
-    rt.close()
-    rt.database.close()
 
 
 def _event_lines(n):
@@ -1260,7 +1253,7 @@ def _grown_run(tmp, backend, n, workers, rows, processes, say):
         return bench_signoff(tmp / "home-grown", n, workers, history=rows, pipeline=False,
                              say=say, processes=processes, backend=backend, reference=reference)
     finally:
-        _close_home(reference)
+        reference.close()
 
 
 def _add_growth(report, grown, main, rows):
