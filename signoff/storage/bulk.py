@@ -96,13 +96,17 @@ class PreparedInsert:
         params = self.params if only is None else [self.params[i] for i in only]
         if not params:
             return []
-        plan, out = self.plan, []
-        per = max(1, MAX_PARAMS // len(plan.fields))
-        for lo in range(0, len(params), per):
-            chunk = params[lo:lo + per]
-            cursor = self.database.execute_sql(
-                plan.head + ", ".join([plan.one] * len(chunk)) + plan.tail,
-                [v for row in chunk for v in row])
+        plan = self.plan
+        if plan.columnar:  # one array per column, whatever the number of rows
+            chunks = [(plan.head, [list(column) for column in zip(*params)])]
+        else:
+            per = max(1, MAX_PARAMS // len(plan.fields))
+            chunks = [(plan.head + ", ".join([plan.one] * len(chunk)) + plan.tail,
+                       [v for row in chunk for v in row])
+                      for chunk in (params[lo:lo + per] for lo in range(0, len(params), per))]
+        out = []
+        for sql, values in chunks:
+            cursor = self.database.execute_sql(sql, values)
             if plan.returning:
                 out.extend(tuple(row) for row in cursor.fetchall())
         return out
@@ -125,13 +129,24 @@ class _InsertPlan:
             else:
                 holders.append(engine.param)
                 self.convert.append((f.name, _plain_converter(f)))
-        self.head = (f'INSERT INTO "{meta.table_name}" ('
-                     + ", ".join(f'"{f.column_name}"' for f in self.fields) + ") VALUES ")
         self.tail = " ON CONFLICT DO NOTHING" if ignore_conflicts else ""
         self.returning = bool(returning)
         if returning:
             self.tail += " RETURNING " + ", ".join(f'"{meta.fields[n].column_name}"'
                                                    for n in returning)
+        self.head = (f'INSERT INTO "{meta.table_name}" ('
+                     + ", ".join(f'"{f.column_name}"' for f in self.fields) + ") ")
+        arrays = engine.array_types or {}
+        # Rows come out of unnest in the arrays' order, so RETURNING answers in
+        # the rows' order, as with VALUES.
+        self.columnar = bool(arrays) and all(f.field_type in arrays for f in self.fields)
+        if self.columnar:
+            self.head += ("SELECT * FROM unnest("
+                          + ", ".join(f"{engine.param}::{arrays[f.field_type]}[]"
+                                      for f in self.fields)
+                          + ")" + self.tail)
+        else:
+            self.head += "VALUES "
         self.one = "(" + ", ".join(holders) + ")"
 
 

@@ -47,6 +47,39 @@ def test_insert_rows_writes_what_insert_many_writes(rt, clock):
                        returning=("key",)) == []
 
 
+# Values a driver must quote for them to arrive as given: in a row of VALUES, and
+# as elements of the arrays a bulk insert sends on PostgreSQL (where a bare NULL,
+# a brace, a comma, a quote or a backslash means something).
+AWKWARD = ["", "NULL", "null", '"', "\\", "{a,b}", "x, y", " padded ", "tab\tnew\nline",
+           "nul\x00byte", "lone \ud800 surrogate", "ünïcode 漢字", "'; DROP TABLE task; --"]
+
+
+def test_insert_rows_answers_in_row_order_and_keeps_every_value(rt, clock):
+    base = {"monitor": "default", "status": "ready", "version": 2**62, "digest": "d" * 64,
+            "approval_deadline": None, "created_at": 1.5, "updated_at": 2.0}
+    rows = [dict(base, key=f"k{i:02}", record_id=s, result={"draft": s, "sources": [s, None]},
+                 record={s: [s, 1, 2.5, True, None]}, approved_by=s or None, parked=i % 2 == 1)
+            for i, s in enumerate(AWKWARD)]
+    insert_rows(Task, [rows[3]])  # already there: skipped, and not answered for
+    got = insert_rows(Task, rows, ignore_conflicts=True, returning=("key",))
+    assert got == [(r["key"],) for i, r in enumerate(rows) if i != 3]
+    stored = {t.key: t for t in Task.select()}
+    for row in rows:
+        t = stored[row["key"]]
+        assert (t.record_id, t.result, t.record, t.approved_by, t.parked, t.version,
+                t.approval_deadline, t.created_at) == (
+            row["record_id"], row["result"], row["record"], row["approved_by"], row["parked"],
+            2**62, None, 1.5)
+    # Ids come back in the order the rows were given, whatever their number.
+    ids = [r[0] for r in insert_rows(Delivery, [
+        {"monitor": "default", "event_id": f"e-{i}", "name": "n", "document": "doc",
+         "record_id": "r", "occurred": i, "status": "queued", "next_at": 0.0, "accepted_at": 1.0,
+         "updated_at": 1.0} for i in range(1500)], returning=("id",))]
+    assert ids == sorted(ids) and len(set(ids)) == 1500
+    events = dict(Delivery.select(Delivery.id, Delivery.event_id).tuples())
+    assert [events[i] for i in ids] == [f"e-{i}" for i in range(1500)]
+
+
 def test_a_fenced_row_in_an_ingest_batch_leaves_the_others_written(rt, clock):
     ids = enqueue_many(rt, 3)
     token, rows = claim_deliveries(clock.now(), "w1", TTL, 10)
