@@ -104,11 +104,12 @@ class PreparedInsert:
             chunks = [(plan.head + ", ".join([plan.one] * len(chunk)) + plan.tail,
                        [v for row in chunk for v in row])
                       for chunk in (params[lo:lo + per] for lo in range(0, len(params), per))]
-        out = []
+        out, back = [], plan.returning
         for sql, values in chunks:
             cursor = self.database.execute_sql(sql, values)
-            if plan.returning:
-                out.extend(tuple(row) for row in cursor.fetchall())
+            if back:  # as a query would give them: text read back is unescaped
+                out.extend(tuple(f.python_value(v) for f, v in zip(back, row))
+                           for row in cursor.fetchall())
         return out
 
 
@@ -130,7 +131,7 @@ class _InsertPlan:
                 holders.append(engine.param)
                 self.convert.append((f.name, _plain_converter(f)))
         self.tail = " ON CONFLICT DO NOTHING" if ignore_conflicts else ""
-        self.returning = bool(returning)
+        self.returning = [meta.fields[n] for n in returning]
         if returning:
             self.tail += " RETURNING " + ", ".join(f'"{meta.fields[n].column_name}"'
                                                    for n in returning)
