@@ -37,7 +37,7 @@ from ..rules.events import check_label, check_name
 from ..rules.gate import gate
 from ..state.lifecycle import audit, move_tasks, withdraw_approvals, TaskStatus as T
 from ..models import Audit, Monitor, Policy, PolicyDecision, Task, db, insert_rows
-from ..storage import lock_rows, log_failed_pass
+from ..storage import key_in, lock_rows, log_failed_pass
 
 HOUR_S = 60 * 60
 PASS_LIMIT = 200  # tasks one policy considers per pass; the next pass takes the rest
@@ -228,7 +228,7 @@ def _approve_waiting(rt, policy, now, summary):
     keys = _decide(policy, now, summary)
     if not keys:
         return
-    results = {k: r for k, r in Task.select(Task.key, Task.result).where(Task.key.in_(keys))
+    results = {k: r for k, r in Task.select(Task.key, Task.result).where(key_in(Task.key, keys))
                .tuples()}
     # The digest of the result as it is now: approve_many refuses it
     # (digest_mismatch) unless it is still the digest taken at drafting.
@@ -261,7 +261,7 @@ def _decide(policy, now, summary):
         if not waiting:
             return []
         decided = {k for (k,) in PolicyDecision.select(PolicyDecision.task_key).where(
-            mine, PolicyDecision.task_key.in_(waiting)).tuples()}
+            mine, key_in(PolicyDecision.task_key, waiting)).tuples()}
         used = PolicyDecision.select().where(
             mine, PolicyDecision.decision == "approved", PolicyDecision.at > now - HOUR_S).count()
         again = [k for k in waiting if k in decided]  # counted in ``used`` already

@@ -9,8 +9,9 @@ lease cannot overwrite the one that took over.
 import uuid
 
 from .. import storage
+from ..storage import key_in
 from ..storage.claims import claimable
-from .lifecycle import RELEASED, DeliveryStatus, claim_rows, key_in
+from .lifecycle import RELEASED, DeliveryStatus, claim_rows
 from ..models import Delivery, Task, db
 
 

@@ -17,14 +17,14 @@ from .batch import open_batch
 from .hostbatch import BatchReads
 from .outcomes import Step
 from .outcomes import write as outcomes_write
-from ..state.lifecycle import (RELEASED, DeliveryStatus as D, Fenced, TaskStatus as T, bury, key_in, move_delivery,
+from ..state.lifecycle import (RELEASED, DeliveryStatus as D, Fenced, TaskStatus as T, bury, move_delivery,
                                new_tasks, relabel_duplicate,
                                prepare_move_deliveries, run_moves)
 from ..models import Inbox, Task
 from ..rules.drafts import result_fields, task_fields
 from ..rules.records import check_material, check_record
 from ..rules.retry import decide
-from ..storage import PreparedInsert, lock_rows, unstorable
+from ..storage import PreparedInsert, key_in, lock_rows, unstorable
 
 FUTURE_TOLERANCE_S = 5
 
@@ -59,7 +59,7 @@ def ingest_batch(rt, owner):
     # Both key columns, so the lookup stays on the primary key as the inbox grows.
     consumed = {(i.monitor, i.event_id): i.task_key for i in Inbox.select().where(
         Inbox.monitor.in_(list(batch.monitors) or [""]),
-        Inbox.event_id.in_(list({r.event_id for r in batch.rows})))}
+        key_in(Inbox.event_id, list({r.event_id for r in batch.rows})))}
     with drafting.tallied():  # the batch's drafter calls: counted in its outcome write
         outcomes = _examine_all(rt, batch, consumed)
         write_outcomes(rt, batch.token, owner, batch.rows, outcomes)

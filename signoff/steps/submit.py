@@ -23,6 +23,7 @@ from ..state.lifecycle import (RELEASED, TASK_ACTIVE, Fenced, bury, move_task, p
                                run_moves, update_task, TaskStatus as T,
                                mark_write_possible)
 from ..models import Task, db
+from ..storage import key_in
 from ..rules.retry import decide
 
 
@@ -165,7 +166,7 @@ def _still_ours(keys, token):
     if not keys:
         return set()
     return {k for (k,) in Task.select(Task.key).where(
-        Task.key.in_(keys), Task.lease_token == token,
+        key_in(Task.key, keys), Task.lease_token == token,
         Task.status.in_(list(TASK_ACTIVE))).tuples()}
 
 

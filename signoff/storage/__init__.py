@@ -30,7 +30,7 @@ __all__ = [
     "label", "describe", "describe_server", "unstorable", "drop_connection", "log_failed_pass", "retried", "retrying", "session",
     "transient", "wait_until_reachable", "JSON", "Text", "escape_text", "lossless_dumps",
     "unescape_text", "SCHEMA_TABLE", "SCHEMA_VERSION", "check_schema", "create_schema",
-    "claim", "lock_name", "lock_rows", "read_snapshot", "unsynced", "prepare_worker", "checkpoint",
+    "claim", "key_in", "lock_name", "lock_rows", "read_snapshot", "unsynced", "prepare_worker", "checkpoint",
     "analyze",
 ]
 
@@ -43,6 +43,12 @@ def claim(model, suspect, now, limit, changes):
     transaction has ended.
     """
     return engine_of(model._meta.database).claim(model, suspect, now, limit, changes)
+
+
+def key_in(field, values):
+    """``field IN values`` as one SQL node, cheaper to build than ``field.in_`` for a
+    batch; each value as ``field`` stores it (text escaped, see ``fields``)."""
+    return engine_of().key_in(field.column_name, [field.db_value(v) for v in values])
 
 
 def lock_name(*parts):

@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 from urllib.parse import quote, unquote, urlsplit
 
-from peewee import InterfaceError, OperationalError, PostgresqlDatabase, SqliteDatabase
+from peewee import SQL, InterfaceError, OperationalError, PostgresqlDatabase, SqliteDatabase
 
 from ..errors import ConfigError, NoHome
 from . import claims
@@ -123,6 +123,10 @@ class Engine:
         instances once the transaction has ended).
         """
         raise NotImplementedError
+
+    def key_in(self, column, values):
+        """``column IN (values)`` as one SQL node, a placeholder per value."""
+        return SQL(f'"{column}" IN (' + ", ".join([self.param] * len(values)) + ")", values)
 
     def lock_name(self, parts):
         """Hold a lock named by ``parts`` until the transaction ends."""
@@ -417,6 +421,10 @@ class PostgresEngine(Engine):
         union = " UNION ALL ".join(f"SELECT * FROM range{n}" for n in range(len(ranges)))
         ranges.append(f"picked AS MATERIALIZED ({union} ORDER BY {order} LIMIT %s)")
         return ", ".join(ranges), params + [limit]
+
+    def key_in(self, column, values):
+        # One array parameter, whatever the number of values (see array_types).
+        return SQL(f'"{column}" = ANY({self.param})', [values])
 
     def lock_name(self, parts):
         # For rows that do not exist yet (FOR UPDATE locks only rows that do):

@@ -5,6 +5,7 @@ one while a batch is open, and one while it is being closed.
 """
 
 import json
+import os
 import signal
 
 import pytest
@@ -66,6 +67,20 @@ def test_records_within_the_window_become_one_task_drafted_from_all(brt, clock, 
     arrive(rt, 1)  # a redelivery is a duplicate of the batch's task
     assert rt.events()[-1]["outcome"] == "duplicate"
     assert rt.events()[-1]["task_key"] == task.key
+
+
+def test_event_ids_stored_escaped_are_linked_to_their_batch_task(brt, clock):
+    # U+F0000 is a valid label character that text columns store escaped: the
+    # link from each event to the batch's task must find the stored form.
+    rt = brt
+    ids = [os.environ.get("X", "e-\U000F0000-") + "1", os.environ.get("X", "e-\U000F0000-") + "2"]
+    for n, event_id in enumerate(ids, 1):
+        assert arrive(rt, n, event_id=event_id).outcome == "batched"
+    clock.advance(WINDOW)
+    assert batching.close_due(rt) == 1
+    [task] = Task.select()
+    linked = {d["event_id"]: d["task_key"] for d in rt.events()}
+    assert linked == {event_id: task.key for event_id in ids}
 
 
 def test_a_record_after_the_window_starts_a_new_batch(brt, clock):
