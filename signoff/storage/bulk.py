@@ -93,9 +93,12 @@ class PreparedInsert:
         self.database = resolve(database)  # resolved once, not per value
         self.plan = plan = _insert_plan(model, tuple(rows[0]), type(self.database.engine),
                                         ignore_conflicts, tuple(returning))
-        fixed = {name: d() if callable(d) else d for name, d in plan.defaults.items()}
-        self.params = [[c(r[name] if name in r else fixed[name]) for name, c in plan.convert]
-                       for r in rows]
+        # The rows' own values come first (``_InsertPlan``); the defaults after them
+        # are one value for every row, converted once (a JSON default is a dumps).
+        given = plan.convert[:len(plan.convert) - len(plan.defaults)]
+        fixed = [c(d() if callable(d) else d) for (_, c), d in
+                 zip(plan.convert[len(given):], plan.defaults.values())]
+        self.params = [[c(r[name]) for name, c in given] + fixed for r in rows]
 
     def run(self, only=None):
         """Insert the rows (those at the positions in ``only``, if given); the returned rows."""
