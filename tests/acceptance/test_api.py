@@ -11,7 +11,7 @@ import pytest
 from helpers import LOCAL_TLS
 from servekit import Server, event, make_home
 from signoff.models import MODELS
-from test_serve_pages import csrf, post_login
+from servekit import csrf, post_login
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import LOCAL_TLS, child_env, signoff_cmd, read_here
-from servekit import Server, event, make_home, ready_home
+from servekit import Server, csrf, event, make_home, post_login, ready_home
 from signoff.app import Signoff
 from signoff.clock import FakeClock
 from signoff.models import MODELS, Task
@@ -41,18 +41,6 @@ def site(home):
         client.close()
     assert server.stop() == 0, server.stderr()
     rt.close()
-
-
-def csrf(page):
-    return re.search(r'name="csrf_token" value="([0-9a-f]+)"', page).group(1)
-
-
-def post_login(client, name, token, **fields):
-    """Open the login page (its CSRF cookie and field), then post the form."""
-    page = client.get("/login").text
-    login_csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
-    return client.post("/login", data={"name": name, "token": token, "csrf_token": login_csrf,
-                                       **fields})
 
 
 def ready_keys(rt):

@@ -3,6 +3,7 @@
 import datetime
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -102,3 +103,16 @@ class Server:
         if self.proc.stdout:
             self.proc.stdout.close()
         self.log.close()
+
+
+def csrf(page):
+    """The CSRF token of a review page's forms."""
+    return re.search(r'name="csrf_token" value="([0-9a-f]+)"', page).group(1)
+
+
+def post_login(client, name, token, **fields):
+    """Open the login page (its CSRF cookie and field), then post the form."""
+    page = client.get("/login").text
+    login_csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+    return client.post("/login", data={"name": name, "token": token, "csrf_token": login_csrf,
+                                       **fields})

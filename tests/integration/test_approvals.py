@@ -370,8 +370,7 @@ def test_page_forms_edit_reason_acknowledgement_and_bulk_drafts(tmp_path, backen
 
     import httpx
     from helpers import LOCAL_TLS
-    from servekit import Server, event, make_home
-    from test_serve_pages import csrf, post_login
+    from servekit import Server, csrf, event, make_home, post_login
 
     home = tmp_path / "site"
     if backend is not None:
