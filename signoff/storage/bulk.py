@@ -93,12 +93,9 @@ class PreparedInsert:
         self.database = resolve(database)  # resolved once, not per value
         self.plan = plan = _insert_plan(model, tuple(rows[0]), type(self.database.engine),
                                         ignore_conflicts, tuple(returning))
-        # The rows' own values come first (``_InsertPlan``); the defaults after them
-        # are one value for every row, converted once (a JSON default is a dumps).
-        given = plan.convert[:len(plan.convert) - len(plan.defaults)]
-        fixed = [c(d() if callable(d) else d) for (_, c), d in
-                 zip(plan.convert[len(given):], plan.defaults.values())]
-        self.params = [[c(r[name]) for name, c in given] + fixed for r in rows]
+        # A default is one value for every row: converted once (a JSON one is a dumps).
+        fixed = [c(d() if callable(d) else d) for c, d in plan.defaulted]
+        self.params = [[c(r[name]) for name, c in plan.given] + fixed for r in rows]
 
     def run(self, only=None):
         """Insert the rows (those at the positions in ``only``, if given); the returned rows."""
@@ -139,11 +136,14 @@ class _InsertPlan:
             else:
                 holders.append(engine.param)
                 self.convert.append((f.name, _plain_converter(f)))
+        # The rows' own fields first, then the defaulted ones with their defaults.
+        self.given = self.convert[:len(names)]
+        self.defaulted = [(c, d) for (_, c), d in
+                          zip(self.convert[len(names):], self.defaults.values())]
         self.tail = " ON CONFLICT DO NOTHING" if ignore_conflicts else ""
         self.returning = [meta.fields[n] for n in returning]
         if returning:
-            self.tail += " RETURNING " + ", ".join(f'"{meta.fields[n].column_name}"'
-                                                   for n in returning)
+            self.tail += " RETURNING " + ", ".join(f'"{f.column_name}"' for f in self.returning)
         into = (f'INSERT INTO "{meta.table_name}" ('
                 + ", ".join(f'"{f.column_name}"' for f in self.fields) + ") ")
         self.head = into + "VALUES "

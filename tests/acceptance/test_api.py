@@ -9,9 +9,8 @@ import httpx
 import pytest
 
 from helpers import LOCAL_TLS
-from servekit import Server, event, make_home
+from servekit import Server, csrf, event, make_home, post_login
 from signoff.models import MODELS
-from servekit import csrf, post_login
 
 
 @pytest.fixture
