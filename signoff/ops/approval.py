@@ -19,7 +19,7 @@ from ..rules.events import check_name
 from ..rules.gate import INGEST_ACTIONS, gate
 from ..state.lifecycle import (Fenced, add_approvals, approval_counts, audit, cancel_tasks,
                                edit_task, move_task, update_task, TaskStatus as T)
-from ..storage import key_in, retried
+from ..storage import key_in, retried, select_instances
 from ..models import Approval, Monitor, Task, db
 from ..rules.retry import TRANSIENT, backoff
 
@@ -102,7 +102,8 @@ def approve_many(rt, items, by, audit_code="approved", channel="cli", ack_hidden
     check_name("by", by)
     check_channel(channel)
     items = _full_keys(items)
-    tasks = {t.key: t for t in Task.select().where(key_in(Task.key, [k for k, _ in items]))}
+    tasks = {t.key: t for t in select_instances(
+        Task.select().where(key_in(Task.key, [k for k, _ in items])))}
     # A signoff.approve span per known task, in the trace of the event that made it.
     spans = {i: tracing.begin("signoff.approve", tasks[key], task_key=key,
                               monitor=tasks[key].monitor)
@@ -201,7 +202,8 @@ def _answers(keys, needed):
     if not keys:
         return {}
     counts = approval_counts(keys)
-    fresh = Task.select(Task.key, Task.status, Task.approved_digest).where(key_in(Task.key, keys))
+    fresh = select_instances(Task.select(Task.key, Task.status, Task.approved_digest)
+                             .where(key_in(Task.key, keys)))
     return {t.key: answer(t, 0 if t.status != "ready" else max(0, needed[t.key] - counts.get(t.key, 0)))
             for t in fresh}
 

@@ -35,9 +35,48 @@ class Fetched:
         """The rows as ``model`` instances, converted as a query would convert them."""
         if not self.rows:
             return []
-        wrapper = ModelObjectCursorWrapper(_Replay(self.description, self.rows), self.model,
-                                           [], self.model)
-        return list(wrapper)
+        columns = tuple(d[0] for d in self.description)
+        build = _builder(self.model, columns)
+        if build is None:  # a column that is not one of the model's fields
+            return list(ModelObjectCursorWrapper(_Replay(self.description, self.rows),
+                                                 self.model, [], self.model))
+        return build(self.rows)
+
+
+def select_instances(query):
+    """``list(query)`` for a select of ``query.model``'s own columns, built as ``Fetched`` builds.
+
+    For the reads of many whole rows at once (a bulk approval's tasks), where
+    Peewee's own wrapper, which sets each value through the field's descriptor,
+    costs more than the statement.
+    """
+    sql, params = query.sql()
+    return Fetched.run(query.model, sql, params).instances()
+
+
+@functools.lru_cache(maxsize=256)
+def _builder(model, columns):
+    # What Peewee's ModelObjectCursorWrapper makes of a row (each value through its
+    # field's python_value, into the instance's data, nothing dirty), without its
+    # dict of keyword arguments and a descriptor call per value: 27 µs a task row
+    # through Peewee, 17 µs here. None when a column is not a field of ``model``
+    # or comes twice (Peewee renames the second).
+    fields = model._meta.combined
+    if len(set(columns)) < len(columns) or not all(c in fields for c in columns):
+        return None
+    plan = [(i, fields[c].name, fields[c].python_value) for i, c in enumerate(columns)]
+    new = object.__new__
+
+    def build(rows):
+        out = []
+        for row in rows:
+            instance = new(model)
+            instance.__data__ = {name: read(row[i]) for i, name, read in plan}
+            instance._dirty = set()
+            instance.__rel__ = {}
+            out.append(instance)
+        return out
+    return build
 
 
 class _Replay:

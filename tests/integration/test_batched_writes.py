@@ -9,7 +9,10 @@ from helpers import make_event
 from signoff.steps import ingest, submit
 from signoff.errors import Refused
 from signoff.state.leases import claim_deliveries, claim_tasks
+from peewee import fn
+
 from signoff.models import Attempt, Audit, Delivery, Inbox, Task, insert_rows
+from signoff.storage import select_instances
 
 TTL = 30.0
 
@@ -78,6 +81,32 @@ def test_insert_rows_answers_in_row_order_and_keeps_every_value(rt, clock):
     assert ids == sorted(ids) and len(set(ids)) == 1500
     events = dict(Delivery.select(Delivery.id, Delivery.event_id).tuples())
     assert [events[i] for i in ids] == [f"e-{i}" for i in range(1500)]
+
+
+def test_rows_read_in_bulk_are_the_instances_a_query_gives(rt, clock):
+    base = {"monitor": "default", "status": "ready", "version": -(2**63), "digest": "d" * 64,
+            "approval_deadline": None, "created_at": 1.5, "updated_at": 2.0}
+    insert_rows(Task, [dict(base, key=f"k{i:02}", record_id=s, result={"draft": s, s: [s]},
+                            record={s: [s, 1, 2.5, True, None]}, approved_by=s or None,
+                            parked=i % 2 == 1, approved_at=i or None)
+                       for i, s in enumerate(AWKWARD)])
+    for query in (Task.select(), Task.select(Task.key, Task.parked, Task.result).where(
+            Task.key > "k03")):
+        built, read = select_instances(query.order_by(Task.key)), list(query.order_by(Task.key))
+        assert len(built) == len(read) > 0
+        for a, b in zip(built, read):
+            assert type(a) is Task and a.__data__ == b.__data__ and not a._dirty
+            assert [type(v) for v in a.__data__.values()] == [type(v) for v in b.__data__.values()]
+    # A column that is not one of the model's fields is read as Peewee reads it.
+    counted = select_instances(Task.select(Task.status, fn.COUNT(Task.key).alias("n"))
+                               .group_by(Task.status))
+    assert [(t.status, t.n) for t in counted] == [("ready", len(AWKWARD))]
+    # A built instance saves what is changed on it, and only that.
+    task = select_instances(Task.select().where(Task.key == "k05"))[0]
+    task.approved_by = "someone"
+    task.save(only=task.dirty_fields)
+    assert Task.get_by_id("k05").approved_by == "someone"
+    assert Task.get_by_id("k05").record == {AWKWARD[5]: [AWKWARD[5], 1, 2.5, True, None]}
 
 
 def test_a_fenced_row_in_an_ingest_batch_leaves_the_others_written(rt, clock):
