@@ -97,6 +97,10 @@ def test_rows_read_in_bulk_are_the_instances_a_query_gives(rt, clock):
         for a, b in zip(built, read):
             assert type(a) is Task and a.__data__ == b.__data__ and not a._dirty
             assert [type(v) for v in a.__data__.values()] == [type(v) for v in b.__data__.values()]
+    # Empty JSON reads back as a new value each time: changing one changes no other.
+    first, second = select_instances(Task.select().limit(2))
+    assert first.failures == second.failures == {} and first.edits == second.edits == []
+    assert first.failures is not second.failures and first.edits is not second.edits
     # A column that is not one of the model's fields is read as Peewee reads it.
     counted = select_instances(Task.select(Task.status, fn.COUNT(Task.key).alias("n"))
                                .group_by(Task.status))
