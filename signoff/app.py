@@ -27,6 +27,8 @@ def _own_database(method):
     # so two homes open in one process never see each other's rows.
     @functools.wraps(method)
     def call(self, *args, **kwargs):
+        if storage.db.obj is self.database:  # called by one of its own methods: bound already
+            return method(self, *args, **kwargs)
         with storage.session(self.database):
             return method(self, *args, **kwargs)
     return call
