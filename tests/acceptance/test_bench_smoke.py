@@ -268,3 +268,32 @@ def test_bench_cli_runs_with_the_batch_size_it_is_given(tmp_path):
         assert report[key] > 0, (key, report[key])
     refused = bench(tmp_path, "--batch-size", "7")
     assert refused.returncode == 2 and b"--batch-size goes with --cli" in refused.stderr
+
+
+INSTRUCTIONS = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "instructions.py")
+
+
+@pytest.mark.slow
+@pytest.mark.backend_independent
+def test_instruction_counts_cover_every_step_and_every_event(tmp_path):
+    done = subprocess.run([sys.executable, INSTRUCTIONS, "--events", "20", "--json"],
+                          cwd=tmp_path, env=child_env(), capture_output=True, text=True,
+                          timeout=840)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert (report["events"], report["done"]) == (20, 20)
+    counts = report["per_event"]
+    assert set(counts) == {"enqueue_call", "enqueue_batch", "ingest", "approve", "submit"}
+    # Each step does real work an event (reads, checks, a digest, writes): far more
+    # than the few thousand instructions a count missing its step would show.
+    assert min(counts.values()) > 50_000, counts
+
+
+@pytest.mark.backend_independent
+def test_instruction_counts_name_the_tool_they_lack(tmp_path):
+    # A PATH with Python's own folder only: no valgrind there.
+    env = child_env(PATH=os.path.dirname(sys.executable))
+    done = subprocess.run([sys.executable, INSTRUCTIONS, "--events", "5"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "needs valgrind" in done.stderr, done
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,149 @@
+"""Instructions each step takes an event, counted by Valgrind's callgrind, on SQLite.
+
+    python bench/instructions.py [--events N] [--json]
+
+Timings on a shared virtual machine move by a third from one hour to the next;
+the instructions a step executes move by 1-3 % from run to run. So a change
+to a hot path is best judged by running this in a checkout without it and in
+one with it. In one thread, on fresh SQLite homes: ``--events`` calls of
+``enqueue_events`` with one event each; one call with all of them; then the
+worker's steps in turn, each until nothing is left: ingest, one bulk
+approval, submit (with the receipt confirmed). Each is reported in
+instructions per event (per call for the one-event calls). Needs ``valgrind``
+(Debian's package of that name); about a minute for 1,000 events, Python runs
+some 50 times slower under it.
+"""
+
+import argparse
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+STEPS = ("enqueue_call", "enqueue_batch", "ingest", "approve", "submit")
+LABELS = {"enqueue_call": "enqueue, one event a call (per call)",
+          "enqueue_batch": "enqueue, one call for all",
+          "ingest": "ingest: event → ready", "approve": "approve_many",
+          "submit": "submit + confirm"}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1000)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # the run under callgrind
+    args = parser.parse_args()
+    if args.events < 1:
+        parser.error("--events must be at least 1")
+    if args.child:
+        return _child(args.events, Path(args.child))
+    report = _count(args.events)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"instructions an event, {args.events} events, SQLite, one thread (callgrind)")
+        for step in STEPS:
+            print(f"  {LABELS[step]:<40} {report['per_event'][step]:>12,}")
+    return 0
+
+
+def _count(n):
+    """Run the steps under callgrind; ``{"events", "done", "per_event": {step: count}}``."""
+    missing = [tool for tool in ("valgrind", "callgrind_control") if not shutil.which(tool)]
+    if missing:
+        sys.exit(f"bench/instructions.py needs {' and '.join(missing)}: install Valgrind "
+                 "(Debian: apt-get install valgrind)")
+    with tempfile.TemporaryDirectory(prefix="signoff-bench-instructions-") as folder:
+        out = Path(folder)
+        # Hash randomisation changes set and dict orders, and with them the counts.
+        env = dict(os.environ, PYTHONHASHSEED="0")
+        run = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p",
+             sys.executable, __file__, "--events", str(n), "--child", str(out)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if run.returncode != 0:
+            sys.exit(f"the run under callgrind failed ({run.returncode}):\n{run.stderr[-2000:]}")
+        counts = _dumps(out)
+        done = json.loads((out / "done.json").read_text())
+    per = {"enqueue_call": n, "enqueue_batch": n, "ingest": n, "approve": n, "submit": n}
+    return {"events": n, "done": done["done"],
+            "per_event": {step: round(counts[step] / per[step]) for step in STEPS}}
+
+
+def _dumps(folder):
+    # Each ``callgrind_control --dump=STEP`` wrote a file whose header names STEP
+    # and whose ``summary:`` line is the instructions since the last zeroing.
+    counts = {}
+    for path in folder.glob("cg.*"):
+        text = path.read_text(errors="replace")[:4096]
+        step = re.search(r"^desc: Trigger: dump (\w+)", text, re.M)
+        total = re.search(r"^summary: (\d+)", text, re.M)
+        if step and total:
+            counts[step.group(1)] = int(total.group(1))
+    lost = [step for step in STEPS if step not in counts]
+    if lost:
+        sys.exit(f"callgrind wrote no count for {', '.join(lost)}")
+    return counts
+
+
+def _child(n, folder):
+    from bench.backends import BenchBackend, backend_env_set_aside
+    from bench.pipeline import MONITOR, _event_lines, _signoff_home
+    from signoff import storage
+    from signoff.models import Task
+
+    with backend_env_set_aside(), tempfile.TemporaryDirectory() as homes:
+        calls = _signoff_home(Path(homes) / "calls", 0, 0, BenchBackend(), lambda m: None)
+        rt = _signoff_home(Path(homes) / "steps", n, 0, BenchBackend(), lambda m: None)
+        events = [json.loads(line) for line in _event_lines(n)]
+        calls.enqueue_events([dict(events[0], event_id="warm-up")], MONITOR)
+        with _counted("enqueue_call"):
+            for event in events:
+                calls.enqueue_events([event], MONITOR)
+        with _counted("enqueue_batch"):
+            list(rt.enqueue(io.BytesIO(b"".join(_event_lines(n))), MONITOR))
+        with _counted("ingest"):
+            while rt.ingest_batch("bench")[0]:
+                pass
+        with storage.bind(rt.database):
+            ready = list(Task.select(Task.key, Task.digest).where(Task.status == "ready").tuples())
+        with _counted("approve"):
+            rt.approve_many(ready, by="bench")
+        with _counted("submit"):
+            while rt.submit_batch("bench")[0]:
+                pass
+        with storage.bind(rt.database):
+            done = Task.select().where(Task.status == "done").count()
+        calls.close()
+        rt.close()
+    (folder / "done.json").write_text(json.dumps({"done": done}))
+    return 0
+
+
+class _counted:
+    """Zero callgrind's counters on entry; dump them, named ``step``, on exit."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def __enter__(self):
+        _control("--zero")
+
+    def __exit__(self, *exc):
+        _control(f"--dump={self.step}")
+
+
+def _control(what):
+    subprocess.run(["callgrind_control", what, str(os.getpid())], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
