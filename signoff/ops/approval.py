@@ -16,7 +16,7 @@ from ..steps.hostbatch import BatchReads
 from ..rules.drafts import needs_answers
 from ..errors import Blocked, InvalidRecord, Refused
 from ..rules.events import check_name
-from ..rules.gate import INGEST_ACTIONS, gate
+from ..rules.gate import INGEST_ACTIONS, GrantRead, gate
 from ..state.lifecycle import (Fenced, add_approvals, approval_counts, audit, cancel_tasks,
                                edit_task, move_task, update_task, TaskStatus as T)
 from ..storage import key_in, retried, select_instances
@@ -161,7 +161,7 @@ def _approve(rt, items, tasks, who, spans):
     if not ready:
         return out
     host = rt.host()
-    context = with_retries(rt, host.context)
+    context = GrantRead(with_retries(rt, host.context))  # every task's gates, one digest
     monitors = {m.id: m for m in Monitor.select().where(
         Monitor.id.in_(list({tasks[items[i][0]].monitor for i in ready})))}
     asked = [tasks[items[i][0]] for i in ready]

@@ -6,6 +6,7 @@ How many rows a claim takes is decided here too (``ClaimSizes``).
 import time
 from dataclasses import dataclass, field
 
+from ..rules.gate import GrantRead
 from ..state.leases import claim_deliveries, claim_tasks, claimed_alone, renew
 from ..models import Delivery, Monitor, Task
 
@@ -56,6 +57,10 @@ class Batch:
     renew_at: float
     step: str
     limit: int  # the rows this claim could take
+    grant: GrantRead = field(init=False)  # the context as every row's gate checks it
+
+    def __post_init__(self):
+        self.grant = GrantRead(self.context)
     started: float = field(default_factory=time.monotonic)
 
     def keep_lease(self, need=0.0):

@@ -83,7 +83,7 @@ def _examine_all(rt, batch, consumed):
                 outcome = failed(rt, row, "read", batch.context_error, now)
             else:
                 outcome = examine(rt, host, row, batch.monitors.get(row.monitor),
-                                  batch.context, consumed, now)
+                                  batch.grant, consumed, now)
             tracing.annotate(span, code=outcome.code, task_key=outcome.task_key)
             if outcome.task is not None and span is not None:
                 outcome.task.update(tracing.carrier(span))  # approve and submit continue it
@@ -98,12 +98,15 @@ def _may_read(batch, now):
     asks for no record a gate would refuse."""
     if batch.context_error is not None:
         return []
-    open_gate = {m.id for m in batch.monitors.values() if not gate(m, batch.context, now)}
+    open_gate = {m.id for m in batch.monitors.values() if not gate(m, batch.grant, now)}
     return [row for row in batch.rows if row.monitor in open_gate]
 
 
 def examine(rt, host, row, monitor, context, consumed, now):
-    """Run the ingest checks (docs/concepts.md) for one delivery, in order."""
+    """Run the ingest checks (docs/concepts.md) for one delivery, in order.
+
+    ``context``: the grant context read for the batch (or a ``GrantRead`` of it).
+    """
     try:
         validate({"event_id": row.event_id, "name": row.name, "document": row.document,
                   "record_id": row.record_id, "occurred": row.occurred})

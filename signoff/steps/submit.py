@@ -77,7 +77,7 @@ def precheck(rt, task, batch):
     now = batch.keep_lease()
     if batch.context_error is not None:
         return failed(rt, task, batch.context_error, now)
-    refusal = gate(batch.monitors.get(task.monitor), batch.context, now, SUBMIT_ACTIONS)
+    refusal = gate(batch.monitors.get(task.monitor), batch.grant, now, SUBMIT_ACTIONS)
     if refusal:
         return Outcome("park", refusal, "gate")
     if digest(task.result) != task.approved_digest:
