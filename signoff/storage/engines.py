@@ -89,6 +89,23 @@ def how_to_create(url):
             "then run `signoff init`")
 
 
+class Params(SQL):
+    """An SQL fragment whose parameters are plain values, converted by the caller.
+
+    Peewee's ``SQL`` passes each parameter through the query context one by one
+    (a Python call each); a bulk approval's key lists hold thousands. These go
+    to the statement's parameters as one list, except where the query is being
+    written out as text (``value_literals``), which needs each value quoted.
+    """
+
+    def __sql__(self, ctx):
+        if ctx.state.value_literals or not self.params:
+            return super().__sql__(ctx)
+        ctx.literal(self.sql)
+        ctx._values.extend(self.params)
+        return ctx
+
+
 class Engine:
     """What one kind of database does its own way; one instance per opened database."""
 
@@ -126,7 +143,7 @@ class Engine:
 
     def key_in(self, column, values):
         """``column IN (values)`` as one SQL node, a placeholder per value."""
-        return SQL(f'"{column}" IN (' + ", ".join([self.param] * len(values)) + ")", values)
+        return Params(f'"{column}" IN (' + ", ".join([self.param] * len(values)) + ")", values)
 
     def lock_name(self, parts):
         """Hold a lock named by ``parts`` until the transaction ends."""
@@ -424,7 +441,7 @@ class PostgresEngine(Engine):
     def key_in(self, column, values):
         # One array parameter, whatever the number of values: psycopg parses an IN
         # list of more than 50 placeholders anew each time (see array_types).
-        return SQL(f'"{column}" = ANY({self.param})', [values])
+        return Params(f'"{column}" = ANY({self.param})', [values])
 
     def lock_name(self, parts):
         # For rows that do not exist yet (FOR UPDATE locks only rows that do):

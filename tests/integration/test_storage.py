@@ -19,7 +19,7 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from peewee import OperationalError
+from peewee import SQL, OperationalError, ValueLiterals
 
 from helpers import T0, child_env, make_event, signoff_cmd, start_worker, stop_worker, wait_for
 from signoff import storage
@@ -824,3 +824,21 @@ def test_a_sqlite_writer_gives_up_after_the_lock_wait_and_changes_nothing(rt, ho
     finally:
         holder.rollback()
     assert rt.events() == []
+
+
+def test_a_key_list_reads_its_rows_and_writes_out_as_peewee_would(rt, clock):
+    keys = [f"{i:064x}" for i in range(300)]
+    base = {"monitor": "default", "record_id": "r", "version": 1, "status": "ready",
+            "record": {}, "result": {}, "digest": "d" * 64, "created_at": T0, "updated_at": T0}
+    insert_rows(Task, [dict(base, key=k) for k in keys])
+    wanted = keys[::3] + ["not-a-key", "it's"]
+    query = Task.select(Task.key).where(storage.key_in(Task.key, wanted), Task.version == 1)
+    assert sorted(k for (k,) in query.tuples()) == keys[::3]
+    assert list(Task.select(Task.key).where(storage.key_in(Task.key, [])).tuples()) == []
+    # The statement and its parameters, and the text with the values in place (an
+    # index's WHERE on SQLite), are what Peewee's own SQL node gives.
+    node = storage.key_in(Task.key, ["a", "it's"])
+    for wrap in (lambda n: n, ValueLiterals):
+        ours = rt.database.get_sql_context().sql(wrap(node)).query()
+        peewees = rt.database.get_sql_context().sql(wrap(SQL(node.sql, node.params))).query()
+        assert ours == peewees
