@@ -58,10 +58,10 @@ class Batch:
     step: str
     limit: int  # the rows this claim could take
     grant: GrantRead = field(init=False)  # the context as every row's gate checks it
+    started: float = field(default_factory=time.monotonic)
 
     def __post_init__(self):
         self.grant = GrantRead(self.context)
-    started: float = field(default_factory=time.monotonic)
 
     def keep_lease(self, need=0.0):
         """Renew the batch's leases once half their time has passed, or when they

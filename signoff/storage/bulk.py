@@ -37,14 +37,14 @@ class Fetched:
             return []
         columns = tuple(d[0] for d in self.description)
         build = _builder(self.model, columns)
-        if build is None:  # a column that is not one of the model's fields
+        if build is None:  # a column that is not a field of the model, or one twice
             return list(ModelObjectCursorWrapper(_Replay(self.description, self.rows),
                                                  self.model, [], self.model))
         return build(self.rows)
 
 
 def select_instances(query):
-    """``list(query)`` for a select of ``query.model``'s own columns, built as ``Fetched`` builds.
+    """``list(query)`` for a select of ``query.model``'s columns, built as ``Fetched`` builds.
 
     For the reads of many whole rows at once (a bulk approval's tasks), where
     Peewee's own wrapper, which sets each value through the field's descriptor,
