@@ -27,11 +27,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-STEPS = ("enqueue_call", "enqueue_batch", "ingest", "approve", "submit")
 LABELS = {"enqueue_call": "enqueue, one event a call (per call)",
           "enqueue_batch": "enqueue, one call for all",
           "ingest": "ingest: event → ready", "approve": "approve_many",
           "submit": "submit + confirm"}
+STEPS = tuple(LABELS)  # in the order they run
 
 
 def main():

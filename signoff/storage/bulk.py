@@ -163,22 +163,21 @@ class _InsertPlan:
 
     def __init__(self, model, names, engine, ignore_conflicts, returning):
         meta = model._meta
-        self.defaults = {f.name: d for f, d in meta.defaults.items() if f.name not in names}
-        self.fields = [meta.fields[name] for name in (*names, *self.defaults)]
-        holders, self.convert = [], []
+        defaults = {f.name: d for f, d in meta.defaults.items() if f.name not in names}
+        self.fields = [meta.fields[name] for name in (*names, *defaults)]
+        holders, convert = [], []
         for f in self.fields:
             if isinstance(f, JSONField):
                 # JSON text, stored as the engine stores a JSONField; None is NULL.
                 holders.append(engine.json_holder)
-                self.convert.append((f.name, lambda v, dumps=f._dumps: None if v is None
-                                     else lossless_dumps(v, dumps)))
+                convert.append(lambda v, dumps=f._dumps: None if v is None
+                               else lossless_dumps(v, dumps))
             else:
                 holders.append(engine.param)
-                self.convert.append((f.name, _plain_converter(f)))
+                convert.append(_plain_converter(f))
         # The rows' own fields first, then the defaulted ones with their defaults.
-        self.given = self.convert[:len(names)]
-        self.defaulted = [(c, d) for (_, c), d in
-                          zip(self.convert[len(names):], self.defaults.values())]
+        self.given = list(zip(names, convert))
+        self.defaulted = list(zip(convert[len(names):], defaults.values()))
         self.tail = " ON CONFLICT DO NOTHING" if ignore_conflicts else ""
         self.returning = [meta.fields[n] for n in returning]
         if returning:
