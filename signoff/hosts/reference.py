@@ -128,31 +128,32 @@ class ReferenceHost:
     def _write_results(self, items):
         if "submit_review" not in self.context()["actions"]:
             raise Blocked("action", "the grant does not allow submit_review")
-        refused, written = {}, 0
+        refused, rows = {}, []
         with self._write():
+            # Two reads for the whole batch, in its transaction: the results its
+            # keys hold and the records its results were drafted from.
+            held = self._bodies("SELECT key, result FROM results WHERE key IN",
+                                {key for key, _, _ in items})
+            current = self._bodies("SELECT id, body FROM records WHERE id IN",
+                                   {r.get("id") for _, expected, _ in items
+                                    for r in _covered(expected)})
             for key, expected, result in items:
-                verdict = self._verdict(key, expected, result)
+                verdict = _verdict(held.get(key), expected, result, current)
                 if verdict == "write":
-                    self.conn.execute("INSERT INTO results VALUES (?, ?, strftime('%s','now'))",
-                                      (key, canonical(result)))
-                    written += 1
+                    held[key] = result  # the same key again in this batch finds it held
+                    rows.append((key, canonical(result)))
                 elif verdict != "held":
                     refused[key] = verdict
-        if written:  # a retry that finds its result already held writes nothing
+            self.conn.executemany("INSERT INTO results VALUES (?, ?, strftime('%s','now'))", rows)
+        if rows:  # a retry that finds its result already held writes nothing
             self._after_write()
         return refused
 
-    def _verdict(self, key, expected, result):
-        """``write``, ``held`` (the same result is there) or the refusal's code."""
-        old = self._one("SELECT result FROM results WHERE key = ?", key)
-        if old is not None:
-            return "held" if old == result else "idempotency_conflict"
-        # A batch's result is checked against every record it covers.
-        for record in expected if isinstance(expected, list) else [expected]:
-            current = self._one("SELECT body FROM records WHERE id = ?", record.get("id"))
-            if current != record or current.get("status") != "open":
-                return "source_changed"
-        return "write"
+    def _bodies(self, select, keys):
+        """``{key: decoded JSON}`` of ``select … IN (keys)``, a query of two columns."""
+        keys = list(keys)
+        rows = self.conn.execute(f"{select} ({_marks(keys)})", keys).fetchall() if keys else ()
+        return {key: json.loads(body) for key, body in rows}
 
     def _after_write(self):
         if self._fire("crash-after-write"):
@@ -171,9 +172,7 @@ class ReferenceHost:
         return self._results(keys)
 
     def _results(self, keys):
-        rows = self.conn.execute(f"SELECT key, result FROM results WHERE key IN ({_marks(keys)})",
-                                 list(keys)).fetchall()
-        found = {key: json.loads(result) for key, result in rows}
+        found = self._bodies("SELECT key, result FROM results WHERE key IN", keys)
         if found and self._fire("bad-receipt"):
             found = {k: dict(r, draft=str(r.get("draft")) + " [altered]") for k, r in found.items()}
         return found
@@ -284,6 +283,23 @@ _REFUSALS = {"idempotency_conflict": "this key holds another result",
 def _readable(record, grant):
     return (record["tenant"] == grant["tenant"] and record["document"] in grant["docs"]
             and "read" in grant["actions"])
+
+
+def _covered(expected):
+    """The records a result was drafted from: a batch's result covers several."""
+    return expected if isinstance(expected, list) else [expected]
+
+
+def _verdict(old, expected, result, current):
+    """``write``, ``held`` (``old``, the result stored under its key, is the same)
+    or the refusal's code; ``current``: ``{id: record}`` as the host holds them."""
+    if old is not None:
+        return "held" if old == result else "idempotency_conflict"
+    for record in _covered(expected):
+        now = current.get(record.get("id"))
+        if now != record or now.get("status") != "open":
+            return "source_changed"
+    return "write"
 
 
 def _marks(values):

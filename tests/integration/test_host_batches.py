@@ -61,6 +61,24 @@ def test_the_reference_host_answers_a_batch_as_its_single_calls_would(host):
     assert [r["key"] for r in host.results()] == ["k1", "k1b"]
 
 
+def test_a_batch_checks_each_item_against_what_the_items_before_it_wrote(host):
+    host.put_record("comment-2", document="doc-demo", text="two")
+    one, two = host.get("comment-1"), host.get("comment-2")
+    result = {"record_id": "comment-1", "version": 1, "draft": "d", "sources": ["s"]}
+    closed = dict(host.put_record("comment-2", status="closed"))
+    assert host.submit_many([
+        ("new", one, result),
+        ("new", one, result),  # written just before, in this very batch: held
+        ("new", one, dict(result, draft="other")),  # not the result it holds now
+        ("both", [one, two], result),  # comment-2 changed since it was read
+        ("closed", closed, result),  # as stored, but no longer open
+        ("after", one, result),
+    ]) == {"new": "idempotency_conflict", "both": "source_changed",
+           "closed": "source_changed"}
+    assert host.results() == [{"key": "after", "result": result},
+                              {"key": "new", "result": result}]
+
+
 def test_a_batch_is_read_written_and_confirmed_in_one_call_each(counted):
     rt, host, calls = counted
     approved(rt, 5)
