@@ -10,6 +10,7 @@ batch answer can only spare calls, never change an outcome.
 
 from .. import tracing
 from ..errors import Blocked
+from ..rules.records import check_material
 
 
 class BatchReads:
@@ -28,7 +29,7 @@ class BatchReads:
         # One record is one call either way: ``get`` keeps it in its row's trace.
         self._wanted = wanted if len(wanted) > 1 and getattr(host, "get_many", None) else set()
         self._records = None
-        self._materials = {}
+        self._materials, self._usable = {}, set()
 
     def get(self, record_id):
         """The record, from the batch's one read where it covers ``record_id``."""
@@ -50,6 +51,15 @@ class BatchReads:
         if document not in self._materials:
             self._materials[document] = self.host.read_material(document)
         return self._materials[document]
+
+    def material(self, document, max_bytes):
+        """The material of ``document``, read and found usable once for the batch
+        (``check_material``: it raises ``InvalidRecord`` for each row that asks)."""
+        material = self.read_material(document)
+        if document not in self._usable:
+            check_material(material, max_bytes)
+            self._usable.add(document)
+        return material
 
     def __getattr__(self, name):
         return getattr(self.host, name)

@@ -22,7 +22,7 @@ from ..state.lifecycle import (RELEASED, DeliveryStatus as D, Fenced, TaskStatus
                                prepare_move_deliveries, run_moves)
 from ..models import Inbox, Task
 from ..rules.drafts import result_fields, task_fields
-from ..rules.records import check_material, check_record
+from ..rules.records import check_record
 from ..rules.retry import decide
 from ..storage import PreparedInsert, key_in, lock_rows, unstorable
 
@@ -105,7 +105,8 @@ def _may_read(batch, now):
 def examine(rt, host, row, monitor, context, consumed, now):
     """Run the ingest checks (docs/concepts.md) for one delivery, in order.
 
-    ``context``: the grant context read for the batch (or a ``GrantRead`` of it).
+    ``host``: the batch's ``BatchReads``; ``context``: the grant context read for
+    the batch (or a ``GrantRead`` of it).
     """
     try:
         validate({"event_id": row.event_id, "name": row.name, "document": row.document,
@@ -142,8 +143,7 @@ def examine(rt, host, row, monitor, context, consumed, now):
     if waiting is not None:  # the hour's tokens are spent: wait for the next, no attempt
         return Outcome("wait", "budget_exhausted", "draft", next_at=waiting)
     try:
-        material = check_material(host.read_material(record["document"]),
-                                  rt.config.max_material_bytes)
+        material = host.material(record["document"], rt.config.max_material_bytes)
         drafted = drafting.draft(rt, monitor.id, record, material)
     except Blocked as exc:
         return Outcome("final", exc.code, "draft")

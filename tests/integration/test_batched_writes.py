@@ -7,6 +7,7 @@ that only that row is treated differently.
 
 from helpers import make_event
 from signoff.steps import ingest, submit
+from signoff.steps.hostbatch import BatchReads
 from signoff.errors import Refused
 from signoff.state.leases import claim_deliveries, claim_tasks
 from peewee import fn
@@ -29,7 +30,7 @@ def enqueue_many(rt, n):
 
 def examined(rt, rows, clock):
     from signoff.models import Monitor
-    host = rt.host()
+    host = BatchReads(rt.host(), [row.record_id for row in rows], rows)
     monitor = Monitor.get_by_id("default")
     return [ingest.examine(rt, host, row, monitor, host.context(), {}, clock.now())
             for row in rows]

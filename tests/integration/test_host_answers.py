@@ -11,7 +11,7 @@ re-read, redraft, batches) refuses them too.
 import pytest
 
 from helpers import make_event, open_home, set_keys
-from signoff.steps import batching, ingest
+from signoff.steps import batching, hostbatch, ingest
 from signoff.app import Signoff
 from signoff.errors import ConfigError, Refused
 from signoff.models import BatchMember, DeadLetter, Delivery, RecordBatch, Task
@@ -102,11 +102,22 @@ def test_every_answer_outside_what_signoff_stores_is_an_invalid_record_at_once(o
 
 
 def test_material_outside_what_signoff_stores_is_an_invalid_record_at_once(odd):
-    rt = odd()
+    rt = odd(records=3)
     testhosts.ODD["material"] = lambda m: dict(m, counts={"n": 2**64})
-    enqueue(rt, "comment-0")
-    rt.run_until_idle()
-    assert outcomes() == {"comment-0": ("done", "invalid_record", 1)}
+    enqueue(rt, "comment-0", "comment-1", "comment-2")
+    assert rt.ingest_batch("w1") == (3, False)  # one batch: each row refused, not only the first
+    assert outcomes() == {f"comment-{n}": ("done", "invalid_record", 1) for n in range(3)}
+
+
+def test_a_batch_checks_the_material_of_a_document_once(odd, monkeypatch):
+    rt = odd(records=5)
+    checked = []
+    monkeypatch.setattr(hostbatch, "check_material",
+                        lambda material, max_bytes: checked.append(material) or material)
+    enqueue(rt, *(f"comment-{n}" for n in range(5)))
+    assert rt.ingest_batch("w1") == (5, False)
+    assert set(outcomes().values()) == {("done", "ready", 1)}
+    assert len(checked) == 1
 
 
 def test_a_row_no_check_caught_is_that_row_s_outcome_alone(odd, monkeypatch):

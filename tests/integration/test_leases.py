@@ -10,6 +10,7 @@ import pytest
 
 from helpers import T0, make_event, read_here
 from signoff.steps import ingest, submit
+from signoff.steps.hostbatch import BatchReads
 from signoff.app import Signoff
 from signoff.config import RetryPolicy
 from signoff.state.leases import claim_deliveries, claim_tasks
@@ -146,7 +147,7 @@ def test_a_write_with_the_old_token_changes_nothing(rt, clock):
     did = enqueue(rt)
     old, rows = claim_deliveries(clock.now(), "w1", TTL, 10)
     # The old owner did the whole read-back and draft, then stalled past its lease.
-    host = rt.host()
+    host = BatchReads(rt.host(), [rows[0].record_id])
     stalled = [ingest.examine(rt, host, rows[0], rt_monitor(), host.context(), {}, clock.now())]
     assert stalled[0].code == "ready"
     clock.advance(TTL + 1)
