@@ -8,8 +8,14 @@ to a hot path is best judged by running this in a checkout without it and in
 one with it. In one thread, on fresh SQLite homes: ``--events`` calls of
 ``enqueue_events`` with one event each; one call with all of them; then the
 worker's steps in turn, each until nothing is left: ingest, one bulk
-approval, submit (with the receipt confirmed). Each is reported in
-instructions per event (per call for the one-event calls). Needs ``valgrind``
+approval, submit (with the receipt confirmed). Then, as a baseline, Huey's
+lossy one-task job of ``python -m bench`` (read the record, draft, write the
+result: nothing kept between steps) run by Huey's own worker loop. Each is
+reported in instructions per event (per call for the one-event calls).
+
+Instructions are CPU work only: the job commits its host write for every event
+(an fsync each) where signoff commits a batch at a time, and a timed run pays
+for those waits; this count does not. Needs ``valgrind``
 (Debian's package of that name); about a minute for 1,000 events, Python runs
 some 50 times slower under it.
 """
@@ -30,8 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 LABELS = {"enqueue_call": "enqueue, one event a call (per call)",
           "enqueue_batch": "enqueue, one call for all",
           "ingest": "ingest: event → ready", "approve": "approve_many",
-          "submit": "submit + confirm"}
+          "submit": "submit + confirm",
+          "huey_job": "Huey's lossy one-task job (baseline)"}
 STEPS = tuple(LABELS)  # in the order they run
+PIPELINE = ("ingest", "approve", "submit")  # event → done, each step paid once
 
 
 def main():
@@ -51,6 +59,8 @@ def main():
         print(f"instructions an event, {args.events} events, SQLite, one thread (callgrind)")
         for step in STEPS:
             print(f"  {LABELS[step]:<40} {report['per_event'][step]:>12,}")
+        print(f"  {'pipeline: event → done':<40} {report['pipeline']:>12,}")
+        print(f"  the job's count over the pipeline's       {report['job_ratio']:>12}")
     return 0
 
 
@@ -72,8 +82,12 @@ def _count(n):
             sys.exit(f"the run under callgrind failed ({run.returncode}):\n{run.stderr[-2000:]}")
         counts = _dumps(out)
         done = json.loads((out / "done.json").read_text())
-    return {"events": n, "done": done["done"],
-            "per_event": {step: round(counts[step] / n) for step in STEPS}}
+    per_event = {step: round(counts[step] / n) for step in STEPS}
+    pipeline = sum(per_event[step] for step in PIPELINE)
+    return {"events": n, "done": done["done"], "jobs_done": done["jobs_done"],
+            "per_event": per_event, "pipeline": pipeline,
+            # As bench/pipeline.py's job_ratio: above 1, signoff does less a event.
+            "job_ratio": round(per_event["huey_job"] / pipeline, 3)}
 
 
 def _dumps(folder):
@@ -122,8 +136,38 @@ def _child(n, folder):
             done = Task.select().where(Task.status == "done").count()
         calls.close()
         rt.close()
-    (folder / "done.json").write_text(json.dumps({"done": done}))
+        jobs_done = _huey_jobs(n, Path(homes) / "huey")
+    (folder / "done.json").write_text(json.dumps({"done": done, "jobs_done": jobs_done}))
     return 0
+
+
+def _huey_jobs(n, folder):
+    """Count Huey's lossy job (bench/pipeline.py) for ``n`` events; the results written.
+
+    The consumer's own loop runs them, one thread: a worker's ``loop`` dequeues
+    one message and executes it, as ``huey_consumer`` does between its sleeps.
+    """
+    import threading
+    from huey.consumer import Worker
+    from bench.pipeline import _fill_host, _hand_over, plain_huey
+    from signoff.hosts.reference import ReferenceHost
+    from signoff.rules.canonical import task_key
+
+    folder.mkdir()
+    host = ReferenceHost(None, path=folder / "host.db")
+    # One job more than counted: the first opens the host and reads the material.
+    _fill_host(host, n + 1)
+    huey, tasks = plain_huey({"path": str(folder / "queue.db")}, folder / "host.db")
+    _hand_over(huey, [huey.serialize_task(tasks["job"].s(task_key("plain", "0", f"r-{i}", 1),
+                                                          f"r-{i}")) for i in range(n + 1)])
+    worker = Worker(huey, threading.Event(), 0.1, 1.0, 1.15)
+    worker.loop()
+    with _counted("huey_job"):
+        for _ in range(n):
+            worker.loop()
+    written = host.conn.execute("SELECT count(*) FROM results").fetchone()[0] - 1
+    host.close()
+    return written
 
 
 class _counted:

@@ -281,12 +281,15 @@ def test_instruction_counts_cover_every_step_and_every_event(tmp_path):
                           timeout=840)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
-    assert (report["events"], report["done"]) == (20, 20)
+    assert (report["events"], report["done"], report["jobs_done"]) == (20, 20, 20)
     counts = report["per_event"]
-    assert set(counts) == {"enqueue_call", "enqueue_batch", "ingest", "approve", "submit"}
+    assert set(counts) == {"enqueue_call", "enqueue_batch", "ingest", "approve", "submit",
+                           "huey_job"}
     # Each step does real work an event (reads, checks, a digest, writes): far more
     # than the few thousand instructions a count missing its step would show.
     assert min(counts.values()) > 50_000, counts
+    assert report["pipeline"] == counts["ingest"] + counts["approve"] + counts["submit"]
+    assert report["job_ratio"] == round(counts["huey_job"] / report["pipeline"], 3)
 
 
 @pytest.mark.backend_independent
