@@ -17,7 +17,7 @@ from peewee import SQL, fn
 from .. import storage
 from ..models import (Approval, Attempt, Audit, DeadLetter, Delivery, Inbox, Notification,
                       Subscription, Task, db)
-from ..storage import PreparedInsert, insert_rows, key_in, lock_rows
+from ..storage import PreparedInsert, insert_rows, key_in, lock_rows, select_tuples
 
 
 class DeliveryStatus(StrEnum):
@@ -415,9 +415,9 @@ def add_approvals(wanted, by, channel, now, audit_code="approved"):
     moved on or changed digest meanwhile.
     """
     keys = sorted(wanted)
-    current = {k: (st, d) for k, st, d in lock_rows(Task.select(Task.key, Task.status, Task.digest)
-                                                     .where(key_in(Task.key, keys))
-                                                     .order_by(Task.key)).tuples()} if keys else {}
+    current = {k: (st, d) for k, st, d in select_tuples(lock_rows(
+        Task.select(Task.key, Task.status, Task.digest).where(key_in(Task.key, keys))
+        .order_by(Task.key)))} if keys else {}
     live = [k for k in keys if current.get(k) == (T.READY, wanted[k][0])]
     stale = set(keys) - set(live)
     counted = {k for (k,) in insert_rows(Approval, [
@@ -434,7 +434,8 @@ def add_approvals(wanted, by, channel, now, audit_code="approved"):
              "monitor": None, "event_id": None, "task_key": k, "actor": by, "channel": channel}
             for k in keys if k in counted]
     if rows:
-        monitors = dict(Task.select(Task.key, Task.monitor).where(key_in(Task.key, [r["task_key"] for r in rows])).tuples())
+        monitors = dict(select_tuples(Task.select(Task.key, Task.monitor).where(
+            key_in(Task.key, [r["task_key"] for r in rows]))))
         insert_rows(Audit, [dict(r, monitor=monitors.get(r["task_key"])) for r in rows])
     return counted, approved, set(live) - counted, stale
 
@@ -446,7 +447,7 @@ def approval_counts(keys):
     query = (Approval.select(Approval.task_key, fn.COUNT(Approval.id))
              .join(Task, on=(Task.key == Approval.task_key) & (Task.digest == Approval.digest))
              .where(key_in(Approval.task_key, list(keys))).group_by(Approval.task_key))
-    return dict(query.tuples())
+    return dict(select_tuples(query))
 
 
 def clear_approvals(key):

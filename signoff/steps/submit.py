@@ -23,7 +23,7 @@ from ..state.lifecycle import (RELEASED, TASK_ACTIVE, Fenced, bury, move_task, p
                                run_moves, update_task, TaskStatus as T,
                                mark_write_possible)
 from ..models import Task, db
-from ..storage import key_in
+from ..storage import key_in, select_tuples
 from ..rules.retry import decide
 
 
@@ -165,9 +165,9 @@ def _still_ours(keys, token):
     """The keys of ``keys`` still open and leased under ``token``."""
     if not keys:
         return set()
-    return {k for (k,) in Task.select(Task.key).where(
+    return {k for (k,) in select_tuples(Task.select(Task.key).where(
         key_in(Task.key, keys), Task.lease_token == token,
-        Task.status.in_(list(TASK_ACTIVE))).tuples()}
+        Task.status.in_(list(TASK_ACTIVE))))}
 
 
 def write_outcomes(rt, token, owner, tasks, outcomes):

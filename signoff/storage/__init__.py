@@ -17,7 +17,7 @@ against the database the calling ``Signoff`` bound (``db``) or the one given.
 """
 
 from .drivers import load as load_driver, restore as restore_drivers
-from .bulk import Fetched, PreparedInsert, insert_rows, select_instances
+from .bulk import Fetched, PreparedInsert, insert_rows, select_instances, select_tuples
 from .database import Unbound, bind, db, engine_of, resolve  # noqa: F401 (the package face)
 from .engines import open_database, label
 from .faults import (describe, describe_server, drop_connection, log_failed_pass, retried,
@@ -26,7 +26,7 @@ from .fields import JSON, Text, escape_text, lossless_dumps, unescape_text
 from .schema import SCHEMA_TABLE, SCHEMA_VERSION, check_schema, create_schema
 
 __all__ = [
-    "load_driver", "restore_drivers", "Fetched", "PreparedInsert", "insert_rows", "select_instances", "bind", "db", "engine_of", "open_database",
+    "load_driver", "restore_drivers", "Fetched", "PreparedInsert", "insert_rows", "select_instances", "select_tuples", "bind", "db", "engine_of", "open_database",
     "label", "describe", "describe_server", "unstorable", "drop_connection", "log_failed_pass", "retried", "retrying", "session",
     "transient", "wait_until_reachable", "JSON", "Text", "escape_text", "lossless_dumps",
     "unescape_text", "SCHEMA_TABLE", "SCHEMA_VERSION", "check_schema", "create_schema",

@@ -12,8 +12,8 @@ from signoff.errors import Refused
 from signoff.state.leases import claim_deliveries, claim_tasks
 from peewee import fn
 
-from signoff.models import Attempt, Audit, Delivery, Inbox, Task, insert_rows
-from signoff.storage import select_instances
+from signoff.models import Approval, Attempt, Audit, Delivery, Inbox, Task, insert_rows
+from signoff.storage import select_instances, select_tuples
 
 TTL = 30.0
 
@@ -112,6 +112,29 @@ def test_rows_read_in_bulk_are_the_instances_a_query_gives(rt, clock):
     task.save(only=task.dirty_fields)
     assert Task.get_by_id("k05").approved_by == "someone"
     assert Task.get_by_id("k05").record == {AWKWARD[5]: [AWKWARD[5], 1, 2.5, True, None]}
+
+
+def test_rows_read_in_bulk_are_the_tuples_a_query_gives(rt, clock):
+    base = {"monitor": "default", "status": "ready", "digest": "d" * 64,
+            "approval_deadline": None, "created_at": 1.5, "updated_at": 2.0}
+    insert_rows(Task, [dict(base, key=f"k{i:02}", record_id=s, result={"draft": s},
+                            record={s: [s, 1]}, version=-(2**63) + i, approved_by=s or None,
+                            parked=i % 2 == 1, approved_at=i or None)
+                       for i, s in enumerate(AWKWARD)])
+    insert_rows(Approval, [{"task_key": "k01", "digest": "d" * 64, "by": b, "channel": "cli",
+                            "at": 1.0} for b in ("ann", "bob")])
+    for query in (
+            Task.select(Task.key, Task.record_id, Task.version, Task.approved_by,
+                        Task.approved_at, Task.parked, Task.result),  # text escaped, JSON
+            Task.select(Task.key, Task.digest, Task.created_at),  # plain columns only
+            Task.select(Task.status, fn.COUNT(Task.key)).group_by(Task.status),
+            Approval.select(Approval.task_key, fn.COUNT(Approval.id)).join(
+                Task, on=(Task.key == Approval.task_key)).group_by(Approval.task_key),
+            Task.select(Task.key).where(Task.key == "none")):
+        read = list(query.tuples())
+        got = select_tuples(query)
+        assert got == read and len(got) == len(list(query))
+        assert [[type(v) for v in row] for row in got] == [[type(v) for v in row] for row in read]
 
 
 def test_a_fenced_row_in_an_ingest_batch_leaves_the_others_written(rt, clock):
