@@ -4,9 +4,14 @@ import hashlib
 import json
 
 
+# One encoder for every call: json.dumps given options builds a new one each time,
+# which cost as much as encoding a small value (two to five an event a step).
+_ENCODE = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode
+
+
 def canonical(value):
     """Serialise ``value`` the one way every digest in signoff uses."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODE(value)
 
 
 def digest(value):
