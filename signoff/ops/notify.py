@@ -46,7 +46,7 @@ from ..models import Approval, Audit, Cursor, DeadLetter, Monitor, Notification,
 from ..rules.canonical import digest
 from ..rules.retry import backoff
 from .. import storage
-from ..storage import key_in, log_failed_pass
+from ..storage import key_in, log_failed_pass, unindexed
 
 CURSOR = "notify"
 START = "notify_start"  # where the cursor started: nothing before it is ever collected
@@ -126,8 +126,8 @@ def collect(now):
         if not Cursor.update(seq=new_seq).where(Cursor.name == CURSOR, Cursor.seq == seen).execute():
             return 0  # another pump moved the cursor first
         keys = list({r.task_key for r in rows if r.code == "ready"})
-        ready = [k for (k,) in Task.select(Task.key).where(key_in(Task.key, keys),
-                                                              Task.status == T.READY).tuples()]
+        ready = [k for (k,) in Task.select(Task.key).where(
+            key_in(Task.key, keys), unindexed(Task.status) == T.READY).tuples()]
         decisions = [(digest(["notice", r.seq]), ANNOUNCED[r.code], r.task_key, r.seq)
                      for r in rows if r.code != "ready"]
         return len(new_notifications(ready, now)) + len(new_decision_notifications(decisions, now))

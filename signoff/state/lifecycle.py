@@ -236,8 +236,9 @@ def _move_query(model, pk, ids, sources, target, now, token, per_row, fields, wh
     for name, values in (per_row or {}).items():
         distinct = set(values.values())
         fields[name] = distinct.pop() if len(distinct) == 1 else _case(pk, values)
+    status = model.status if ids is None else storage.unindexed(model.status)
     query = model.update(status=target, updated_at=now, **fields).where(
-        model.status.in_(list(sources)))
+        status.in_(list(sources)))
     if ids is not None:
         query = query.where(key_in(pk, ids))
     if token is not None:
@@ -389,7 +390,7 @@ def mark_write_possible(keys, token, now):
     ``token``; returns the keys marked (a cancel may have taken the others)."""
     return {key for (key,) in Task.update(write_possible=True, updated_at=now).where(
         key_in(Task.key, keys), Task.lease_token == token,
-        Task.status.in_(list(TASK_ACTIVE))).returning(Task.key).tuples().execute()}
+        storage.unindexed(Task.status).in_(list(TASK_ACTIVE))).returning(Task.key).tuples().execute()}
 
 
 def strip_tasks(keys, where):

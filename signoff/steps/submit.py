@@ -23,7 +23,7 @@ from ..state.lifecycle import (RELEASED, TASK_ACTIVE, Fenced, bury, move_task, p
                                run_moves, update_task, TaskStatus as T,
                                mark_write_possible)
 from ..models import Task, db
-from ..storage import key_in, select_tuples
+from ..storage import key_in, select_tuples, unindexed
 from ..rules.retry import decide
 
 
@@ -167,7 +167,7 @@ def _still_ours(keys, token):
         return set()
     return {k for (k,) in select_tuples(Task.select(Task.key).where(
         key_in(Task.key, keys), Task.lease_token == token,
-        Task.status.in_(list(TASK_ACTIVE))))}
+        unindexed(Task.status).in_(list(TASK_ACTIVE))))}
 
 
 def write_outcomes(rt, token, owner, tasks, outcomes):

@@ -30,7 +30,7 @@ __all__ = [
     "label", "describe", "describe_server", "unstorable", "drop_connection", "log_failed_pass", "retried", "retrying", "session",
     "transient", "wait_until_reachable", "JSON", "Text", "escape_text", "lossless_dumps",
     "unescape_text", "SCHEMA_TABLE", "SCHEMA_VERSION", "check_schema", "create_schema",
-    "claim", "key_in", "lock_name", "lock_rows", "read_snapshot", "unsynced", "prepare_worker", "checkpoint",
+    "claim", "key_in", "unindexed", "lock_name", "lock_rows", "read_snapshot", "unsynced", "prepare_worker", "checkpoint",
     "analyze",
 ]
 
@@ -49,6 +49,17 @@ def key_in(field, values):
     """``field IN values`` as one SQL node, cheaper to build than ``field.in_`` for a
     batch; each value as ``field`` stores it (text escaped, see ``fields``)."""
     return engine_of().key_in(field.column_name, [field.db_value(v) for v in values])
+
+
+def unindexed(field):
+    """``field`` for a condition beside a key list, which the rows must be looked up by.
+
+    Without statistics SQLite reckons ``status IN (…)`` a few rows through its
+    index and ``key IN (200 keys)`` two hundred lookups, so it read every task of
+    the status for each batch: with 20,000 approved tasks waiting, submit took
+    268 µs an event instead of 184. PostgreSQL plans from its statistics.
+    """
+    return engine_of().unindexed(field)
 
 
 def lock_name(*parts):

@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 from urllib.parse import quote, unquote, urlsplit
 
-from peewee import SQL, InterfaceError, OperationalError, PostgresqlDatabase, SqliteDatabase
+from peewee import SQL, InterfaceError, NodeList, OperationalError, PostgresqlDatabase, SqliteDatabase
 
 from ..errors import ConfigError, NoHome
 from . import claims
@@ -145,6 +145,10 @@ class Engine:
         """``column IN (values)`` as one SQL node, a placeholder per value."""
         return Params(f'"{column}" IN (' + ", ".join([self.param] * len(values)) + ")", values)
 
+    def unindexed(self, node):
+        """``node`` as a filter the planner will not look rows up by (see ``storage``)."""
+        return node
+
     def lock_name(self, parts):
         """Hold a lock named by ``parts`` until the transaction ends."""
 
@@ -269,6 +273,10 @@ class SqliteEngine(Engine):
 
     def label(self):
         return unquote(self.database.database.split("?")[0].removeprefix("file:"))
+
+    def unindexed(self, node):
+        # Unary plus: the same value, but no index of the column can answer it.
+        return NodeList((SQL("+"), node), glue="")
 
     def describe(self, text):
         where = self.label()
