@@ -37,6 +37,14 @@ def on_postgres(rt):
     return storage.engine_of(rt.database).kind != "sqlite"
 
 
+def events_for_new_records(rt, host, numbers):
+    """Open records ``comment-N`` for ``numbers``, and an event enqueued for each."""
+    for n in numbers:
+        host.put_record(f"comment-{n}", document="doc-demo", text=f"note {n}")
+    rt.enqueue_events([make_event(event_id=f"evt-{n}", record_id=f"comment-{n}")
+                       for n in numbers])
+
+
 def waiting_rows(n, **changes):
     return [dict({"monitor": "default", "event_id": f"e{i}", "name": "comment.created",
                   "document": "doc-demo", "record_id": "comment-1", "occurred": T0,
@@ -196,10 +204,7 @@ def test_an_outcome_write_converts_its_rows_before_its_transaction(rt, host, mon
     if on_postgres(rt):
         # Row locks there, no file lock; psycopg dumps JSON as it sends the statement.
         pytest.skip("SQLite's write lock")
-    for i in range(2, 12):
-        host.put_record(f"comment-{i}", document="doc-demo", text=f"note {i}")
-    rt.enqueue_events([make_event(event_id=f"evt-{i}", record_id=f"comment-{i}")
-                       for i in range(2, 12)])
+    events_for_new_records(rt, host, range(2, 12))
     dumped_inside = []
     dumps = storage.lossless_dumps
 
@@ -829,10 +834,7 @@ def test_a_sqlite_writer_gives_up_after_the_lock_wait_and_changes_nothing(rt, ho
 def test_a_batch_looks_its_rows_up_by_key_whatever_their_status(rt, host):
     if on_postgres(rt):
         pytest.skip("PostgreSQL plans from its statistics; SQLite has none to plan from")
-    for n in range(2, 6):
-        host.put_record(f"comment-{n}", document="doc-demo", text=f"comment {n}")
-    rt.enqueue_events([make_event(event_id=f"e{n}", record_id=f"comment-{n}")
-                       for n in range(1, 6)])
+    events_for_new_records(rt, host, range(2, 7))
     statements = []
     conn = rt.database.connection()
     conn.set_trace_callback(statements.append)
