@@ -388,9 +388,10 @@ def link_batched(monitor, event_ids, task_key):
 def mark_write_possible(keys, token, now):
     """Record that a write may now happen on the tasks ``keys`` still leased under
     ``token``; returns the keys marked (a cancel may have taken the others)."""
-    return {key for (key,) in Task.update(write_possible=True, updated_at=now).where(
+    marked = Task.update(write_possible=True, updated_at=now).where(
         key_in(Task.key, keys), Task.lease_token == token,
-        storage.unindexed(Task.status).in_(list(TASK_ACTIVE))).returning(Task.key).tuples().execute()}
+        storage.unindexed(Task.status).in_(list(TASK_ACTIVE))).returning(Task.key)
+    return {key for (key,) in marked.tuples().execute()}
 
 
 def strip_tasks(keys, where):

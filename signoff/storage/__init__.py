@@ -7,7 +7,7 @@ queues, lives in this package.
 - ``claims``: which rows a worker may claim, for the claim SQL and the counts;
 - ``schema``: create, upgrade and check the schema and its version;
 - ``fields``: columns that read back exactly what was written;
-- ``bulk``: inserts in few statements, fetched rows made into instances later;
+- ``bulk``: inserts in few statements, rows read in bulk as instances or tuples;
 - ``faults``: what a database failure means, retries on a fresh connection;
 - ``queue``: the Huey queue on SQLite, Redis or PostgreSQL;
 - ``urls``: backend URLs, classified once.
@@ -52,7 +52,8 @@ def key_in(field, values):
 
 
 def unindexed(field):
-    """``field`` for a condition beside a key list, which the rows must be looked up by.
+    """``field`` in a condition beside a key list: the rows are found by their keys,
+    and only then checked against ``field``.
 
     Without statistics SQLite reckons ``status IN (…)`` a few rows through its
     index and ``key IN (200 keys)`` two hundred lookups, so it read every task of

@@ -146,7 +146,8 @@ class Engine:
         return Params(f'"{column}" IN (' + ", ".join([self.param] * len(values)) + ")", values)
 
     def unindexed(self, node):
-        """``node`` as a filter the planner will not look rows up by (see ``storage``)."""
+        """``node`` in a condition the rows are not to be found by (``storage.unindexed``);
+        as it is where the planner has statistics to choose by."""
         return node
 
     def lock_name(self, parts):
