@@ -201,9 +201,10 @@ def _answers(keys, needed):
     """``{key: answer}`` for approved ``keys`` as the approval left them (in its transaction)."""
     if not keys:
         return {}
-    counts = approval_counts(keys)
     fresh = select_instances(Task.select(Task.key, Task.status, Task.approved_digest)
                              .where(key_in(Task.key, keys)))
+    # Only a task still waiting for its quorum has approvals missing to count.
+    counts = approval_counts([t.key for t in fresh if t.status == "ready"])
     return {t.key: answer(t, 0 if t.status != "ready" else max(0, needed[t.key] - counts.get(t.key, 0)))
             for t in fresh}
 
