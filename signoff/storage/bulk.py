@@ -62,12 +62,11 @@ def select_tuples(query):
     text, integer and real columns (keys, digests, counts) that returns the value
     itself. A bulk approval reads four such lists of thousands of rows.
     """
-    sql, params = query.sql()
-    cursor = query.model._meta.database.execute_sql(sql, params)
-    rows = cursor.fetchall()
+    fetched = Fetched.run(query.model, *query.sql())
+    rows = fetched.rows
     if not rows:
         return []
-    columns = ModelTupleCursorWrapper(_Replay(cursor.description, ()), query.model,
+    columns = ModelTupleCursorWrapper(_Replay(fetched.description, ()), query.model,
                                       query._returning)
     columns.initialize()  # Peewee's own match of the columns to their fields
     convert = [(i, read) for i, read in enumerate(map(_reader, columns.fields,
