@@ -1,5 +1,6 @@
 """The worker's stop signal: its handler can land between any two steps of the loop's wait."""
 
+import gc
 import signal
 import sys
 import threading
@@ -28,11 +29,15 @@ def wait_with_the_signal_at(stop, step):
                 stop.ask(signal.SIGTERM, frame)
         return tracer
 
+    # No collection meanwhile: collecting an earlier test's garbage runs Python
+    # callbacks (a WeakKeyDictionary's) in this thread, whose lines would move the step.
+    gc.disable()
     sys.settrace(tracer)
     try:
         answer = stop.wait(0.2)
     finally:
         sys.settrace(None)
+        gc.enable()
     return seen["ran"], answer
 
 
