@@ -109,14 +109,19 @@ def _builder(model, columns):
     fields = model._meta.combined
     if len(set(columns)) < len(columns) or not all(c in fields for c in columns):
         return None
-    plan = [(i, fields[c].name, fields[c].python_value) for i, c in enumerate(columns)]
+    # A NULL reads as None through every field; a plain column's value already of
+    # its type is kept as read (as select_tuples keeps it: python_value would return
+    # it unchanged, in two calls). Other columns always convert (no type is None).
+    plan = [(i, fields[c].name, None if isinstance(fields[c], Text) else _kind(fields[c]),
+             fields[c].python_value) for i, c in enumerate(columns)]
     new = object.__new__
 
     def build(rows):
         out = []
         for row in rows:
             instance = new(model)
-            instance.__data__ = {name: read(row[i]) for i, name, read in plan}
+            instance.__data__ = {name: value if (value := row[i]) is None or type(value) is kind
+                                 else read(value) for i, name, kind, read in plan}
             instance._dirty = set()
             instance.__rel__ = {}
             out.append(instance)
