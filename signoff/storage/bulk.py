@@ -101,11 +101,11 @@ def _kind(field):
 
 @functools.lru_cache(maxsize=256)
 def _builder(model, columns):
-    # What Peewee's ModelObjectCursorWrapper makes of a row (each value through its
-    # field's python_value, into the instance's data, nothing dirty), without its
-    # dict of keyword arguments and a descriptor call per value: 27 µs a task row
-    # through Peewee, 17 µs here. None when a column is not a field of ``model``
-    # or comes twice (Peewee renames the second).
+    # What Peewee's ModelObjectCursorWrapper makes of a row (each value as its
+    # field's python_value gives it, into the instance's data, nothing dirty),
+    # without its dict of keyword arguments and a descriptor call per value: 27 µs
+    # a task row through Peewee, 17 µs here. None when a column is not a field of
+    # ``model`` or comes twice (Peewee renames the second).
     fields = model._meta.combined
     if len(set(columns)) < len(columns) or not all(c in fields for c in columns):
         return None

@@ -31,13 +31,15 @@ def wait_with_the_signal_at(stop, step):
 
     # No collection meanwhile: collecting an earlier test's garbage runs Python
     # callbacks (a WeakKeyDictionary's) in this thread, whose lines would move the step.
+    collecting = gc.isenabled()
     gc.disable()
     sys.settrace(tracer)
     try:
         answer = stop.wait(0.2)
     finally:
         sys.settrace(None)
-        gc.enable()
+        if collecting:
+            gc.enable()
     return seen["ran"], answer
 
 
