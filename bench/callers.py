@@ -13,6 +13,9 @@ Then one sequential caller, with no worker running: ``SEQUENTIAL_CALLS``
 ``enqueue_events`` calls of one event each against the bare commits one caller
 gets from the same database (single-row inserts into a scratch table, each
 committed alone), alternated as many times; the median round gives the ratio.
+Each round also has ``CALLERS`` threads make as many calls, still with no worker
+running: what the API itself costs a concurrent caller (calls a second, CPU and
+context switches a call), the round of median CPU reported.
 
 The report also has the concurrent callers' call times (p50, p99) in the median
 pair: what a caller waits while the workers drain what came before, which a
@@ -24,13 +27,16 @@ Run: ``python -m bench --concurrent [--pairs N] [--events N] [--database-url URL
 """
 
 import os
+import resource
 import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
+from . import cpu_s
 from .backends import BenchBackend, backend_env_set_aside
 from .pipeline import MONITOR, _signoff_home, bench_signoff, commit_floor
 
@@ -48,7 +54,8 @@ def run_concurrent_bench(n_events=2000, workers=2, database_url=None, queue_url=
     try:
         with backend_env_set_aside():
             runs = _pairs(tmp, backend, n_events, workers, say, pairs)
-            say(f"one sequential caller: {SEQUENTIAL_CALLS} calls against bare commits")
+            say(f"one sequential caller: {SEQUENTIAL_CALLS} calls against bare commits; "
+                f"then {CALLERS} callers, no worker running")
             sequential = _sequential(tmp / "sequential", backend, say, pairs)
     finally:
         backend.close()
@@ -74,27 +81,65 @@ def _pairs(tmp, backend, n, workers, say, count):
 
 
 def _sequential(folder, backend, say, count):
-    """Rounds of (bare commits/s, one caller's calls/s), taken in turn on one home."""
+    """Rounds of (bare commits/s, one caller's calls/s, ``_alone``'s figures), taken in
+    turn on one home."""
     rt = _signoff_home(folder, 0, 0, backend, say)
     rounds = []
     try:
         for r in range(count):
             floor = commit_floor(rt, SEQUENTIAL_CALLS)
-            events = [{"event_id": f"seq-{r}-{i}", "name": "comment.created", "document": "doc-demo",
-                       "record_id": f"r-{i}", "occurred": int(time.time()), "text": "wake only"}
-                      for i in range(SEQUENTIAL_CALLS)]
             start = time.perf_counter()
-            for event in events:
+            for event in _events(f"seq-{r}"):
                 rt.enqueue_events([event], MONITOR)
-            rounds.append((floor, SEQUENTIAL_CALLS / (time.perf_counter() - start)))
+            rounds.append((floor, SEQUENTIAL_CALLS / (time.perf_counter() - start),
+                           _alone(rt, f"alone-{r}")))
     finally:
         rt.close()
     return rounds
 
 
+def _events(prefix):
+    return [{"event_id": f"{prefix}-{i}", "name": "comment.created", "document": "doc-demo",
+             "record_id": f"r-{i}", "occurred": int(time.time()), "text": "wake only"}
+            for i in range(SEQUENTIAL_CALLS)]
+
+
+def _alone(rt, prefix):
+    """``CALLERS`` threads making ``SEQUENTIAL_CALLS`` one-event calls with no worker
+    running: ``{calls_per_s, cpu_us_per_call, switches_per_call}``.
+
+    What the API itself costs a concurrent caller, with nothing else on the cores:
+    the CPU of its checks, its share of a group commit, and handing each call to
+    the writer thread and back (voluntary context switches, from ``getrusage``).
+    """
+    events, failed = _events(prefix), []
+
+    def call(part):
+        try:
+            for event in part:
+                rt.enqueue_events([event], MONITOR)
+        except Exception as exc:  # reported below: a lost call is no figure
+            failed.append(exc)
+
+    threads = [threading.Thread(target=call, args=(events[i::CALLERS],)) for i in range(CALLERS)]
+    usage, cpu0, start = resource.getrusage(resource.RUSAGE_SELF), cpu_s(), time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    seconds, cpu = time.perf_counter() - start, cpu_s() - cpu0
+    switches = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - usage.ru_nvcsw
+    if failed:
+        raise RuntimeError(f"bench: {len(failed)} callers failed: {failed[0]!r}")
+    n = len(events)
+    return {"calls_per_s": round(n / seconds, 1), "cpu_us_per_call": round(1e6 * cpu / n, 1),
+            "switches_per_call": round(switches / n, 2)}
+
+
 def _report(n, workers, backend, pairs, sequential):
     ratio, batch, concurrent = pairs[len(pairs) // 2]
-    floor, calls = sorted(sequential, key=lambda r: r[1] / r[0])[len(sequential) // 2]
+    floor, calls, _ = sorted(sequential, key=lambda r: r[1] / r[0])[len(sequential) // 2]
+    alone = sorted((r[2] for r in sequential), key=lambda a: a["cpu_us_per_call"])
     batches = concurrent["writer_batches"]
     return {
         "events": n, "workers": workers, "processes": PROCESSES, "callers": CALLERS,
@@ -119,7 +164,10 @@ def _report(n, workers, backend, pairs, sequential):
         "sequential_calls_per_s": round(calls, 1),
         "sequential_commit_floor_per_s": round(floor, 1),
         "sequential_ratio": round(calls / floor, 3),
-        "sequential_ratios": [round(c / f, 3) for f, c in sequential],
+        "sequential_ratios": [round(c / f, 3) for f, c, _ in sequential],
+        # The same callers with no worker running, the round of median CPU a call.
+        "alone": alone[len(alone) // 2],
+        "alone_cpu_us_per_call": [a["cpu_us_per_call"] for a in alone],
         "targets": {
             "concurrent_ratio": {"target": ">= 0.9 x batch, enqueue → done",
                                  "value": round(ratio, 3), "pass": ratio >= 0.9},
@@ -185,6 +233,10 @@ def describe(r):
         f"one sequential caller                           {r['sequential_calls_per_s']:,.0f}"
         f" calls/s against {r['sequential_commit_floor_per_s']:,.0f} bare commits/s "
         f"({r['sequential_ratio']:.2f}; rounds {', '.join(f'{x:.2f}' for x in r['sequential_ratios'])})",
+        f"{r['callers']} callers, no worker running                    "
+        f"{r['alone']['calls_per_s']:,.0f} calls/s, {r['alone']['cpu_us_per_call']:.0f} µs of "
+        f"CPU a call (rounds {', '.join(f'{x:.0f}' for x in r['alone_cpu_us_per_call'])}), "
+        f"{r['alone']['switches_per_call']:.1f} context switches a call",
         *_describe_cpu(r["cpu"], r["callers"]),
         "", "targets"]
     for key, t in r["targets"].items():

@@ -33,6 +33,12 @@ def test_concurrent_bench_compares_eight_callers_with_the_batch_run(tmp_path):
     medians = sorted(c for c, _ in flows)[2] / sorted(b for _, b in flows)[2]
     assert report["ratio_of_medians"] == pytest.approx(medians, rel=0.01)
     assert len(report["sequential_ratios"]) == 5
+    # The callers alone: the round of median CPU a call, and every round's.
+    alone = report["alone"]
+    assert alone["calls_per_s"] > 0 and alone["cpu_us_per_call"] > 0
+    assert alone["switches_per_call"] >= 0
+    rounds = report["alone_cpu_us_per_call"]
+    assert len(rounds) == 5 and rounds == sorted(rounds) and alone["cpu_us_per_call"] == rounds[2]
     assert report["concurrent_writer_batches"] >= 0  # the API's group commit
     # Each call durable before it answers: its time is at least a commit's, never nothing.
     assert 0 < report["concurrent_call_p50_ms"] <= report["concurrent_call_p99_ms"]
