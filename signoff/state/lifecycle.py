@@ -385,12 +385,18 @@ def link_batched(monitor, event_ids, task_key):
                                              Delivery.outcome == "batched").execute()
 
 
+def still_ours(keys, token):
+    """The conditions picking the tasks of ``keys`` still open and leased under ``token``
+    (looked up by key: see ``storage.unindexed``)."""
+    return (key_in(Task.key, keys), Task.lease_token == token,
+            storage.unindexed(Task.status).in_(list(TASK_ACTIVE)))
+
+
 def mark_write_possible(keys, token, now):
     """Record that a write may now happen on the tasks ``keys`` still leased under
     ``token``; returns the keys marked (a cancel may have taken the others)."""
     marked = Task.update(write_possible=True, updated_at=now).where(
-        key_in(Task.key, keys), Task.lease_token == token,
-        storage.unindexed(Task.status).in_(list(TASK_ACTIVE))).returning(Task.key)
+        *still_ours(keys, token)).returning(Task.key)
     return {key for (key,) in marked.tuples().execute()}
 
 

@@ -21,9 +21,9 @@ from .outcomes import write as outcomes_write
 from ..state.leases import release
 from ..state.lifecycle import (RELEASED, TASK_ACTIVE, Fenced, bury, move_task, prepare_move_tasks,
                                run_moves, update_task, TaskStatus as T,
-                               mark_write_possible)
+                               mark_write_possible, still_ours)
 from ..models import Task, db
-from ..storage import key_in, select_tuples, unindexed
+from ..storage import select_tuples
 from ..rules.retry import decide
 
 
@@ -165,9 +165,7 @@ def _still_ours(keys, token):
     """The keys of ``keys`` still open and leased under ``token``."""
     if not keys:
         return set()
-    return {k for (k,) in select_tuples(Task.select(Task.key).where(
-        key_in(Task.key, keys), Task.lease_token == token,
-        unindexed(Task.status).in_(list(TASK_ACTIVE))))}
+    return {k for (k,) in select_tuples(Task.select(Task.key).where(*still_ours(keys, token)))}
 
 
 def write_outcomes(rt, token, owner, tasks, outcomes):

@@ -84,12 +84,17 @@ def select_tuples(query):
 
 def _reader(field, converter):
     """What turns a column's value into Python; None where the value is kept as read."""
-    kind = _kind(field) if converter is not None and field is not None else None
+    kind = _kept(field) if converter is not None and field is not None else None
     if kind is None:
         return converter
-    if isinstance(field, Text):
-        return converter  # an escaped character may be in any text
     return lambda v: v if v is None or type(v) is kind else converter(v)
+
+
+def _kept(field):
+    """The type whose values ``field`` reads back as they are (``python_value`` would
+    return them unchanged); None where every value converts. Not ``Text``: an
+    escaped character may be in any text."""
+    return None if isinstance(field, Text) else _kind(field)
 
 
 def _kind(field):
@@ -109,11 +114,11 @@ def _builder(model, columns):
     fields = model._meta.combined
     if len(set(columns)) < len(columns) or not all(c in fields for c in columns):
         return None
-    # A NULL reads as None through every field; a plain column's value already of
-    # its type is kept as read (as select_tuples keeps it: python_value would return
-    # it unchanged, in two calls). Other columns always convert (no type is None).
-    plan = [(i, fields[c].name, None if isinstance(fields[c], Text) else _kind(fields[c]),
-             fields[c].python_value) for i, c in enumerate(columns)]
+    # A NULL reads as None through every field, and a value of its column's kept
+    # type as it is (``_kept``: python_value would return it unchanged, in two
+    # calls); other columns always convert (no value's type is None).
+    plan = [(i, fields[c].name, _kept(fields[c]), fields[c].python_value)
+            for i, c in enumerate(columns)]
     new = object.__new__
 
     def build(rows):
