@@ -216,16 +216,16 @@ class Signoff:
     def enqueue_stream(self, stream, monitor_id="default", progress=None):
         """Like ``enqueue``, yielding each line's result once its chunk is committed,
         so a stream of any length runs in constant memory."""
-        results = intake.enqueue(self, stream, monitor_id, progress)
+        chunks = intake.enqueue(self, stream, monitor_id, progress)
         while True:
-            # Each step runs against this home's database; between steps the
-            # caller's code runs unbound, as it would between two calls.
+            # Each chunk is read and stored against this home's database; between
+            # chunks the caller's code runs unbound, as it would between two calls.
             with storage.session(self.database):
                 try:
-                    result = next(results)
+                    results = next(chunks)
                 except StopIteration:
                     return
-            yield result
+            yield from results
 
     def enqueue_events(self, events, monitor_id="default"):
         """Accept a list of event dicts (or raw values); returns the line results."""
@@ -238,7 +238,8 @@ class Signoff:
 
         An ``InvalidEvent`` is refused as a bad line is: one audit row, nothing else.
         """
-        return list(intake.enqueue_items(self, list(enumerate(outcomes, 1)), monitor_id))
+        return [result for chunk in intake.enqueue_items(self, list(enumerate(outcomes, 1)),
+                                                         monitor_id) for result in chunk]
 
     @_own_database
     def _store_chunks(self, jobs):

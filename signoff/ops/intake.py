@@ -37,9 +37,9 @@ class LineResult:
 def enqueue(rt, stream, monitor_id="default", progress=None):
     """Accept the JSON Lines on binary ``stream`` for ``monitor_id``.
 
-    Yields one ``LineResult`` per non-blank line. ``progress(lines)`` is called
-    after each chunk is stored. An unknown monitor refuses the whole call before
-    any line is read.
+    Yields one list of ``LineResult`` per stored chunk, one result per non-blank
+    line. ``progress(lines)`` is called after each chunk is stored. An unknown
+    monitor refuses the whole call before any line is read.
     """
     return enqueue_items(rt, read_events(stream), monitor_id, progress)
 
@@ -52,7 +52,7 @@ def enqueue_items(rt, items, monitor_id="default", progress=None):
     for item in items:
         chunk.append(item)
         if len(chunk) >= CHUNK:
-            yield from _store(rt, monitor_id, chunk)
+            yield _store(rt, monitor_id, chunk)
             done += len(chunk)
             chunk = []
             if progress:
@@ -63,8 +63,8 @@ def enqueue_items(rt, items, monitor_id="default", progress=None):
         # caller's transaction (a monitor bound with a replay), whose rows commit or
         # vanish with it and which another connection could not see or wait out.
         grouped = not done and not db.in_transaction()
-        yield from (rt.commits.run((monitor_id, chunk)) if grouped
-                    else _store(rt, monitor_id, chunk))
+        yield (rt.commits.run((monitor_id, chunk)) if grouped
+               else _store(rt, monitor_id, chunk))
         if progress:
             progress(done + len(chunk))
 
