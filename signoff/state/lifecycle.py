@@ -313,7 +313,7 @@ def new_deliveries(items, now, traces=None):
     ``traces``: the trace carrier of each (see ``tracing.carrier``), kept on its row.
     """
     rows = [dict(ev.as_dict(), monitor=monitor_id, status=D.QUEUED, next_at=now,
-                 accepted_at=now, updated_at=now, failures={}) for monitor_id, ev in items]
+                 accepted_at=now, updated_at=now) for monitor_id, ev in items]
     if traces and any(traces):  # untraced rows leave the columns alone
         for row, trace in zip(rows, traces):
             row.update(traceparent=(trace or {}).get("traceparent"),
