@@ -64,42 +64,48 @@ def _problem(root, value):
     """``(why value is not JSON every engine stores as it is, or None, least, most)``:
     ``least`` is its strings' length, ``most`` a bound on its size as JSON."""
     # A path is kept as (parent path, step) and spelled out only for a problem:
-    # spelling every key's path cost more than the whole walk. A character
-    # takes at most 6 bytes as JSON (``\u001f``; a pair of surrogates, 12 for
-    # 2), a number at most 24, and each value a separator and its brackets.
-    stack, least, most = [(value, root, 0)], 0, 0
+    # spelling every key's path cost more than the whole walk. Only containers
+    # go on the stack, each with its children's depth; a scalar is measured
+    # where its container is walked (a record is mostly scalars, and a stack
+    # entry each cost more than measuring them). A character takes at most 6
+    # bytes as JSON (``\u001f``; a pair of surrogates, 12 for 2), a number at
+    # most 24, and each value a separator and its brackets.
+    least = most = 0
+    stack = [(root, 0, False, ((None, value),))]  # the root: the one child of no container
     while stack:
-        item, where, depth = stack.pop()
-        problem = None
-        if depth > MAX_DEPTH:
-            return f"{root}: nested deeper than {MAX_DEPTH} levels", least, most
-        if isinstance(item, str):
-            least, most = least + len(item), most + 6 * len(item) + 3
-        elif item is None or isinstance(item, bool):
-            most += 6
-        elif isinstance(item, int):
-            most += 24
-            if not INT64_MIN <= item <= INT64_MAX:
-                problem = "an integer outside the signed 64-bit range"
-        elif isinstance(item, float):
-            most += 26
-            if not math.isfinite(item):
-                problem = f"{item} is not a finite number"
-        elif isinstance(item, dict):
-            most += 3
-            for key, inner in item.items():
-                if not isinstance(key, str):
-                    problem = "has a key that is not a string"
-                    break
-                least, most = least + len(key), most + 6 * len(key) + 3
-                stack.append((inner, (where, key), depth + 1))
-        elif isinstance(item, list):
-            most += 3
-            stack.extend((inner, (where, n), depth + 1) for n, inner in enumerate(item))
-        else:
-            problem = f"a {type(item).__name__} is not a JSON value"
-        if problem:
-            return f"{_spelled(where)}: {problem}", least, most
+        where, depth, keyed, children = stack.pop()
+        for step, item in children:
+            if depth > MAX_DEPTH:
+                return f"{root}: nested deeper than {MAX_DEPTH} levels", least, most
+            if keyed:
+                if not isinstance(step, str):
+                    return f"{_spelled(where)}: has a key that is not a string", least, most
+                least, most = least + len(step), most + 6 * len(step) + 3
+            if isinstance(item, str):
+                least, most = least + len(item), most + 6 * len(item) + 3
+                continue
+            if item is None or isinstance(item, bool):
+                most += 6
+                continue
+            path = where if step is None and not keyed else (where, step)
+            if isinstance(item, int):
+                most += 24
+                if not INT64_MIN <= item <= INT64_MAX:
+                    return f"{_spelled(path)}: an integer outside the signed 64-bit range", \
+                        least, most
+            elif isinstance(item, float):
+                most += 26
+                if not math.isfinite(item):
+                    return f"{_spelled(path)}: {item} is not a finite number", least, most
+            elif isinstance(item, dict):
+                most += 3
+                stack.append((path, depth + 1, True, item.items()))
+            elif isinstance(item, list):
+                most += 3
+                stack.append((path, depth + 1, False, enumerate(item)))
+            else:
+                return f"{_spelled(path)}: a {type(item).__name__} is not a JSON value", \
+                    least, most
     return None, least, most
 
 
