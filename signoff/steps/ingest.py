@@ -234,7 +234,9 @@ def _prepare_finish(pairs, token, now):
     for row, out in pairs:
         if out.kind == "final":
             failures = out.failures or row.failures
-            group = groups.setdefault((out.code, canonical(failures)), (failures, {}))
+            # Nearly every row has none: no encoding for the commonest key.
+            same = "{}" if failures == {} else canonical(failures)
+            group = groups.setdefault((out.code, same), (failures, {}))
             group[1][row.id] = out.task_key
     moves = [prepare_move_deliveries(keys, [D.PROCESSING], D.DONE, now, token,
                                      per_row={"task_key": keys}, outcome=code, last_code=code,

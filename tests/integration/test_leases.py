@@ -18,6 +18,7 @@ from signoff.state.lifecycle import Fenced, move_delivery, move_task
 from signoff.models import Attempt, Delivery, Inbox, Monitor, Task
 from signoff.rules.retry import backoff, decide
 
+import testhosts  # noqa: E402
 from testhosts import arm_receipt_timeouts  # noqa: E402
 
 TTL = 30.0
@@ -122,6 +123,32 @@ def test_delivery_lease_expires_and_another_owner_takes_over(rt, clock):
     token2, rows = claim_deliveries(clock.now(), "w2", TTL, 10)
     assert [r.id for r in rows] == [did]
     assert token2 != token1 and rows[0].lease_owner == "w2" and rows[0].attempts == 2
+
+
+def test_rows_finishing_in_one_batch_keep_their_own_failures(make_rt, clock):
+    # Final outcomes are written grouped by equal values: a retried row and a
+    # fresh one that end alike must still each keep their own count.
+    rt = make_rt("testhosts:OddHost")
+    rt.host().put_record("comment-2", document="doc-demo", text="and the venue")
+    failing = [ConnectionError("the host is away")]
+
+    def once(record):
+        if failing:
+            raise failing.pop()
+        return record
+
+    testhosts.ODD["comment-1"] = once
+    try:
+        retried = enqueue(rt)
+        assert rt.ingest_batch("w1")[0] == 1
+        assert delivery(retried).failures == {"read": 1}
+        fresh = enqueue(rt, event_id="evt-2", record_id="comment-2")
+        clock.advance(rt.config.retry.base_delay_s)  # the first backoff is at most this
+        assert rt.ingest_batch("w2")[0] == 2  # one claim takes both
+    finally:
+        del testhosts.ODD["comment-1"]
+    assert [delivery(d).outcome for d in (retried, fresh)] == ["ready", "ready"]
+    assert delivery(retried).failures == {"read": 1} and delivery(fresh).failures == {}
 
 
 def test_task_lease_expires_and_another_owner_takes_over(rt, clock):
