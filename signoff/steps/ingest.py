@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 
 from . import batching, drafting
 from .. import tracing
-from ..rules.canonical import canonical, digest, task_key
+from ..rules.canonical import digest, task_key
 from ..errors import Blocked, InvalidEvent, SignoffError
 from ..rules.events import validate
 from ..rules.gate import gate, held_s
 from .batch import open_batch
 from .hostbatch import BatchReads
-from .outcomes import Step
+from .outcomes import Step, failures_key
 from .outcomes import write as outcomes_write
 from ..state.lifecycle import (RELEASED, DeliveryStatus as D, Fenced, TaskStatus as T, bury, move_delivery,
                                new_tasks, relabel_duplicate,
@@ -234,9 +234,7 @@ def _prepare_finish(pairs, token, now):
     for row, out in pairs:
         if out.kind == "final":
             failures = out.failures or row.failures
-            # Nearly every row has none: no encoding for the commonest key.
-            same = "{}" if failures == {} else canonical(failures)
-            group = groups.setdefault((out.code, same), (failures, {}))
+            group = groups.setdefault((out.code, failures_key(failures)), (failures, {}))
             group[1][row.id] = out.task_key
     moves = [prepare_move_deliveries(keys, [D.PROCESSING], D.DONE, now, token,
                                      per_row={"task_key": keys}, outcome=code, last_code=code,

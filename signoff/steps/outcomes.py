@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..models import Audit, db, insert_rows
+from ..rules.canonical import canonical
 from ..state.lifecycle import record_attempts
 from ..storage import retried
 
@@ -55,3 +56,11 @@ def write(rt, step, token, owner, pairs):
             step.after(skipped, token)
         record_attempts(attempts)
         insert_rows(Audit, audits)
+
+
+def failures_key(failures):
+    """A key equal for equal failure counts: prepared moves write one group per key.
+
+    Nearly every row has none, and that key costs no encoding.
+    """
+    return "{}" if failures == {} else canonical(failures)

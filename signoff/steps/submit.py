@@ -11,12 +11,12 @@ the same key. A new key is never minted.
 from dataclasses import dataclass
 
 from .. import tracing
-from ..rules.canonical import canonical, digest
+from ..rules.canonical import digest
 from ..errors import Blocked
 from ..rules.gate import SUBMIT_ACTIONS, gate
 from .batch import open_batch
 from .hostbatch import receipts, submit
-from .outcomes import Step
+from .outcomes import Step, failures_key
 from .outcomes import write as outcomes_write
 from ..state.leases import release
 from ..state.lifecycle import (RELEASED, TASK_ACTIVE, Fenced, bury, move_task, prepare_move_tasks,
@@ -196,7 +196,7 @@ def _prepare_finish(pairs, token, now):
     for task, out in pairs:
         if out.kind == "done":
             failures = out.failures if out.failures is not None else task.failures
-            groups.setdefault(canonical(failures), (failures, []))[1].append(task.key)
+            groups.setdefault(failures_key(failures), (failures, []))[1].append(task.key)
     # A task a cancel reached while its write was in flight is done too: the
     # token says it is that write (see lifecycle.cancel_tasks).
     moves = [prepare_move_tasks(keys, [*TASK_ACTIVE, T.CANCELLED], T.DONE, now, token,

@@ -151,6 +151,31 @@ def test_rows_finishing_in_one_batch_keep_their_own_failures(make_rt, clock):
     assert delivery(retried).failures == {"read": 1} and delivery(fresh).failures == {}
 
 
+def test_tasks_done_in_one_batch_keep_their_own_failures(make_rt, clock, monkeypatch):
+    rt = make_rt("testhosts:HookHost")
+    rt.host().put_record("comment-2", document="doc-demo", text="and the venue")
+    enqueue(rt)
+    enqueue(rt, event_id="evt-2", record_id="comment-2")
+    rt.run_until_idle()
+    retried, fresh = (Task.get(Task.record_id == r) for r in ("comment-1", "comment-2"))
+    failing = [ConnectionError("the host is away")]
+
+    def once(key):
+        if failing:
+            raise failing.pop()
+
+    monkeypatch.setattr(testhosts, "BEFORE_SUBMIT", once)
+    assert rt.approve(retried.key, retried.digest)["status"] == "approved"
+    assert rt.submit_batch("w1")[0] == 1
+    assert Task.get_by_id(retried.key).failures == {"submit": 1}
+    assert rt.approve(fresh.key, fresh.digest)["status"] == "approved"
+    clock.advance(rt.config.retry.base_delay_s)  # the first backoff is at most this
+    assert rt.submit_batch("w2")[0] == 2  # one claim takes both
+    after = {t.key: t for t in Task.select()}
+    assert [after[t.key].status for t in (retried, fresh)] == ["done", "done"]
+    assert after[retried.key].failures == {"submit": 1} and after[fresh.key].failures == {}
+
+
 def test_task_lease_expires_and_another_owner_takes_over(rt, clock):
     task = approved_task(rt)
     token1, rows = claim_tasks(clock.now(), "w1", TTL, 10)
