@@ -12,7 +12,7 @@ act on it.
 
 from enum import StrEnum
 
-from peewee import SQL, fn
+from peewee import fn
 
 from .. import storage
 from ..models import (Approval, Attempt, Audit, DeadLetter, Delivery, Inbox, Notification,
@@ -235,7 +235,7 @@ def _move_query(model, pk, ids, sources, target, now, token, per_row, fields, wh
             return None
     for name, values in (per_row or {}).items():
         distinct = set(values.values())
-        fields[name] = distinct.pop() if len(distinct) == 1 else _case(pk, values)
+        fields[name] = distinct.pop() if len(distinct) == 1 else storage.key_case(pk, values)
     status = model.status if ids is None else storage.unindexed(model.status)
     query = model.update(status=target, updated_at=now, **fields).where(
         status.in_(list(sources)))
@@ -246,14 +246,6 @@ def _move_query(model, pk, ids, sources, target, now, token, per_row, fields, wh
     if where is not None:
         query = query.where(where)
     return query.returning(pk)
-
-
-def _case(pk, values):
-    # CASE pk WHEN .. THEN .. END as one SQL node: built by peewee value by
-    # value it costs more than the UPDATE itself for a batch of fifty.
-    param = db.param
-    return SQL(f'CASE "{pk.column_name}" ' + f"WHEN {param} THEN {param} " * len(values) + "END",
-               [v for pair in values.items() for v in pair])
 
 
 # What a worker writes with an outcome: the lease is dropped, and the row is no

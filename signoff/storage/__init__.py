@@ -30,7 +30,7 @@ __all__ = [
     "label", "describe", "describe_server", "unstorable", "drop_connection", "log_failed_pass", "retried", "retrying", "session",
     "transient", "wait_until_reachable", "JSON", "Text", "escape_text", "lossless_dumps",
     "unescape_text", "SCHEMA_TABLE", "SCHEMA_VERSION", "check_schema", "create_schema",
-    "claim", "key_in", "unindexed", "lock_name", "lock_rows", "read_snapshot", "unsynced", "prepare_worker", "checkpoint",
+    "claim", "key_in", "key_case", "unindexed", "lock_name", "lock_rows", "read_snapshot", "unsynced", "prepare_worker", "checkpoint",
     "analyze",
 ]
 
@@ -49,6 +49,13 @@ def key_in(field, values):
     """``field IN values`` as one SQL node, cheaper to build than ``field.in_`` for a
     batch; each value as ``field`` stores it (text escaped, see ``fields``)."""
     return engine_of().key_in(field.column_name, [field.db_value(v) for v in values])
+
+
+def key_case(field, values):
+    """``CASE field WHEN key THEN value … END`` for ``{key: value}`` as one SQL node, the
+    keys and values as given (a move's per-row values: built value by value by Peewee
+    it cost more than the UPDATE itself for a batch of fifty)."""
+    return engine_of().key_case(field.column_name, values)
 
 
 def unindexed(field):
