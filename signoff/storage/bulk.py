@@ -187,8 +187,7 @@ class PreparedInsert:
         self.database = resolve(database)  # resolved once, not per value
         self.plan = plan = _insert_plan(model, tuple(rows[0]), type(self.database.engine),
                                         ignore_conflicts, tuple(returning))
-        # A default is one value for every row: converted once (a JSON one is a dumps).
-        fixed = [c(d() if callable(d) else d) for c, d in plan.defaulted]
+        fixed = plan.fixed if plan.fixed is not None else plan.defaults()
         self.params = [[c(r[name]) for name, c in plan.given] + fixed for r in rows]
 
     def run(self, only=None):
@@ -233,6 +232,11 @@ class _InsertPlan:
         # The rows' own fields first, then the defaulted ones with their defaults.
         self.given = list(zip(names, convert))
         self.defaulted = list(zip(convert[len(names):], defaults.values()))
+        # A default is one parameter for every row of an insert, and for every
+        # insert unless it is made by a call other than an empty list's or dict's:
+        # then converted once here (a JSON one is a dumps), else once per insert.
+        made = any(callable(d) and d not in (dict, list) for _, d in self.defaulted)
+        self.fixed = None if made else self.defaults()
         self.tail = " ON CONFLICT DO NOTHING" if ignore_conflicts else ""
         self.returning = [meta.fields[n] for n in returning]
         if returning:
@@ -250,6 +254,10 @@ class _InsertPlan:
                              + ", ".join(f"{engine.param}::{arrays[f.field_type]}[]"
                                          for f in self.fields) + ")" + self.tail)
         self.one = "(" + ", ".join(holders) + ")"
+
+    def defaults(self):
+        """The defaulted fields' parameters, converted now."""
+        return [c(d() if callable(d) else d) for c, d in self.defaulted]
 
 
 def _plain_converter(field):
