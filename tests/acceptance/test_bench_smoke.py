@@ -290,6 +290,12 @@ def test_instruction_counts_cover_every_step_and_every_event(tmp_path):
     assert min(counts.values()) > 50_000, counts
     assert report["pipeline"] == counts["ingest"] + counts["approve"] + counts["submit"]
     assert report["job_ratio"] == round(counts["huey_job"] / report["pipeline"], 3)
+    # The budgets judge the pipeline's sum and the one-event call, each by its own figure.
+    targets = report["targets"]
+    assert (targets["pipeline"]["value"], targets["enqueue_call"]["value"]) == (
+        report["pipeline"], counts["enqueue_call"])
+    assert all(t["pass"] == (t["value"] <= int(t["target"].split()[1].replace(",", "")))
+               for t in targets.values()), targets
 
 
 @pytest.mark.backend_independent
