@@ -5,14 +5,17 @@ here makes one row of a batch behave differently from the others and checks
 that only that row is treated differently.
 """
 
+import itertools
+
 from helpers import make_event
 from signoff.steps import ingest, submit
 from signoff.steps.hostbatch import BatchReads
 from signoff.errors import Refused
 from signoff.state.leases import claim_deliveries, claim_tasks
-from peewee import fn
+from peewee import IntegerField, TextField, fn
 
-from signoff.models import Approval, Attempt, Audit, Delivery, Inbox, Task, insert_rows
+from signoff.models import (Approval, Attempt, Audit, BaseModel, Delivery, Inbox, Task,
+                            insert_rows)
 from signoff.storage import select_instances, select_tuples
 
 TTL = 30.0
@@ -49,6 +52,25 @@ def test_insert_rows_writes_what_insert_many_writes(rt, clock):
     # ON CONFLICT DO NOTHING: the second insert of a key is skipped, not an error.
     assert insert_rows(Task, [dict(base, key="by-peewee")], ignore_conflicts=True,
                        returning=("key",)) == []
+
+
+def test_a_default_made_by_a_call_is_made_again_for_the_next_insert(rt):
+    # An insert shape converts its constant defaults once; one made by a call (a
+    # counter here, a uuid4 in a user's model) must not be frozen into the shape.
+    made = itertools.count(1)
+
+    class Stamped(BaseModel):
+        stamp = IntegerField(default=lambda: next(made))
+        note = TextField()
+
+    Stamped.create_table()
+    try:
+        insert_rows(Stamped, [{"note": "first"}])
+        insert_rows(Stamped, [{"note": "second"}])
+        stamps = dict(Stamped.select(Stamped.note, Stamped.stamp).tuples())
+    finally:
+        Stamped.drop_table()
+    assert stamps["first"] != stamps["second"], stamps
 
 
 # Values a driver must quote for them to arrive as given: in a row of VALUES, and
