@@ -187,8 +187,9 @@ class PreparedInsert:
         self.database = resolve(database)  # resolved once, not per value
         self.plan = plan = _insert_plan(model, tuple(rows[0]), type(self.database.engine),
                                         ignore_conflicts, tuple(returning))
-        fixed = plan.fixed if plan.fixed is not None else plan.defaults()
-        self.params = [[c(r[name]) for name, c in plan.given] + fixed for r in rows]
+        fixed = plan.fixed
+        self.params = [[c(r[name]) for name, c in plan.given]
+                       + (fixed if fixed is not None else plan.defaults()) for r in rows]
 
     def run(self, only=None):
         """Insert the rows (those at the positions in ``only``, if given); the returned rows."""
@@ -232,9 +233,10 @@ class _InsertPlan:
         # The rows' own fields first, then the defaulted ones with their defaults.
         self.given = list(zip(names, convert))
         self.defaulted = list(zip(convert[len(names):], defaults.values()))
-        # A default is one parameter for every row of an insert, and for every
-        # insert unless it is made by a call other than an empty list's or dict's:
-        # then converted once here (a JSON one is a dumps), else once per insert.
+        # Unless a default is made by a call other than an empty list's or dict's
+        # (a uuid4: a new value for every row, as Peewee makes it), the defaults
+        # are the same parameters for every row: converted once, here (a JSON one
+        # is a dumps).
         made = any(callable(d) and d not in (dict, list) for _, d in self.defaulted)
         self.fixed = None if made else self.defaults()
         self.tail = " ON CONFLICT DO NOTHING" if ignore_conflicts else ""
