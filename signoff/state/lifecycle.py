@@ -235,7 +235,8 @@ def _move_query(model, pk, ids, sources, target, now, token, per_row, fields, wh
             return None
     for name, values in (per_row or {}).items():
         distinct = set(values.values())
-        fields[name] = distinct.pop() if len(distinct) == 1 else storage.key_case(pk, values)
+        fields[name] = (distinct.pop() if len(distinct) == 1
+                        else storage.key_case(pk, values, model._meta.fields[name]))
     status = model.status if ids is None else storage.unindexed(model.status)
     query = model.update(status=target, updated_at=now, **fields).where(
         status.in_(list(sources)))

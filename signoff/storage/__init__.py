@@ -17,7 +17,7 @@ against the database the calling ``Signoff`` bound (``db``) or the one given.
 """
 
 from .drivers import load as load_driver, restore as restore_drivers
-from .bulk import Fetched, PreparedInsert, insert_rows, select_instances, select_tuples
+from .bulk import Fetched, PreparedInsert, insert_rows, select_instances, select_tuples, to_param
 from .database import Unbound, bind, db, engine_of, resolve  # noqa: F401 (the package face)
 from .engines import open_database, label
 from .faults import (describe, describe_server, drop_connection, log_failed_pass, retried,
@@ -26,7 +26,7 @@ from .fields import JSON, Text, escape_text, lossless_dumps, unescape_text
 from .schema import SCHEMA_TABLE, SCHEMA_VERSION, check_schema, create_schema
 
 __all__ = [
-    "load_driver", "restore_drivers", "Fetched", "PreparedInsert", "insert_rows", "select_instances", "select_tuples", "bind", "db", "engine_of", "open_database",
+    "load_driver", "restore_drivers", "Fetched", "PreparedInsert", "insert_rows", "select_instances", "select_tuples", "to_param", "bind", "db", "engine_of", "open_database",
     "label", "describe", "describe_server", "unstorable", "drop_connection", "log_failed_pass", "retried", "retrying", "session",
     "transient", "wait_until_reachable", "JSON", "Text", "escape_text", "lossless_dumps",
     "unescape_text", "SCHEMA_TABLE", "SCHEMA_VERSION", "check_schema", "create_schema",
@@ -51,11 +51,13 @@ def key_in(field, values):
     return engine_of().key_in(field.column_name, [field.db_value(v) for v in values])
 
 
-def key_case(field, values):
-    """``CASE field WHEN key THEN value … END`` for ``{key: value}`` as one SQL node, the
-    keys and values as given (a move's per-row values: built value by value by Peewee
-    it cost more than the UPDATE itself for a batch of fifty)."""
-    return engine_of().key_case(field.column_name, values)
+def key_case(field, values, column):
+    """``CASE field WHEN key THEN value … END`` for ``{key: value}`` as one SQL node, each
+    key as ``field`` and each value as ``column`` stores it (a move's per-row values:
+    built value by value by Peewee it cost more than the UPDATE itself for a batch of
+    fifty)."""
+    key, value = to_param(field), to_param(column)
+    return engine_of().key_case(field.column_name, [(key(k), value(v)) for k, v in values.items()])
 
 
 def unindexed(field):

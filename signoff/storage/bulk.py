@@ -229,7 +229,7 @@ class _InsertPlan:
                                else lossless_dumps(v, dumps))
             else:
                 holders.append(engine.param)
-                convert.append(_plain_converter(f))
+                convert.append(to_param(f))
         # The rows' own fields first, then the defaulted ones with their defaults.
         self.given = list(zip(names, convert))
         self.defaulted = list(zip(convert[len(names):], defaults.values()))
@@ -262,9 +262,12 @@ class _InsertPlan:
         return [c(d() if callable(d) else d) for c, d in self.defaulted]
 
 
-def _plain_converter(field):
-    # A value already of the column's own type needs no conversion: skipping
-    # the field's db_value for it is a third of the cost of a bulk insert.
+def to_param(field):
+    """What turns a value into the parameter ``field`` stores (its ``db_value``).
+
+    A value already of the column's own type needs no conversion: skipping the
+    field's db_value for it is a third of the cost of a bulk insert.
+    """
     kind = _kind(field)
     if kind is None:
         return field.db_value

@@ -145,10 +145,11 @@ class Engine:
         """``column IN (values)`` as one SQL node, a placeholder per value."""
         return Params(f'"{column}" IN (' + ", ".join([self.param] * len(values)) + ")", values)
 
-    def key_case(self, column, values):
-        """``CASE column WHEN key THEN value … END`` for ``{key: value}``, as one SQL node."""
-        return Params(f'CASE "{column}" ' + f"WHEN {self.param} THEN {self.param} " * len(values)
-                      + "END", [v for pair in values.items() for v in pair])
+    def key_case(self, column, pairs):
+        """``CASE column WHEN key THEN value … END`` for ``(key, value)`` parameters, as one
+        SQL node."""
+        return Params(f'CASE "{column}" ' + f"WHEN {self.param} THEN {self.param} " * len(pairs)
+                      + "END", [v for pair in pairs for v in pair])
 
     def unindexed(self, node):
         """``node`` in a condition the rows are not to be found by (``storage.unindexed``);

@@ -12,9 +12,10 @@ from signoff.steps import ingest, submit
 from signoff.steps.hostbatch import BatchReads
 from signoff.errors import Refused
 from signoff.state.leases import claim_deliveries, claim_tasks
+from signoff.state.lifecycle import DeliveryStatus, prepare_move_deliveries, run_moves
 from peewee import IntegerField, TextField, fn
 
-from signoff.models import (Approval, Attempt, Audit, BaseModel, Delivery, Inbox, Task,
+from signoff.models import (Approval, Attempt, Audit, BaseModel, Delivery, Inbox, Task, db,
                             insert_rows)
 from signoff.storage import select_instances, select_tuples
 
@@ -105,6 +106,22 @@ def test_insert_rows_answers_in_row_order_and_keeps_every_value(rt, clock):
     assert ids == sorted(ids) and len(set(ids)) == 1500
     events = dict(Delivery.select(Delivery.id, Delivery.event_id).tuples())
     assert [events[i] for i in ids] == [f"e-{i}" for i in range(1500)]
+
+
+def test_a_move_of_many_rows_stores_each_rows_own_value_as_its_column_does(rt, clock):
+    ids = [r[0] for r in insert_rows(Delivery, [
+        {"monitor": "default", "event_id": f"e-{i}", "name": "n", "document": "doc",
+         "record_id": "r", "occurred": i, "status": "processing", "next_at": 0.0,
+         "accepted_at": 1.0, "updated_at": 1.0, "lease_token": "t"}
+        for i in range(len(AWKWARD))], returning=("id",))]
+    # Every row its own text, some needing escapes: NUL, a lone surrogate, and the
+    # escape character itself (in place of the empty text, which is no code).
+    codes = dict(zip(ids, ["esc \U000F0000 0", *AWKWARD[1:]]))
+    move = prepare_move_deliveries(ids, [DeliveryStatus.PROCESSING], DeliveryStatus.DONE,
+                                   clock.now(), "t", per_row={"last_code": codes})
+    with db.atomic():
+        assert run_moves([move]) == set(ids)
+    assert dict(Delivery.select(Delivery.id, Delivery.last_code).tuples()) == codes
 
 
 def test_rows_read_in_bulk_are_the_instances_a_query_gives(rt, clock):
