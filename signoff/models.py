@@ -165,10 +165,14 @@ class Audit(BaseModel):
     task_key = CharField(max_length=64, null=True)
     code = Text()
     # Who made a human decision and through which face (cli, page, api, policy);
-    # null for what the engine did by itself. On the CLI the actor is the
-    # operator's ``--by`` label, not an identity.
+    # null for what the engine did by itself. The actor is an identity: an
+    # authenticated reviewer, ``operator:<OS account>`` on the CLI, ``policy:<id>``.
     actor = Text(null=True)
     channel = Text(null=True)
+    # The CLI's ``--by`` word, kept beside the identity it does not replace.
+    note = Text(null=True)
+    # What a change of a reviewer, secret, policy or monitor was about (its name or id).
+    subject = Text(null=True)
 
 
 class DeadLetter(BaseModel):
@@ -504,9 +508,10 @@ class Approval(BaseModel):
     id = BigAutoField()
     task_key = CharField(max_length=64)
     digest = CharField(max_length=64)
-    by = Text()
+    by = Text()  # an identity (rules/identity.py): the quorum counts distinct ones
     channel = Text()  # cli, page, api or policy
     at = DoubleField()
+    note = Text(null=True)  # the CLI's ``--by`` word: shown, never counted
 
     class Meta:
         indexes = ((("task_key", "digest", "by"), True),)

@@ -357,8 +357,20 @@ V5_COLUMNS = {"monitor": ("approvals", "paused_at", "last_pause_from", "last_pau
               "notification": ("type", "task", "audit_seq")}
 
 
+# What version 6 added: columns of older tables.
+V6_COLUMNS = {"approval": ("note",), "audit": ("note", "subject")}
+
+
+def put_back_to_5(database):
+    """Drop the columns version 6 added."""
+    for table, columns in V6_COLUMNS.items():
+        for column in columns:
+            database.execute_sql(f'ALTER TABLE "{table}" DROP COLUMN "{column}"')
+
+
 def put_back_to_4(database):
-    """Drop what version 5 added (and the indexes that name its columns)."""
+    """Drop what versions 5 and 6 added (and the indexes that name their columns)."""
+    put_back_to_5(database)
     for table in V5_TABLES:
         database.execute_sql(f'DROP TABLE "{table}"')
     for table, columns in V5_COLUMNS.items():
@@ -371,6 +383,10 @@ def put_back_to_4(database):
 
 def put_back_version(database, version):
     """Make a current schema look as a home of ``version`` has it."""
+    if version == 5:
+        put_back_to_5(database)
+        database.execute_sql(f"UPDATE {storage.SCHEMA_TABLE} SET version = 5")
+        return
     put_back_to_4(database)
     if version == 4:
         database.execute_sql(f"UPDATE {storage.SCHEMA_TABLE} SET version = 4")
@@ -399,13 +415,14 @@ def put_back_version(database, version):
     database.execute_sql(f"UPDATE {storage.SCHEMA_TABLE} SET version = {version}")
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
 def test_init_brings_an_older_schema_up_to_date(rt, home, clock, version):
     database = rt.database
     put_back_version(database, version)
     # A delivery whose lease expired under the old code: a suspect, by its code.
     # A version-4 home marks a suspect in its own column; older ones by the code.
-    suspect = ("suspect, ", f"{storage.engine_of(database).true}, ") if version == 4 else ("", "")
+    suspect = (("suspect, ", f"{storage.engine_of(database).true}, ") if version >= 4
+               else ("", ""))
     database.execute_sql(
         "INSERT INTO delivery (monitor, event_id, name, document, record_id, occurred, status, "
         f"attempts, failures, last_code, {suspect[0]}next_at, accepted_at, updated_at) VALUES "
@@ -423,9 +440,10 @@ def test_init_brings_an_older_schema_up_to_date(rt, home, clock, version):
         with storage.bind(again.database):
             marked = [(d.event_id, d.suspect) for d in Delivery.select().order_by(Delivery.id)]
         assert {"webhook_digest", "audit_reviewer", *V5_TABLES} <= set(again.database.get_tables())
-        columns = {t: {c.name for c in again.database.get_columns(t)} for t in V5_COLUMNS}
-    assert found == storage.SCHEMA_VERSION == 5
-    assert all(set(added) <= columns[t] for t, added in V5_COLUMNS.items())
+        columns = {t: {c.name for c in again.database.get_columns(t)}
+                   for t in (*V5_COLUMNS, *V6_COLUMNS)}
+    assert found == storage.SCHEMA_VERSION == 6
+    assert all(set(added) <= columns[t] for t, added in (*V5_COLUMNS.items(), *V6_COLUMNS.items()))
     assert {"delivery_status_next_at_id", "task_status_next_at_created_at_key",
             *V3_INDEXES.values(), *V4_INDEXES.values()} <= names
     assert not names & set(storage.schema.RETIRED_INDEXES)
