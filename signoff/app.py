@@ -165,17 +165,17 @@ class Signoff:
         return monitors.bind(self, document, monitor_id, **options)
 
     @_own_database
-    def cancel(self, monitor_id, by="operator", channel="cli"):
+    def cancel(self, monitor_id, by=None, channel="cli"):
         """Cancel a monitor and end its open tasks."""
         return monitors.cancel(self, monitor_id, by, channel)
 
     @_own_database
-    def pause(self, monitor_id, by="operator", channel=None):
+    def pause(self, monitor_id, by=None, channel="cli"):
         """Hold a monitor's new events (still accepted) until ``unpause``; approved tasks still submit."""
         return monitors.pause(self, monitor_id, by, channel)
 
     @_own_database
-    def unpause(self, monitor_id, by="operator", channel=None):
+    def unpause(self, monitor_id, by=None, channel="cli"):
         """Process a paused monitor's events again, those held first."""
         return monitors.unpause(self, monitor_id, by, channel)
 
@@ -285,7 +285,7 @@ class Signoff:
     # -- the human channel ---------------------------------------------------
 
     @_own_database
-    def approve(self, key, digest, by="operator", channel="cli", edit=None,
+    def approve(self, key, digest, by=None, channel="cli", edit=None,
                 ack_hidden_characters=False):
         """Approve a ready task whose result has ``digest`` (one place of its quorum).
 
@@ -295,34 +295,34 @@ class Signoff:
         return approval.approve(self, key, digest, by, channel, edit, ack_hidden_characters)
 
     @_own_database
-    def approve_many(self, items, by="operator", channel="cli", ack_hidden_characters=False):
+    def approve_many(self, items, by=None, channel="cli", ack_hidden_characters=False):
         """Approve many ``(key, digest)`` pairs at once; a result or Refused for each."""
         return approval.approve_many(self, items, by, channel=channel,
                                      ack_hidden_characters=ack_hidden_characters)
 
     @_own_database
-    def reject(self, key, reason=None, by="operator", channel="cli"):
+    def reject(self, key, reason=None, by=None, channel="cli"):
         """Reject a ready task; ``reason`` (1-200 printable characters) is kept and shown."""
         return approval.reject(self, key, reason, by, channel)
 
     @_own_database
-    def cancel_task(self, key, by="operator", channel="cli"):
+    def cancel_task(self, key, by=None, channel="cli"):
         """Cancel one ready, approved or uncertain task (``approval.cancel``)."""
         return approval.cancel(self, key, by, channel)
 
 
     @_own_database
-    def retry(self, key, by="operator", channel="cli"):
+    def retry(self, key, by=None, channel="cli"):
         """Queue a parked, approved or uncertain task again."""
         return approval.retry(self, key, by, channel)
 
     @_own_database
-    def redraft(self, key, by="operator", channel="cli"):
+    def redraft(self, key, by=None, channel="cli"):
         """Draft a ready or blocked task again from a fresh read (see ``redraft.py``)."""
         return redraft.redraft(self, key, by, channel)
 
     @_own_database
-    def add_policy(self, monitor_id, ttl_s=None, max_per_hour=None, by="operator",
+    def add_policy(self, monitor_id, ttl_s=None, max_per_hour=None, by=None,
                    include_waiting=False):
         """Add a standing approval policy for a monitor (see ``policy.add``)."""
         return policy.add(self, monitor_id, ttl_s, max_per_hour, by, include_waiting)
@@ -333,12 +333,12 @@ class Signoff:
         return policy.listing()
 
     @_own_database
-    def revoke_policy(self, policy_id, by="operator", channel="cli"):
+    def revoke_policy(self, policy_id, by=None, channel="cli"):
         """End a policy; its unwritten approvals go back to ready."""
         return policy.revoke(self, policy_id, by, channel)
 
     @_own_database
-    def add_reviewer(self, name, read_only=False, monitors=(), by="operator", channel="cli"):
+    def add_reviewer(self, name, read_only=False, monitors=(), by=None, channel="cli"):
         """Create a reviewer, optionally limited to ``monitors``; its token is answered once."""
         return reviewers.add(self, name, read_only, monitors, by, channel)
 
@@ -348,7 +348,7 @@ class Signoff:
         return reviewers.viewer_for_token(token)
 
     @_own_database
-    def replay(self, letter_id, by="operator", channel="cli", monitors=None):
+    def replay(self, letter_id, by=None, channel="cli", monitors=None):
         """Replay a dead letter with a fresh budget (of ``monitors`` alone, if given)."""
         return deadletters.replay(self, letter_id, by, channel, monitors)
 
@@ -360,7 +360,7 @@ class Signoff:
     # -- webhook secrets and reviewers ----------------------------------------
 
     @_own_database
-    def add_secret(self, monitor_id, secret=None, by="operator", channel="cli"):
+    def add_secret(self, monitor_id, secret=None, by=None, channel="cli"):
         """Add a webhook secret to a monitor (a new one when ``secret`` is None);
         the answer holds it this once."""
         return secrets.add(self, monitor_id, secret, by, channel)
@@ -394,7 +394,7 @@ class Signoff:
         return secrets.listing(monitor_id)
 
     @_own_database
-    def remove_secret(self, monitor_id, secret_id, by="operator", channel="cli"):
+    def remove_secret(self, monitor_id, secret_id, by=None, channel="cli"):
         """Remove one of a monitor's webhook secrets."""
         return secrets.remove(self, monitor_id, secret_id, by, channel)
 
@@ -420,7 +420,7 @@ class Signoff:
         return reviewers.listing()
 
     @_own_database
-    def remove_reviewer(self, name, by="operator", channel="cli"):
+    def remove_reviewer(self, name, by=None, channel="cli"):
         """Delete a reviewer and end their sessions."""
         return reviewers.remove(self, name, by, channel)
 

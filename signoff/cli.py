@@ -94,11 +94,26 @@ def command(group, name=None, json_help="Print one JSON document.", **kwargs):
     return wrap
 
 
+ENV_NOTE = " Command line only: never read from a SIGNOFF_* variable."
+
+
+def decisive(*names, **kwargs):
+    """A ``click.option`` that changes what is approved or who may approve.
+
+    Read from the command line only: a variable left in a shell or a unit file
+    must never approve, edit, acknowledge, grant or sign anything by itself
+    (docs/cli.md, "Options from the environment").
+    """
+    kwargs["help"] = (kwargs.get("help") or "").rstrip() + ENV_NOTE
+    return click.option(*names, allow_from_autoenv=False, **kwargs)
+
+
 def by_option(f):
-    """``--by NAME``: the operator's label on the audit row of a decision (not an identity)."""
-    return click.option("--by", default="operator", show_default=True,
-                        help="Your name for the audit log (1-128 characters, no control or "
-                             "bidi characters); a label, not checked.")(f)
+    """``--by WORD``: a note kept with a decision; the identity is the OS account."""
+    return decisive("--by", default=None,
+                    help="A note kept with the decision and shown beside it (1-128 "
+                         "characters, nothing hidden). Not an identity: the decision is "
+                         "counted as operator:<your OS account>.")(f)
 
 
 def _os_message(exc):
@@ -422,8 +437,8 @@ MONITOR_COLUMNS = ["id", "document", "event_names", "active", "paused", "expires
 @click.option("--approval-ttl", type=SECONDS, default=None, help="Seconds.")
 @click.option("--batch-window", type=SECONDS, default=None,
               help="Seconds: gather the document's records arriving within it into one task.")
-@click.option("--approvals", type=click.IntRange(min=1), default=1,
-              show_default=True, help="Distinct approvers each task's digest needs (a quorum).")
+@decisive("--approvals", type=click.IntRange(min=1), default=1,
+          show_default=True, help="Distinct approvers each task's digest needs (a quorum).")
 def monitor_bind(obj, as_json, monitor_id, document, events, ttl, window, approval_ttl,
                  batch_window, approvals):
     """Bind a monitor from the host's current grant (subscribing it when the host offers events)."""
@@ -492,8 +507,8 @@ def monitor_secret():
 
 @command(monitor_secret, "add")
 @click.argument("monitor_id")
-@click.option("--secret", default=None,
-              help="whsec_<base64 of 24-64 bytes>, or - to read it from stdin (default: a new one).")
+@decisive("--secret", default=None,
+          help="whsec_<base64 of 24-64 bytes>, or - to read it from stdin (default: a new one).")
 @by_option
 def monitor_secret_add(obj, as_json, monitor_id, secret, by):
     """Add a secret; it is printed this once and never shown again."""
@@ -749,13 +764,13 @@ def tasks_redraft(obj, as_json, key, by):
 
 @command(main)
 @click.argument("key")
-@click.option("--digest", required=True, help="Digest of the result you reviewed.")
+@decisive("--digest", required=True, help="Digest of the result you reviewed.")
 @by_option
-@click.option("--edit", "edit_file", type=click.File("rb"), default=None,
-              help="A file (or -) holding the draft as you want it submitted; the approval "
-                   "binds the edited draft.")
-@click.option("--ack-hidden-characters", is_flag=True,
-              help="Approve a draft holding hidden characters (shown as <U+XXXX> by tasks show).")
+@decisive("--edit", "edit_file", type=click.File("rb"), default=None,
+          help="A file (or -) holding the draft as you want it submitted; the approval "
+               "binds the edited draft.")
+@decisive("--ack-hidden-characters", is_flag=True,
+          help="Approve a draft holding hidden characters (shown as <U+XXXX> by tasks show).")
 def approve(obj, as_json, key, digest, by, edit_file, ack_hidden_characters):
     """Approve a ready task (KEY or a unique prefix) whose result has DIGEST.
 
@@ -802,12 +817,13 @@ POLICY_COLUMNS = ["policy", "monitor", "active", "expires_at", "max_per_hour", "
 
 
 @command(policy, "add")
-@click.option("--monitor", "monitor_id", required=True)
-@click.option("--ttl", type=SECONDS, default=None, help="Seconds (default: until the monitor ends).")
-@click.option("--max-per-hour", type=click.IntRange(min=1, max=INT64_MAX), default=None)
-@click.option("--by", default="operator", show_default=True)
-@click.option("--include-waiting", is_flag=True,
-              help="Approve the tasks already waiting too (default: only those ready from now on).")
+@decisive("--monitor", "monitor_id", required=True, help="The monitor whose tasks it approves.")
+@decisive("--ttl", type=SECONDS, default=None, help="Seconds (default: until the monitor ends).")
+@decisive("--max-per-hour", type=click.IntRange(min=1, max=INT64_MAX), default=None,
+          help="At most this many approvals in any hour; the rest wait for people.")
+@by_option
+@decisive("--include-waiting", is_flag=True,
+          help="Approve the tasks already waiting too (default: only those ready from now on).")
 def policy_add(obj, as_json, monitor_id, ttl, max_per_hour, by, include_waiting):
     """Approve the monitor's tasks that become ready and pass acceptance, until it ends.
 
@@ -843,9 +859,9 @@ def reviewer():
 
 @command(reviewer, "add")
 @click.argument("name")
-@click.option("--read-only", is_flag=True, help="May look, may not approve or change anything.")
-@click.option("--monitor", "monitors", multiple=True,
-              help="Limit the reviewer to this monitor's tasks (repeatable; default: every monitor).")
+@decisive("--read-only", is_flag=True, help="May look, may not approve or change anything.")
+@decisive("--monitor", "monitors", multiple=True,
+          help="Limit the reviewer to this monitor's tasks (repeatable; default: every monitor).")
 @by_option
 def reviewer_add(obj, as_json, name, read_only, monitors, by):
     """Create a reviewer; their login and API token is printed this once."""

@@ -375,10 +375,16 @@ class WebhookRefusal(BaseModel):
 class Reviewer(BaseModel):
     """A person who may use the review pages; the token is kept as its sha256."""
 
-    name = CharField(primary_key=True)
+    name = CharField(primary_key=True)  # normalised (rules/names.py)
     token_hash = CharField(max_length=64)
     read_only = BooleanField(default=False)
     created_at = DoubleField()
+    # The name's UTS #39 skeleton: unique, so two adds at once can never make
+    # two reviewers who look alike. Null for reviewers added before version 6.
+    skeleton = Text(null=True)
+
+    class Meta:
+        indexes = ((("skeleton",), True),)
 
 
 class ReviewerMonitor(BaseModel):

@@ -5,29 +5,21 @@ import json
 import math
 import sys
 import time
-import unicodedata
 
 import click
 
+from ..rules.text import visible
 
-# Unicode categories that can change what a terminal shows beyond the cell they
-# are in: controls, format characters (bidi overrides, isolates, marks),
-# line and paragraph separators, and lone surrogates.
-UNSHOWABLE = frozenset(("Cc", "Cf", "Zl", "Zp", "Cs"))
+
 STREAM_PAGE = 500  # rows held at once when streaming (the first page sizes a table)
 
 
 def safe(text):
-    """``text`` with every character that could forge a line shown as an escape."""
+    """``text`` as one cell or line: hidden characters marked ``⟨U+XXXX⟩`` (``rules/text``),
+    and a line break or tab, which would forge a line or a column, escaped."""
     if text.isascii() and text.isprintable():
         return text
-    return "".join(_escape(ch) if unicodedata.category(ch) in UNSHOWABLE else ch
-                   for ch in text)
-
-
-def _escape(ch):
-    code = ord(ch)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return visible(text).replace("\n", "\\x0a").replace("\t", "\\x09")
 
 
 def fmt(value):

@@ -37,8 +37,8 @@ def render_task(t):
     lines += _draft_history(t)
     lines += ["", "timeline:"]
     entries = [(a["at"], f"audit    {fmt(a['code'])}" + (
-        f" by {fmt(a['actor'])} ({fmt(a['channel'])})" if a.get("actor") else ""))
-        for a in t["audit"]]
+        f" by {who(a['actor'], a['channel'], a.get('note'))}" if a.get("actor") else "")
+        + (f" ({fmt(a['subject'])})" if a.get("subject") else "")) for a in t["audit"]]
     entries += [(h["at"], f"attempt  {fmt(h['step']):<8} {fmt(h['code']):<16} "
                  f"{fmt(h['worker']) if h['worker'] else ''}") for h in t["history"]]
     for at, text in sorted(entries, key=lambda e: e[0]):
@@ -48,13 +48,18 @@ def render_task(t):
     return "\n".join(lines)
 
 
+def who(identity, channel, note=None):
+    """An identity as decisions show it: ``operator:ana (cli, note "on call")``."""
+    return f"{fmt(identity)} ({fmt(channel)}" + (f', note "{fmt(note)}")' if note else ")")
+
+
 def _decisions(t):
     """The quorum, edits, rejection and hidden characters of ``tasks show``."""
-    given = ", ".join(f"{fmt(a['by'])} ({fmt(a['channel'])})" for a in t["approvals"]) or "none"
+    given = ", ".join(who(a["by"], a["channel"], a.get("note")) for a in t["approvals"]) or "none"
     lines = [f"approvals {given}; {t['approvals_needed']} needed"
              + (f", {t['approvals_missing']} missing" if t["approvals_missing"] else "")]
     for e in t["edits"]:
-        lines.append(f"edited    {_clock(e['at'])} by {fmt(e['by'])} ({fmt(e['channel'])}): "
+        lines.append(f"edited    {_clock(e['at'])} by {who(e['by'], e['channel'], e.get('note'))}: "
                      f"{fmt(e['from_digest'][:12])} -> {fmt(e['to_digest'][:12])}")
         lines += [f"            {fmt(line)}" for line in (e.get("diff") or "").splitlines()]
     if t["edits"]:

@@ -2,7 +2,10 @@
 
 Nothing here is reachable from event content; the CLI, the review pages, the
 JSON API and the Python API are its only callers. ``by`` and ``channel`` name
-who decided and through which face (cli, page, api), kept on the audit row.
+who decided and through which face (cli, page, api, policy); they become an
+``Actor`` (``rules/names.py``): on the CLI the OS account is the identity and
+``by`` a note, elsewhere ``by`` is the identity the face authenticated. A
+quorum counts identities.
 """
 
 import difflib
@@ -10,13 +13,13 @@ from dataclasses import dataclass
 
 from .. import tracing
 from ..rules.canonical import digest
-from ..rules.text import check_reason, hidden_characters
+from ..rules.text import check_reason, hidden_characters, visible
 from ..steps.batching import read_back
 from ..steps.hostbatch import BatchReads
 from ..rules.drafts import needs_answers
 from ..errors import Blocked, InvalidRecord, Refused
-from ..rules.events import check_name
 from ..rules.gate import INGEST_ACTIONS, GrantRead, gate
+from ..rules.names import Actor
 from ..state.lifecycle import (Fenced, add_approvals, approval_counts, audit, cancel_tasks,
                                edit_task, move_task, update_task, TaskStatus as T)
 from ..storage import key_in, retried, select_instances
@@ -27,7 +30,6 @@ from ..rules.retry import TRANSIENT, backoff
 MIN_PREFIX = 8  # like git: short enough to type, long enough to be unique in practice
 HEX = frozenset("0123456789abcdef")
 SHOWN_CANDIDATES = 5
-CHANNELS = ("cli", "page", "api", "policy")  # the faces a decision comes through
 
 
 def get_task(key):
@@ -105,18 +107,19 @@ def approve_many(rt, items, by, audit_code="approved", channel="cli", ack_hidden
     checks are exactly those of a single approval (a key may be a prefix). ``by`` must be a valid
     name (``invalid_name`` otherwise, nothing approved). ``audit_code`` is what the
     audit log says (a standing policy's approvals say ``auto_approved``). Each
-    approval counts towards its task's quorum; the one that completes it approves.
+    approval counts towards its task's quorum under the actor's identity; the
+    one that completes it approves. A policy never approves an edited draft.
     """
-    check_name("by", by)
-    check_channel(channel)
+    actor = Actor.of(by, channel)
     items = _full_keys(items)
+    read = _READ + ((Task.edits,) if actor.channel == "policy" else ())
     tasks = {t.key: t for t in select_instances(
-        Task.select(*_READ).where(key_in(Task.key, [k for k, _ in items])))}
+        Task.select(*read).where(key_in(Task.key, [k for k, _ in items])))}
     # A signoff.approve span per known task, in the trace of the event that made it.
     spans = {i: tracing.begin("signoff.approve", tasks[key], task_key=key,
                               monitor=tasks[key].monitor)
              for i, (key, _) in enumerate(items) if key in tasks} if tracing.enabled() else {}
-    who = Who(by, channel, audit_code, ack_hidden_characters, _given(by, items))
+    who = Who(actor, audit_code, ack_hidden_characters, _given(actor.identity, items))
     try:
         out = _approve(rt, items, tasks, who, spans)
     except Exception as exc:  # e.g. host_unavailable: the whole call is refused
@@ -134,25 +137,18 @@ def approve_many(rt, items, by, audit_code="approved", channel="cli", ack_hidden
 class Who:
     """Who approves, through which face, and what they have already given."""
 
-    by: str
-    channel: str
+    actor: Actor
     audit_code: str
     ack_hidden: bool
-    given: frozenset  # (key, digest) pairs ``by`` approved already
+    given: frozenset  # (key, digest) pairs the identity approved already
 
 
-def _given(by, items):
+def _given(identity, items):
     keys = [k for k, _ in items if isinstance(k, str)]
     if not keys:
         return frozenset()
     return frozenset(Approval.select(Approval.task_key, Approval.digest).where(
-        Approval.by == by, key_in(Approval.task_key, keys)).tuples())
-
-
-def check_channel(channel):
-    """Refuse a channel other than the faces signoff has (a programming error)."""
-    if channel not in CHANNELS:
-        raise ValueError(f"unknown channel {channel!r}")
+        Approval.by == identity, key_in(Approval.task_key, keys)).tuples())
 
 
 def _approve(rt, items, tasks, who, spans):
@@ -189,8 +185,7 @@ def _approve(rt, items, tasks, who, spans):
     needed = {k: _needed(monitors.get(tasks[k].monitor)) for k in first}
     with db.atomic():
         counted, moved, repeated, _ = add_approvals(
-            {k: (items[i][1], needed[k]) for k, i in first.items()}, who.by, who.channel, now,
-            who.audit_code)
+            {k: (items[i][1], needed[k]) for k, i in first.items()}, who.actor, now, who.audit_code)
         taken = counted | repeated
         for i in moves:
             if first[items[i][0]] != i or items[i][0] not in taken:
@@ -239,14 +234,15 @@ def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_char
     acceptance again and gets its own digest, which the approval binds; the
     quorum starts again with the editor's approval as its first.
     """
-    check_name("by", by)
-    check_channel(channel)
+    actor = Actor.of(by, channel)
+    if actor.channel == "policy":
+        raise Refused("not_allowed", "a policy approves drafts as drafted; it never edits one")
     now = rt.clock.now()
     task = get_task(key)
     key = task.key
     if task.status != "ready":
         raise Refused("not_ready", f"task is {task.status}, not ready; only a waiting draft is edited")
-    _precheck(task, key, reviewed, now, Who(by, channel, "approved", True, frozenset()))
+    _precheck(task, key, reviewed, now, Who(actor, "approved", True, frozenset()))
     result = dict(task.result, draft=check_edit(text, rt.config.max_record_bytes))
     new_digest = digest(result)
     if new_digest == task.digest:  # nothing changed: an approval as it stands
@@ -259,14 +255,14 @@ def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_char
     host = rt.host()
     monitor = Monitor.get_or_none(Monitor.id == task.monitor)
     _check_source(rt, host, task, monitor, with_retries(rt, host.context), now)
-    edit = {"by": by, "channel": channel, "at": now, "from_digest": task.digest,
-            "to_digest": new_digest, "diff": draft_diff(task.result.get("draft"), result["draft"],
-                                                        task.digest, new_digest)}
+    edit = {"by": actor.identity, "channel": actor.channel, "note": actor.note, "at": now,
+            "from_digest": task.digest, "to_digest": new_digest,
+            "diff": draft_diff(task.result.get("draft"), result["draft"], task.digest, new_digest)}
     try:
         with db.atomic():
             edit_task(key, reviewed, result, new_digest, edit, now)
-            audit(now, "edited", task.monitor, task_key=key, actor=by, channel=channel)
-            _, moved, _, _ = add_approvals({key: (new_digest, _needed(monitor))}, by, channel, now)
+            audit(now, "edited", task.monitor, task_key=key, **actor.audit)
+            _, moved, _, _ = add_approvals({key: (new_digest, _needed(monitor))}, actor, now)
             fresh = get_task(key)  # before commit, as in _approve
     except Fenced:
         raise Refused("digest_mismatch", "the task changed while it was being edited; "
@@ -288,10 +284,14 @@ def check_edit(text, limit):
 
 
 def draft_diff(before, after, from_digest, to_digest):
-    """A unified diff of two draft texts, labelled by their digests."""
-    before = before if isinstance(before, str) else ""
+    """A unified diff of two draft texts, labelled by their digests.
+
+    Diffed as a person sees them (hidden characters marked): two lines that
+    differ only in an invisible character show where, never as two equal lines.
+    """
+    before = visible(before) if isinstance(before, str) else ""
     return "\n".join(difflib.unified_diff(
-        before.splitlines(), after.splitlines(), fromfile=f"draft {from_digest[:12]}",
+        before.splitlines(), visible(after).splitlines(), fromfile=f"draft {from_digest[:12]}",
         tofile=f"draft {to_digest[:12]}", lineterm=""))
 
 
@@ -328,7 +328,10 @@ def _precheck(task, key, reviewed, now, who):
         raise Refused("not_ready", f"task is {task.status}, not ready")
     if reviewed != task.digest:
         raise Refused("digest_mismatch", "the digest does not match the task's result")
-    if (task.key, reviewed) in who.given:  # the same approver again counts once
+    if who.actor.channel == "policy" and task.edits:
+        raise Refused("edited", "a person edited this draft: a policy approves only a draft as "
+                      "drafted, so every remaining place needs a person other than the editor")
+    if (task.key, reviewed) in who.given:  # the same identity again counts once
         return answer(task, max(0, _needed(Monitor.get_or_none(Monitor.id == task.monitor))
                                 - approval_counts([task.key]).get(task.key, 0)))
     if not who.ack_hidden and hidden_characters((task.result or {}).get("draft")):
@@ -380,28 +383,26 @@ def acceptance(result, record):
     return None
 
 
-def reject(rt, key, reason=None, by="operator", channel="cli"):
+def reject(rt, key, reason=None, by=None, channel="cli"):
     """Reject a ready task, keeping who rejected it and why (``reason``, optional)."""
-    check_name("by", by)
-    check_channel(channel)
+    actor = Actor.of(by, channel)
     reason = check_reason(reason)
     now = rt.clock.now()
     task = get_task(key)
     key = task.key
     try:
         with db.atomic():
-            move_task(key, [T.READY], T.REJECTED, now, code="rejected", rejected_by=by,
-                      reject_reason=reason)
-            audit(now, "rejected", task.monitor, task_key=key, actor=by, channel=channel)
+            move_task(key, [T.READY], T.REJECTED, now, code="rejected",
+                      rejected_by=actor.identity, reject_reason=reason)
+            audit(now, "rejected", task.monitor, task_key=key, **actor.audit)
     except Fenced:
         raise Refused("not_ready", f"task is {get_task(key).status}, not ready") from None
     return answer(get_task(key))
 
 
-def retry(rt, key, by="operator", channel="cli"):
+def retry(rt, key, by=None, channel="cli"):
     """Queue a parked, approved or uncertain task for submission again."""
-    check_name("by", by)
-    check_channel(channel)
+    actor = Actor.of(by, channel)
     now = rt.clock.now()
     task = get_task(key)
     key = task.key
@@ -412,7 +413,7 @@ def retry(rt, key, by="operator", channel="cli"):
     try:
         with db.atomic():
             update_task(key, now, [T.APPROVED, T.UNCERTAIN], parked=False, next_at=now)
-            audit(now, "retry", task.monitor, task_key=key, actor=by, channel=channel)
+            audit(now, "retry", task.monitor, task_key=key, **actor.audit)
     except Fenced:
         raise Refused("not_retryable", f"task is {get_task(key).status}") from None
     rt.wakers.wake("submit")
@@ -427,23 +428,23 @@ def cancel(rt, key, by, channel):
     in flight ends ``done`` if its receipt confirms it). A finished task is
     refused (``not_cancellable``), nothing changed.
     """
-    check_name("by", by)
+    actor = Actor.of(by, channel)
     task = get_task(key)
-    in_flight = _cancel_one(task, rt.clock.now(), by, channel)
+    in_flight = _cancel_one(task, rt.clock.now(), actor)
     task = get_task(task.key)
     return dict(answer(task), outcome_unknown=task.outcome_unknown,
                 write_in_flight=bool(in_flight))
 
 
 @retried  # a deadlock with a worker's batch is tried again: every write here is guarded
-def _cancel_one(task, now, by, channel):
+def _cancel_one(task, now, actor):
     with db.atomic():
         cancelled, in_flight = cancel_tasks(Task.key == task.key, now)
         if not cancelled:
             status = Task.get_by_id(task.key).status
             raise Refused("not_cancellable", f"task is {status}: only ready, approved and "
                           "uncertain tasks can be cancelled")
-        audit(now, "cancelled", task.monitor, task_key=task.key, actor=by, channel=channel)
+        audit(now, "cancelled", task.monitor, task_key=task.key, **actor.audit)
     return in_flight
 
 

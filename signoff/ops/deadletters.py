@@ -2,9 +2,8 @@
 
 from peewee import fn
 
-from .approval import check_channel
 from ..errors import Refused
-from ..rules.events import check_name
+from ..rules.names import Actor
 from ..state.lifecycle import (Fenced, audit, move_delivery, move_task, TaskStatus as T,
                                DeliveryStatus as D)
 from ..models import DeadLetter, Delivery, Notification, Task, db
@@ -31,16 +30,15 @@ def of_monitors(monitors):
             | ((DeadLetter.kind == "notification") & DeadLetter.ref.in_(notes)))
 
 
-def replay(rt, letter_id, by="operator", channel="cli", monitors=None):
+def replay(rt, letter_id, by=None, channel="cli", monitors=None):
     """Queue the dead delivery or task again with a fresh budget and the same keys.
 
     A task that may have been written keeps ``outcome_unknown`` and goes back as
     ``uncertain``, so its next try starts by reading the receipt. ``monitors``
     (a limited reviewer's) refuses a letter of any other monitor as unknown.
     """
-    check_name("by", by)
-    check_channel(channel)
-    who = {"actor": by, "channel": channel}
+    actor = Actor.of(by, channel)
+    who = actor.audit
     now = rt.clock.now()
     letter = DeadLetter.get_or_none(DeadLetter.id == letter_id,
                                     *(() if monitors is None else (of_monitors(monitors),)))

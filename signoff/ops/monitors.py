@@ -4,7 +4,8 @@ from . import subscriptions
 from ..steps import batching
 from ..rules.canonical import digest
 from ..errors import Refused
-from ..rules.events import check_label, check_name
+from ..rules.events import check_label
+from ..rules.names import Actor
 from ..errors import InvalidEvent
 from ..state.lifecycle import DELIVERY_WAITING, audit, cancel_tasks
 from ..models import Delivery, Monitor, Task, db
@@ -99,7 +100,7 @@ def _refuse_existing(monitor_id):
                       + ("" if existing.active else " and is cancelled; bind a new id"))
 
 
-def cancel(rt, monitor_id, by="operator", channel="cli"):
+def cancel(rt, monitor_id, by=None, channel="cli"):
     """Stop intake, end the monitor's open tasks (see ``lifecycle.cancel_tasks``) and its
     MCP Events subscription (answered 410 from now on; the worker unsubscribes it).
 
@@ -108,8 +109,8 @@ def cancel(rt, monitor_id, by="operator", channel="cli"):
     ``done`` if its receipt confirms the write, else stays cancelled with
     ``outcome_unknown``.
     """
-    check_name("by", by)
-    cancelled, in_flight = _cancel(monitor_id, rt.clock.now(), {"actor": by, "channel": channel})
+    actor = Actor.of(by, channel)
+    cancelled, in_flight = _cancel(monitor_id, rt.clock.now(), actor.audit)
     return dict(row(Monitor.get_by_id(monitor_id)), tasks_cancelled=len(cancelled),
                 writes_in_flight=len(in_flight))
 
@@ -146,7 +147,7 @@ def unpause(rt, monitor_id, by, channel):
 
 @retried
 def _set_paused(rt, monitor_id, paused, by, channel):
-    check_name("by", by)
+    actor = Actor.of(by, channel)
     now = rt.clock.now()
     with db.atomic():
         monitor = Monitor.get_or_none(Monitor.id == monitor_id)
@@ -157,12 +158,12 @@ def _set_paused(rt, monitor_id, paused, by, channel):
         if paused and monitor.paused_at is None:
             Monitor.update(paused_at=now).where(Monitor.id == monitor_id,
                                                 Monitor.paused_at.is_null()).execute()
-            audit(now, "paused", monitor_id, actor=by, channel=channel)
+            audit(now, "paused", monitor_id, **actor.audit)
         elif not paused and monitor.paused_at is not None:
             Monitor.update(paused_at=None, last_pause_from=monitor.paused_at,
                            last_pause_until=now).where(
                 Monitor.id == monitor_id, Monitor.paused_at == monitor.paused_at).execute()
-            audit(now, "unpaused", monitor_id, actor=by, channel=channel)
+            audit(now, "unpaused", monitor_id, **actor.audit)
     return row(Monitor.get_by_id(monitor_id))
 
 

@@ -157,7 +157,8 @@ def payload(task, settings, row=None):
     if row is None or row.type is None:
         return body
     decided = Audit.get_or_none(Audit.seq == row.audit_seq)
-    body.update(type=row.type, by=decided and decided.actor, channel=decided and decided.channel)
+    body.update(type=row.type, by=decided and decided.actor, channel=decided and decided.channel,
+                note=decided and decided.note)
     if row.type == "task.rejected":
         body["reason"] = task.reject_reason
     else:  # the approvals of the digest as they stood at that row: the same body every try

@@ -32,9 +32,9 @@ from peewee import Value, fn
 
 from .approval import approve_many
 from ..rules.canonical import digest
-from ..errors import InvalidEvent, Refused
-from ..rules.events import check_label, check_name
+from ..errors import Refused
 from ..rules.gate import gate
+from ..rules.names import Actor
 from ..state.lifecycle import audit, move_tasks, withdraw_approvals, TaskStatus as T
 from ..models import Audit, Monitor, Policy, PolicyDecision, Task, db, insert_rows
 from ..storage import key_in, lock_rows, log_failed_pass
@@ -51,7 +51,7 @@ def tag(policy_id):
     return f"policy:{policy_id}"
 
 
-def add(rt, monitor_id, ttl_s=None, max_per_hour=None, by="operator", include_waiting=False):
+def add(rt, monitor_id, ttl_s=None, max_per_hour=None, by=None, include_waiting=False):
     """Add a standing approval policy for an active monitor, bound to its grant.
 
     It approves the tasks that become ready from now on, and with
@@ -59,10 +59,7 @@ def add(rt, monitor_id, ttl_s=None, max_per_hour=None, by="operator", include_wa
     row plus ``waiting_included`` / ``waiting_left``: the ready tasks it takes
     on / leaves to people.
     """
-    try:
-        check_label("by", by)
-    except InvalidEvent as exc:
-        raise Refused("invalid_policy", exc.reason) from None
+    actor = Actor.of(by, "cli")
     if ttl_s is not None and not ttl_s > 0:
         raise Refused("invalid_policy", "ttl: must be a positive number of seconds")
     if max_per_hour is not None and max_per_hour < 1:
@@ -81,9 +78,9 @@ def add(rt, monitor_id, ttl_s=None, max_per_hour=None, by="operator", include_wa
         lock_rows(Monitor.select().where(Monitor.id == monitor.id)).get()
         _end_or_refuse(monitor, context, now)
         policy = Policy.create(monitor=monitor.id, grant_digest=monitor.grant_digest,
-                               expires_at=ends, max_per_hour=max_per_hour, created_by=by,
-                               created_at=now)
-        audit(now, "policy_added", monitor.id, actor=by, channel="cli")
+                               expires_at=ends, max_per_hour=max_per_hour,
+                               created_by=actor.identity, created_at=now)
+        audit(now, "policy_added", monitor.id, subject=tag(policy.id), **actor.audit)
         waiting = Task.select(Task.key).where(Task.monitor == monitor.id, Task.status == "ready")
         count = waiting.count()
         if not include_waiting:
@@ -107,13 +104,13 @@ def _end_or_refuse(monitor, context, now):
         _end(other, code, now)
 
 
-def revoke(rt, policy_id, by="operator", channel="cli"):
+def revoke(rt, policy_id, by=None, channel="cli"):
     """End a policy now; its approved tasks whose write has not started go back to ready."""
-    check_name("by", by)
+    actor = Actor.of(by, channel)
     policy = Policy.get_or_none(Policy.id == policy_id)
     if policy is None:
         raise Refused("unknown_policy", f"no policy {policy_id}")
-    returned = _end(policy, "revoked", rt.clock.now(), {"actor": by, "channel": channel})
+    returned = _end(policy, "revoked", rt.clock.now(), actor.audit)
     return dict(row(Policy.get_by_id(policy_id)), tasks_returned=returned)
 
 
@@ -195,8 +192,8 @@ def _end(policy, code, now, who=None):
         ended = Policy.update(ended_at=now, end_code=code).where(
             Policy.id == policy.id, Policy.ended_at.is_null()).execute()
         if ended:
-            audit(now, "policy_ended", policy.monitor, **(who or {}))
-            withdraw_approvals([tag(policy.id)])  # its places in quorums still open
+            audit(now, "policy_ended", policy.monitor, subject=tag(policy.id), **(who or {}))
+            withdraw_approvals([tag(policy.id)], now)  # its places in quorums still open
         return _return_tasks(now, [tag(policy.id)])
 
 
@@ -220,7 +217,7 @@ def _return_tasks(now, tags):
                            parked=False, code="policy_revoked")
         insert_rows(Audit, [{"at": now, "code": "policy_revoked", "monitor": m, "event_id": None,
                              "task_key": k} for k, m in rows if k in moved])
-        withdraw_approvals(tags)  # the places of the tasks it had approved
+        withdraw_approvals(tags, now)  # the places of the tasks it had approved
     return len(moved)
 
 

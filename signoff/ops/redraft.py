@@ -19,12 +19,12 @@ Redraftable: ``ready`` tasks, and ``blocked`` ones whose code is
 possible (a host that may hold a result under the key keeps the task).
 """
 
-from .approval import acceptance, check_channel, get_task, host_refusal, with_retries
+from .approval import acceptance, get_task, host_refusal, with_retries
 from ..errors import AttemptFailed, Blocked, Refused
 from ..rules.gate import INGEST_ACTIONS, gate
 from ..steps import drafting
 from ..steps.ingest import new_task
-from ..rules.events import check_name
+from ..rules.names import Actor
 from ..state.lifecycle import (Fenced, audit, clear_approvals, move_task, TaskStatus as T,
                                new_tasks)
 from ..models import Monitor, Task, db
@@ -33,16 +33,15 @@ from ..rules.records import check_material, check_record
 REDRAFTABLE_BLOCKS = ("source_changed", "acceptance_failed")
 
 
-def redraft(rt, key, by="operator", channel="cli"):
+def redraft(rt, key, by=None, channel="cli"):
     """Draft task ``key`` (or a unique key prefix) again; see the module docstring.
 
     Answers ``{key, status, digest, changed, replaces}``: ``key`` is the task
     to review now, ``replaces`` the superseded key when a new task was made.
     The approvals given so far are forgotten: the quorum starts again at zero.
     """
-    check_name("by", by)
-    check_channel(channel)
-    who = {"actor": by, "channel": channel}
+    actor = Actor.of(by, channel)
+    who = actor.audit
     task = get_task(key)
     _check_redraftable(task)
     now = rt.clock.now()

@@ -11,8 +11,10 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from ..errors import InvalidEvent, Refused
-from ..rules.events import check_label, check_name
+from peewee import IntegrityError
+
+from ..errors import Refused
+from ..rules.names import Actor, clash, normal_name, skeleton
 from ..state.lifecycle import audit
 from ..models import AuditReviewer, Monitor, Reviewer, ReviewerMonitor, ReviewSession, db
 
@@ -51,45 +53,83 @@ class Viewer:
         return isinstance(given, str) and hmac.compare_digest(given.encode(), self.csrf.encode())
 
 
-def add(rt, name, read_only=False, monitors=(), by="operator", channel="cli"):
+def add(rt, name, read_only=False, monitors=(), by=None, channel="cli"):
     """Create a reviewer; returns ``{name, token, read_only, monitors}`` (the token, this once).
 
-    ``monitors`` limits the reviewer to those monitors' tasks (each must exist,
-    else ``unknown_monitor``); none means every monitor.
+    ``name`` is kept normalised (``rules/names.py``: ``Alice `` becomes
+    ``alice``, which the answer's ``name`` says); one equal to or confusable
+    with an existing reviewer's, or breaking the name rule, is refused
+    ``invalid_name`` (the very name again: ``reviewer_exists``). ``monitors``
+    limits the reviewer to those monitors' tasks (each must exist, else
+    ``unknown_monitor``); none means every monitor.
     """
-    try:
-        check_label("name", name)
-    except InvalidEvent as exc:
-        raise Refused("invalid_reviewer", exc.reason) from None
-    check_name("by", by)
+    form = normal_name(name)
+    actor = Actor.of(by, channel)
     token = "sor_" + secrets.token_urlsafe(32)
     now = rt.clock.now()
     monitors = sorted(set(monitors))
     with db.atomic():
-        if Reviewer.get_or_none(Reviewer.name == name) is not None:
-            raise Refused("reviewer_exists", f"reviewer {name!r} exists already")
+        _refuse_lookalike(name, form)
         known = {m for (m,) in Monitor.select(Monitor.id).where(Monitor.id.in_(monitors)).tuples()}
         unknown = [m for m in monitors if m not in known]
         if unknown:
             raise Refused("unknown_monitor", f"no monitor {unknown[0]!r}")
-        Reviewer.create(name=name, token_hash=_hash(token), read_only=bool(read_only), created_at=now)
+        try:
+            with db.atomic():  # a savepoint: a look-alike added meanwhile is refused cleanly
+                Reviewer.create(name=form, token_hash=_hash(token), read_only=bool(read_only),
+                                created_at=now, skeleton=skeleton(form))
+        except IntegrityError:
+            raise Refused("invalid_name", f"{form!r} looks like a reviewer added at the same "
+                          "moment; choose a name no one could take for another") from None
         for monitor in monitors:
-            ReviewerMonitor.create(reviewer=name, monitor=monitor)
-        audit(now, "reviewer_added", actor=by, channel=channel)
-    return {"name": name, "token": token, "read_only": bool(read_only),
+            ReviewerMonitor.create(reviewer=form, monitor=monitor)
+        audit(now, "reviewer_added", subject=form, **actor.audit)
+    return {"name": form, "token": token, "read_only": bool(read_only),
             "monitors": monitors or None}
 
 
-def remove(rt, name, by="operator", channel="cli"):
+def _refuse_lookalike(typed, form):
+    """Refuse a new reviewer ``form`` that is, or looks like, an existing one."""
+    other = clash(form, [n for (n,) in Reviewer.select(Reviewer.name).tuples()])
+    if other is None:
+        return
+    if other == typed:
+        raise Refused("reviewer_exists", f"reviewer {other!r} exists already")
+    what = "is" if other == form else "looks like"
+    raise Refused("invalid_name", f"{typed!r} (kept as {form!r}) {what} the existing reviewer "
+                  f"{other!r}: one person, one name; choose another")
+
+
+def find(name):
+    """The reviewer row a person means by ``name``, or ``None``.
+
+    The name as typed first (a reviewer kept before names were normalised may
+    not be in the normal form), then in its normal form (``Alice`` is ``alice``).
+    """
+    if not isinstance(name, str):
+        return None
+    row = Reviewer.get_or_none(Reviewer.name == name)
+    if row is None:
+        try:
+            form = normal_name(name)
+        except Refused:
+            return None
+        row = Reviewer.get_or_none(Reviewer.name == form) if form != name else None
+    return row
+
+
+def remove(rt, name, by=None, channel="cli"):
     """Delete a reviewer and end every session of theirs."""
-    check_name("by", by)
+    actor = Actor.of(by, channel)
     now = rt.clock.now()
     with db.atomic():
-        if not Reviewer.delete().where(Reviewer.name == name).execute():
+        row = find(name)
+        if row is None or not Reviewer.delete().where(Reviewer.name == row.name).execute():
             raise Refused("unknown_reviewer", f"no reviewer {name!r}")
+        name = row.name
         ended = ReviewSession.delete().where(ReviewSession.reviewer == name).execute()
         ReviewerMonitor.delete().where(ReviewerMonitor.reviewer == name).execute()
-        audit(now, "reviewer_removed", actor=by, channel=channel)
+        audit(now, "reviewer_removed", subject=name, **actor.audit)
     return {"name": name, "removed": True, "sessions_ended": ended}
 
 
@@ -143,7 +183,7 @@ def log_in(name, token, now):
     name is kept with the audit row, so a token pasted into the name field is
     never stored. The token itself never is.
     """
-    reviewer = Reviewer.get_or_none(Reviewer.name == name) if isinstance(name, str) else None
+    reviewer = find(name)
     given = _hash(token if isinstance(token, str) else "")
     # Compare even for an unknown name, so timing does not tell names apart.
     expected = reviewer.token_hash if reviewer is not None else _hash("")

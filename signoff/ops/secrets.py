@@ -11,7 +11,7 @@ import binascii
 import os
 
 from ..errors import Refused
-from ..rules.events import check_name
+from ..rules.names import Actor
 from ..state.lifecycle import audit
 from ..models import Monitor, WebhookSecret, db
 
@@ -44,15 +44,15 @@ def _monitor(monitor_id):
         raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
 
 
-def add(rt, monitor_id, secret=None, by="operator", channel="cli"):
+def add(rt, monitor_id, secret=None, by=None, channel="cli"):
     """Add a secret to a monitor (a new one when ``secret`` is None); the only time it is shown."""
-    check_name("by", by)
+    actor = Actor.of(by, channel)
     secret = check_secret(secret) if secret is not None else generate()
     now = rt.clock.now()
     with db.atomic():
         _monitor(monitor_id)
         row = WebhookSecret.create(monitor=monitor_id, secret=secret, created_at=now)
-        audit(now, "secret_added", monitor_id, actor=by, channel=channel)
+        audit(now, "secret_added", monitor_id, **actor.audit)
     return {"monitor": monitor_id, "secret_id": row.id, "secret": secret}
 
 
@@ -65,9 +65,9 @@ def listing(monitor_id):
             .order_by(WebhookSecret.id)]
 
 
-def remove(rt, monitor_id, secret_id, by="operator", channel="cli"):
+def remove(rt, monitor_id, secret_id, by=None, channel="cli"):
     """Remove one secret; requests signed only with it fail from the next one on."""
-    check_name("by", by)
+    actor = Actor.of(by, channel)
     now = rt.clock.now()
     with db.atomic():
         _monitor(monitor_id)
@@ -76,7 +76,7 @@ def remove(rt, monitor_id, secret_id, by="operator", channel="cli"):
             WebhookSecret.secret != REMOVED).execute()
         if not gone:
             raise Refused("unknown_secret", f"monitor {monitor_id!r} has no secret {secret_id}")
-        audit(now, "secret_removed", monitor_id, actor=by, channel=channel)
+        audit(now, "secret_removed", monitor_id, **actor.audit)
     return {"monitor": monitor_id, "secret_id": secret_id, "removed": True}
 
 

@@ -5,13 +5,12 @@ Listings come in two shapes: a list (the Python API, optionally bounded), and
 CLI prints row by row so even ``--all`` runs in constant memory.
 """
 
-import difflib
 
 from peewee import Case, fn
 
 from ..steps import batching, drafting
 from . import deadletters, gaps, subscriptions
-from .approval import get_task
+from .approval import draft_diff, get_task
 from ..errors import Refused
 from ..models import (Approval, Attempt, Audit, AuditReviewer, DeadLetter, Delivery, Monitor,
                       Notification, Task, WebhookRefusal)
@@ -48,7 +47,8 @@ LISTINGS = {
     # Audit and dead-letter rows are shown with their column names as they are
     # (an audit row's reviewer, for logins, is kept beside it).
     "audit": (Audit, dict, (Audit.seq, Audit.at, Audit.monitor, Audit.event_id,
-              Audit.task_key, Audit.code, Audit.actor, Audit.channel, AuditReviewer.select(AuditReviewer.reviewer).where(
+              Audit.task_key, Audit.code, Audit.actor, Audit.channel, Audit.note, Audit.subject,
+              AuditReviewer.select(AuditReviewer.reviewer).where(
                   AuditReviewer.seq == Audit.seq).alias("reviewer")), (Audit.seq,), None),
     "dead_letters": (DeadLetter, dict, (
         DeadLetter.id, DeadLetter.kind, DeadLetter.ref, DeadLetter.step, DeadLetter.code,
@@ -224,7 +224,7 @@ def task_detail(key):
     key = t.key
     history = _history("task", key)
     events = [{"at": a.at, "code": a.code, "event_id": a.event_id, "actor": a.actor,
-               "channel": a.channel}
+               "channel": a.channel, "note": a.note, "subject": a.subject}
               for a in Audit.select().where(Audit.task_key == key).order_by(Audit.seq)]
     previous = list(t.previous_drafts or [])
     purged = purged_at(key)
@@ -247,7 +247,8 @@ def decisions(t):
     """Who decided what on task ``t``: its quorum, its edits, its rejection, and the
     hidden characters its draft holds (``⟨U+XXXX⟩`` on every face)."""
     needed = Monitor.select(Monitor.approvals).where(Monitor.id == t.monitor).scalar() or 1
-    given = [{"by": a.by, "channel": a.channel, "at": a.at} for a in Approval.select().where(
+    given = [{"by": a.by, "channel": a.channel, "at": a.at, "note": a.note}
+             for a in Approval.select().where(
         Approval.task_key == t.key, Approval.digest == t.digest).order_by(Approval.at, Approval.id)]
     edits = list(t.edits or [])
     draft = t.result.get("draft") if isinstance(t.result, dict) else None
@@ -262,12 +263,8 @@ def draft_changes(previous, task):
     """A unified diff of an earlier draft's text against the task's, or ``None``."""
     if previous is None:
         return None
-    before = _draft_text(previous.get("result"))
-    after = _draft_text(task.result)
-    label = f"draft {previous.get('digest', '')[:12]}"
-    return "\n".join(difflib.unified_diff(
-        before.splitlines(), after.splitlines(), fromfile=label,
-        tofile=f"draft {task.digest[:12]}", lineterm=""))
+    return draft_diff(_draft_text(previous.get("result")), _draft_text(task.result),
+                      previous.get("digest", ""), task.digest)
 
 
 def _draft_text(result):

@@ -9,6 +9,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from ..errors import InvalidEvent, Refused
+from .text import hidden_characters
 
 LABELS = ("event_id", "name", "document", "record_id")
 MAX_LABEL = 128
@@ -66,15 +67,21 @@ def check_label(field, value):
 
 
 def check_name(field, value):
-    """A name from a person (approver, reviewer, policy author): the label rule.
+    """A word from a person (the CLI's ``--by`` note, a policy author): the label rule,
+    and no invisible character either (``rules/text``).
 
     Refuses with ``invalid_name``, so nothing a person types can forge a line
     of what the operator reads.
     """
     try:
-        return check_label(field, value)
+        check_label(field, value)
     except InvalidEvent as exc:
         raise Refused("invalid_name", exc.reason) from None
+    hidden = hidden_characters(value)
+    if hidden:
+        raise Refused("invalid_name", f"{field}: contains the invisible character {hidden[0]}; "
+                      f"allowed: {LABEL_RULE}, nothing invisible")
+    return value
 
 
 def _kind(value):

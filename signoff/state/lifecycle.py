@@ -403,36 +403,42 @@ def strip_tasks(keys, where):
 
 # -- approvals: the quorum ---------------------------------------------------------
 
-def add_approvals(wanted, by, channel, now, audit_code="approved"):
-    """Record ``by``'s approval of each task in ``wanted`` (``{key: (digest, needed)}``)
-    and approve those whose digest now has ``needed`` distinct approvers.
+def add_approvals(wanted, actor, now, audit_code="approved"):
+    """Record ``actor``'s approval of each task in ``wanted`` (``{key: (digest, needed)}``)
+    and approve those whose digest now has ``needed`` distinct identities.
 
     Run in the caller's transaction. The task rows are locked first (PostgreSQL;
     SQLite's transaction holds the write lock since BEGIN), so two approvers at
     once are counted one after the other: never a lost approval, never a second
-    move. Only a task still ``ready`` with that very digest counts. Returns
-    ``(counted, approved, repeated, stale)``: sets of keys whose approval was
-    added, that moved to ``approved``, that ``by`` had approved already, and that
-    moved on or changed digest meanwhile.
+    move. Only a task still ``ready`` with that very digest counts, and a
+    policy's only while the draft is as drafted (no person edited it: an edit
+    needs people for every remaining place). Returns ``(counted, approved,
+    repeated, stale)``: sets of keys whose approval was added, that moved to
+    ``approved``, that the identity had approved already, and that moved on,
+    changed digest or were edited meanwhile.
     """
     keys = sorted(wanted)
-    current = {k: (st, d) for k, st, d in select_tuples(lock_rows(
-        Task.select(Task.key, Task.status, Task.digest).where(key_in(Task.key, keys))
-        .order_by(Task.key)))} if keys else {}
-    live = [k for k in keys if current.get(k) == (T.READY, wanted[k][0])]
+    policy = actor.channel == "policy"
+    columns = (Task.key, Task.status, Task.digest) + ((Task.edits,) if policy else ())
+    current = {row[0]: row[1:] for row in select_tuples(lock_rows(
+        Task.select(*columns).where(key_in(Task.key, keys)).order_by(Task.key)))} if keys else {}
+    live = [k for k in keys if current.get(k, ())[:2] == (T.READY, wanted[k][0])
+            and not (policy and current[k][2])]
     stale = set(keys) - set(live)
     counted = {k for (k,) in insert_rows(Approval, [
-        {"task_key": k, "digest": wanted[k][0], "by": by, "channel": channel, "at": now}
-        for k in live], ignore_conflicts=True, returning=("task_key",))} if live else set()
+        {"task_key": k, "digest": wanted[k][0], "by": actor.identity, "channel": actor.channel,
+         "at": now, "note": actor.note} for k in live],
+        ignore_conflicts=True, returning=("task_key",))} if live else set()
     counts = approval_counts(live)
     complete = [k for k in live if counts.get(k, 0) >= wanted[k][1]]
     # The digest approved is the task's own: its rows are locked and live means
     # unchanged. Named as the column, not value by value: a CASE of one branch a
     # task is read through for every row it updates, quadratic in a bulk approval.
     approved = move_tasks(complete, [T.READY], T.APPROVED, now, approved_digest=Task.digest,
-                          approved_by=by, approved_at=now, next_at=now, code=None) if complete else set()
+                          approved_by=actor.identity, approved_at=now, next_at=now,
+                          code=None) if complete else set()
     rows = [{"at": now, "code": audit_code if k in approved else "approval_added",
-             "monitor": None, "event_id": None, "task_key": k, "actor": by, "channel": channel}
+             "monitor": None, "event_id": None, "task_key": k, **actor.audit}
             for k in keys if k in counted]
     if rows:
         monitors = dict(select_tuples(Task.select(Task.key, Task.monitor).where(
@@ -456,10 +462,25 @@ def clear_approvals(key):
     Approval.delete().where(Approval.task_key == key).execute()
 
 
-def withdraw_approvals(approvers):
-    """Forget the places ``approvers`` (ended policies) hold in quorums still open."""
-    Approval.delete().where(Approval.by.in_(list(approvers)), Approval.task_key.in_(
-        Task.select(Task.key).where(Task.status == T.READY))).execute()
+def withdraw_approvals(policies, now):
+    """Forget the places ``policies`` (ended ones' identities) hold in quorums still open.
+
+    Only approvals given through the policy channel: a reviewer's decision is
+    never touched, whatever its name. Each withdrawn place leaves an audit row
+    (``approval_withdrawn``, its subject the policy), so a count that went down
+    says why.
+    """
+    which = (Approval.by.in_(list(policies)) & (Approval.channel == "policy")
+             & Approval.task_key.in_(Task.select(Task.key).where(Task.status == T.READY)))
+    gone = list(Approval.select(Approval.id, Approval.task_key, Approval.by).where(which).tuples())
+    if not gone:
+        return 0
+    Approval.delete().where(Approval.id.in_([i for i, _, _ in gone])).execute()
+    monitors = dict(select_tuples(Task.select(Task.key, Task.monitor).where(
+        key_in(Task.key, list({k for _, k, _ in gone})))))
+    insert_rows(Audit, [{"at": now, "code": "approval_withdrawn", "monitor": monitors.get(k),
+                         "event_id": None, "task_key": k, "subject": by} for _, k, by in gone])
+    return len(gone)
 
 
 def edit_task(key, reviewed, result, new_digest, edit, now):
@@ -476,14 +497,18 @@ def edit_task(key, reviewed, result, new_digest, edit, now):
     clear_approvals(key)
 
 
-def audit(now, code, monitor=None, event_id=None, task_key=None, actor=None, channel=None):
+def audit(now, code, monitor=None, event_id=None, task_key=None, actor=None, channel=None,
+          note=None, subject=None):
     """Append one audit row: identifiers and a code, never content; returns its ``seq``.
 
-    ``actor`` and ``channel`` name who decided and through which face, for
-    human decisions (and ``policy``); the engine's own moves leave them null.
+    ``actor`` (an identity) and ``channel`` name who decided and through which
+    face, for human decisions (and ``policy``); the engine's own moves leave
+    them null. ``note`` is the CLI's ``--by`` word; ``subject`` what a change of
+    a reviewer, secret, policy or monitor was about.
     """
     return Audit.insert(at=now, code=code, monitor=monitor, event_id=event_id,
-                        task_key=task_key, actor=actor, channel=channel).execute()
+                        task_key=task_key, actor=actor, channel=channel, note=note,
+                        subject=subject).execute()
 
 
 def record_attempts(rows):

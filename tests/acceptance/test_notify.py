@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from helpers import child_env, read_here, signoff_cmd, start_worker, stop_worker, wait_for
+from helpers import OPERATOR, child_env, read_here, signoff_cmd, start_worker, stop_worker, wait_for
 from servekit import SECRET_TEXT, event, make_home
 from signoff.models import Notification
 from signoff.ops import secrets
@@ -174,8 +174,8 @@ def test_a_quorum_announces_each_approval_and_a_reject_with_its_reason(notified_
     rt.approve(ready["key"], ready["digest"], by="ana")
     [added] = wait_for(lambda: received("task.approval_added"), timeout=60,
                        what="task.approval_added")
-    assert (added["key"], added["by"], added["channel"], added["approvals_missing"]) == (
-        ready["key"], "ana", "cli", 1)
+    assert (added["key"], added["by"], added["channel"], added["note"],
+            added["approvals_missing"]) == (ready["key"], OPERATOR, "cli", "ana", 1)
     rt.reject(ready["key"], reason="the demo moved", by="carl", channel="page")
     [rejected] = wait_for(lambda: received("task.rejected"), timeout=60, what="task.rejected")
     assert (rejected["by"], rejected["channel"], rejected["reason"]) == ("carl", "page",

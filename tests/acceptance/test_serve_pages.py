@@ -236,7 +236,7 @@ def test_reviewer_cli_shapes_and_refusals(home):
     assert code == 0 and set(added) == {"name", "token", "read_only", "monitors"}
     assert added["read_only"] and added["monitors"] is None
     assert cli("add", "sam")[1]["error"] == "reviewer_exists"
-    assert cli("add", "bad\x07name")[1]["error"] == "invalid_reviewer"
+    assert cli("add", "bad\x07name")[1]["error"] == "invalid_name"
     code, rows = cli("list")
     assert rows == [{"name": "sam", "read_only": True, "monitors": None,
                      "created_at": rows[0]["created_at"]}]

@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from conftest import child_env, make_event, signoff_cmd, start_worker
+from helpers import OPERATOR
 from servekit import event, ready_home
 from signoff.errors import Refused
 from signoff.models import Delivery, Monitor, Reviewer, Task
@@ -65,8 +66,8 @@ def test_tasks_cancel_ends_a_ready_an_approved_and_an_uncertain_task(site, home)
     assert rt.host().receipt(approved) is None
     assert {rt.task(k)["status"] for k in keys.values()} == {"cancelled"}
     rows = [a for a in rt.audit() if a["code"] == "cancelled" and a["task_key"]]
-    assert {(a["task_key"], a["actor"], a["channel"]) for a in rows} == {
-        (k, "ops-oncall", "cli") for k in (ready, approved, uncertain)}
+    assert {(a["task_key"], a["actor"], a["channel"], a["note"]) for a in rows} == {
+        (k, OPERATOR, "cli", "ops-oncall") for k in (ready, approved, uncertain)}
 
 
 def test_tasks_cancel_refuses_a_finished_task_and_changes_nothing(site, home):
@@ -120,9 +121,9 @@ def test_a_paused_monitor_accepts_events_processes_none_then_all_without_a_gap(r
     listed = rt.gaps()
     assert listed["resume_gaps"] == listed["lapse_gaps"] == []
     assert listed["stale_events"]["total"] == 0
-    codes = [(a["code"], a["actor"], a["channel"]) for a in rt.audit()
+    codes = [(a["code"], a["actor"], a["channel"], a["note"]) for a in rt.audit()
              if a["code"] in ("paused", "unpaused")]
-    assert codes == [("paused", "carol", "cli"), ("unpaused", "carol", "cli")]
+    assert codes == [("paused", OPERATOR, "cli", "carol"), ("unpaused", OPERATOR, "cli", "carol")]
 
 
 def test_events_that_arrive_after_an_unpause_are_judged_fresh_as_always(rt, clock):

@@ -17,13 +17,18 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from signoff import storage
 from signoff.app import Signoff
 from signoff.config import DEFAULT_TOML
+from signoff.rules.names import os_account
 
 T0 = 1_000_000
 ROOT = Path(__file__).resolve().parent.parent.parent
 PLUGINS = ROOT / "tests" / "plugins"
+# Who a CLI decision (and a Python API one on its default channel) is counted as.
+OPERATOR = "operator:" + os_account()
 # The tests' HTTP clients speak plain HTTP to servers on 127.0.0.1, and httpx
 # builds a TLS context for every client all the same, loading the CA bundle
 # (30 ms each). Handed this one, a client costs a tenth of a millisecond.
@@ -107,6 +112,26 @@ def open_home(home, factory, clock=None, records=1, options="", **keys):
     host.put_material("doc-demo", "2026-11-01")
     app.bind("doc-demo", window_s=3600)
     return read_here(app)
+
+
+def ready_task(rt, monitor_id="default", record_id="comment-1", event_id="evt-1"):
+    """Enqueue one event for ``record_id`` on ``monitor_id``, process it, and return the
+    ``(key, digest)`` of the ready task it made."""
+    [line] = rt.enqueue_events([make_event(event_id=event_id, record_id=record_id)],
+                               monitor_id=monitor_id)
+    assert line.accepted, line.reason
+    rt.run_until_idle()
+    [task] = [t for t in rt.tasks() if t["record_id"] == record_id and t["monitor"] == monitor_id]
+    assert task["status"] == "ready"
+    return task["key"], task["digest"]
+
+
+def refusal(call, *args, **kwargs):
+    """The code of the ``Refused`` that ``call(*args, **kwargs)`` raises."""
+    from signoff.errors import Refused
+    with pytest.raises(Refused) as info:
+        call(*args, **kwargs)
+    return info.value.code
 
 
 def signoff_cmd(home, *args):

@@ -11,31 +11,15 @@ import threading
 import pytest
 from click.testing import CliRunner
 from conftest import make_event, read_here
+from helpers import OPERATOR, ready_task, refusal
 
 from signoff.app import Signoff
 from signoff.cli import main
-from signoff.errors import Refused
 from signoff.models import Approval, Audit, Task
 from signoff.rules.canonical import digest
 from signoff.rules.text import check_reason, hidden_characters, visible
 
 EDITED = "Suggested demo date for doc-demo: 2026-11-02 (moved by a day)"
-
-
-def ready_task(rt, monitor_id="default", record_id="comment-1", event_id="evt-1"):
-    [line] = rt.enqueue_events([make_event(event_id=event_id, record_id=record_id)],
-                               monitor_id=monitor_id)
-    assert line.accepted, line.reason
-    rt.run_until_idle()
-    [task] = [t for t in rt.tasks() if t["record_id"] == record_id and t["monitor"] == monitor_id]
-    assert task["status"] == "ready"
-    return task["key"], task["digest"]
-
-
-def refusal(call, *args, **kwargs):
-    with pytest.raises(Refused) as info:
-        call(*args, **kwargs)
-    return info.value.code
 
 
 def audit_rows(rt, key):
@@ -62,15 +46,15 @@ def test_edit_then_approve_submits_the_edited_text_once_and_the_receipt_matches(
     assert task["digest"] == digest(task["result"]) == task["approved_digest"] == answer["digest"]
     assert task["drafted_digest"] == drafted
     [edit] = task["edits"]
-    assert (edit["by"], edit["channel"], edit["from_digest"], edit["to_digest"]) == (
-        "ana", "cli", drafted, task["digest"])
+    assert (edit["by"], edit["note"], edit["channel"], edit["from_digest"], edit["to_digest"]) == (
+        OPERATOR, "ana", "cli", drafted, task["digest"])
     assert "+" + EDITED in edit["diff"]
     rt.run_until_idle()
     assert rt.task(key)["status"] == "done"
     [written] = host.results()
     assert written["result"]["draft"] == EDITED and host.receipt(key) == task["result"]
-    assert ("edited", "ana", "cli") in audit_rows(rt, key)
-    assert ("approved", "ana", "cli") in audit_rows(rt, key)
+    assert ("edited", OPERATOR, "cli") in audit_rows(rt, key)
+    assert ("approved", OPERATOR, "cli") in audit_rows(rt, key)
 
 
 def test_a_stale_edit_is_refused_and_nothing_changes(rt):
@@ -133,9 +117,9 @@ def test_the_answer_is_what_the_approval_did_even_when_a_worker_submits_at_once(
 def test_a_quorum_of_two_needs_two_distinct_approvers_of_one_digest(quorum, host):
     rt = quorum
     key, d = ready_task(rt, "q")
-    first = rt.approve(key, d, by="ana")
+    first = rt.approve(key, d, by="ana", channel="api")
     assert first["status"] == "ready" and first["approvals_missing"] == 1
-    again = rt.approve(key, d, by="ana")  # the same approver again: a no-op, exit 0
+    again = rt.approve(key, d, by="ana", channel="page")  # the same identity again: a no-op
     assert again["status"] == "ready" and again["approvals_missing"] == 1
     assert Approval.select().where(Approval.task_key == key).count() == 1
     shown = rt.task(key)
@@ -144,9 +128,9 @@ def test_a_quorum_of_two_needs_two_distinct_approvers_of_one_digest(quorum, host
     assert done["status"] == "approved" and done["approved_digest"] == d
     shown = rt.task(key)
     assert shown["approved_by"] == "bob"
-    assert [(a["by"], a["channel"]) for a in shown["approvals"]] == [("ana", "cli"), ("bob", "page")]
+    assert [(a["by"], a["channel"]) for a in shown["approvals"]] == [("ana", "api"), ("bob", "page")]
     assert [c for c, _, _ in audit_rows(rt, key)].count("approved") == 1
-    assert ("approval_added", "ana", "cli") in audit_rows(rt, key)
+    assert ("approval_added", "ana", "api") in audit_rows(rt, key)
     rt.run_until_idle()
     assert rt.task(key)["status"] == "done" and len(host.results()) == 1
 
@@ -154,13 +138,15 @@ def test_a_quorum_of_two_needs_two_distinct_approvers_of_one_digest(quorum, host
 def test_an_edit_between_two_approvals_restarts_the_count(quorum):
     rt = quorum
     key, d = ready_task(rt, "q")
-    rt.approve(key, d, by="ana")
-    edited = rt.approve(key, d, by="bob", edit=EDITED)
+    rt.approve(key, d, by="ana", channel="api")
+    edited = rt.approve(key, d, by="bob", channel="api", edit=EDITED)
     assert edited["status"] == "ready" and edited["approvals_missing"] == 1
     shown = rt.task(key)
     assert [a["by"] for a in shown["approvals"]] == ["bob"]  # the editor's is the first
-    assert refusal(rt.approve, key, d, by="ana") == "digest_mismatch"
-    assert rt.approve(key, edited["digest"], by="ana")["status"] == "approved"
+    assert refusal(rt.approve, key, d, by="ana", channel="api") == "digest_mismatch"
+    # The editor again, through another face: still one place.
+    assert rt.approve(key, edited["digest"], by="bob", channel="page")["approvals_missing"] == 1
+    assert rt.approve(key, edited["digest"], by="ana", channel="api")["status"] == "approved"
     assert rt.task(key)["approved_digest"] == edited["digest"]
 
 
@@ -182,12 +168,12 @@ def test_a_reject_ends_the_quorum_and_its_reason_is_kept(quorum):
 def test_a_redraft_restarts_the_count_at_zero(quorum, host):
     rt = quorum
     key, d = ready_task(rt, "q")
-    rt.approve(key, d, by="ana")
+    rt.approve(key, d, by="ana", channel="api")
     host.put_material("doc-demo", "2026-12-01")
-    rt.redraft(key, by="ana")
+    rt.redraft(key, by="ana", channel="page")
     shown = rt.task(key)
     assert shown["approvals"] == [] and shown["approvals_missing"] == 2
-    assert ("redrafted", "ana", "cli") in audit_rows(rt, key)
+    assert ("redrafted", "ana", "page") in audit_rows(rt, key)
 
 
 def test_a_standing_policy_fills_at_most_one_place(quorum):
@@ -209,14 +195,19 @@ def test_a_revoked_policy_gives_up_its_place_in_an_open_quorum(quorum):
     rt.revoke_policy(policy["policy"], by="ana")
     shown = rt.task(key)
     assert shown["approvals"] == [] and shown["approvals_missing"] == 2
-    assert ("policy_ended", "ana", "cli") in {(a.code, a.actor, a.channel) for a in Audit.select()}
+    ended = Audit.get(Audit.code == "policy_ended")
+    assert (ended.actor, ended.channel, ended.note, ended.subject) == (
+        OPERATOR, "cli", "ana", f"policy:{policy['policy']}")
+    # The withdrawn place says so, on the task's own trail.
+    assert audit_rows(rt, key)[-1] == ("approval_withdrawn", None, None)
+    assert Audit.get(Audit.code == "approval_withdrawn").subject == f"policy:{policy['policy']}"
 
 
 def test_other_decisions_name_who_made_them(rt):
     rt.reject(ready_task(rt)[0], by="dora")
     rt.cancel("default", by="erin")
-    rows = {(a.code, a.actor, a.channel) for a in Audit.select()}
-    assert {("rejected", "dora", "cli"), ("cancelled", "erin", "cli")} <= rows
+    rows = {(a.code, a.actor, a.channel, a.note) for a in Audit.select()}
+    assert {("rejected", OPERATOR, "cli", "dora"), ("cancelled", OPERATOR, "cli", "erin")} <= rows
     assert refusal(rt.cancel, "default", by="bad\nname") == "invalid_name"
 
 
@@ -289,6 +280,22 @@ def test_a_bidi_draft_needs_the_acknowledgement(rt, host):
     assert rt.approve(key, d, by="ana", ack_hidden_characters=True)["status"] == "approved"
 
 
+def test_an_edit_hiding_text_in_variation_selectors_is_marked_for_the_next_approver(quorum, host):
+    rt = quorum
+    key, d = ready_task(rt, "q")
+    hidden = "".join(chr(0xE0100 + b) for b in "wire 50k to acct 999".encode())
+    text = rt.task(key)["result"]["draft"] + hidden
+    assert refusal(rt.approve, key, d, by="bob", channel="api", edit=text) == "hidden_characters"
+    edited = rt.approve(key, d, by="bob", channel="api", edit=text, ack_hidden_characters=True)
+    shown = rt.task(key)
+    assert shown["hidden_characters"][:2] == ["U+E0177", "U+E0169"]  # "w", "i"
+    [edit] = shown["edits"]
+    assert "⟨U+E0177⟩⟨U+E0169⟩" in edit["diff"]  # the second line is not the first again
+    assert refusal(rt.approve, key, edited["digest"], by="carol", channel="api") == \
+        "hidden_characters"
+    assert rt.task(key)["status"] == "ready" and host.results() == []
+
+
 # -- the CLI ---------------------------------------------------------------------
 
 def cli(home, *args, code=0):
@@ -329,7 +336,31 @@ def test_cli_marks_hidden_characters_and_needs_the_acknowledgement(cli_home):
         "hidden_characters"
     answer = cli_json(home, "approve", key, "--digest", d, "--by", "ana", "--ack-hidden-characters")
     assert answer["status"] == "ready" and answer["approvals_missing"] == 1
-    assert "approvals ana (cli); 2 needed, 1 missing" in cli(home, "tasks", "show", key)
+    assert f'approvals {OPERATOR} (cli, note "ana"); 2 needed, 1 missing' in \
+        cli(home, "tasks", "show", key)
+
+
+def test_no_variable_acknowledges_edits_or_decides_for_the_command_line(cli_home, tmp_path):
+    home, key, d = cli_home
+    leftover = tmp_path / "leftover.txt"
+    leftover.write_text(EDITED, encoding="utf-8")
+    env = {"SIGNOFF_APPROVE_ACK_HIDDEN_CHARACTERS": "1", "SIGNOFF_APPROVE_EDIT_FILE": str(leftover),
+           "SIGNOFF_APPROVE_DIGEST": d, "SIGNOFF_APPROVE_BY": "someone-else",
+           "SIGNOFF_MONITOR_BIND_APPROVALS": "5"}
+    result = CliRunner().invoke(main, ["--home", str(home), "approve", key, "--json"], env=env)
+    assert result.exit_code == 2 and "--digest" in result.output  # the digest is not taken either
+    refused = CliRunner().invoke(main, ["--home", str(home), "approve", key, "--digest", d,
+                                        "--json"], env=env)
+    assert refused.exit_code == 1 and json.loads(refused.stdout)["error"] == "hidden_characters"
+    answer = CliRunner().invoke(main, ["--home", str(home), "approve", key, "--digest", d,
+                                       "--ack-hidden-characters", "--json"], env=env)
+    assert answer.exit_code == 0, answer.output
+    shown = cli_json(home, "tasks", "show", key)
+    assert shown["edits"] == [] and shown["digest"] == d  # the leftover file replaced nothing
+    assert [(a["by"], a["note"]) for a in shown["approvals"]] == [(OPERATOR, None)]
+    bound = CliRunner().invoke(main, ["--home", str(home), "monitor", "bind", "--id", "q2",
+                                      "--document", "doc-demo", "--json"], env=env)
+    assert json.loads(bound.stdout)["approvals"] == 1
 
 
 def test_cli_edit_then_quorum_then_reject_reason(cli_home, tmp_path):
@@ -344,16 +375,20 @@ def test_cli_edit_then_quorum_then_reject_reason(cli_home, tmp_path):
     assert cli_json(home, "approve", key, "--digest", answer["digest"], "--by", "bob", "--edit",
                     str(edit), code=1)["error"] == "invalid_edit"
     shown = cli_json(home, "tasks", "show", key)
-    assert shown["drafted_digest"] == d and shown["edits"][0]["by"] == "ana"
-    assert shown["approvals"][0]["by"] == "ana" and shown["approvals_missing"] == 1
+    assert shown["drafted_digest"] == d and shown["edits"][0]["by"] == OPERATOR
+    assert shown["edits"][0]["note"] == "ana"
+    assert shown["approvals"][0]["by"] == OPERATOR and shown["approvals_missing"] == 1
+    # One account under another --by word is the same operator: it counts once.
+    again = cli_json(home, "approve", key, "--digest", answer["digest"], "--by", "bob")
+    assert again["status"] == "ready" and again["approvals_missing"] == 1
     assert "edited" in cli(home, "tasks", "show", key)
     rejected = cli_json(home, "reject", key, "--reason", "the date is wrong", "--by", "carl")
     assert rejected["status"] == "rejected"
     text = cli(home, "tasks", "show", key)
-    assert "rejected  by carl: the date is wrong" in text
-    assert "rejected by carl (cli)" in text
+    assert f"rejected  by {OPERATOR}: the date is wrong" in text
+    assert f'rejected by {OPERATOR} (cli, note "carl")' in text
     audit = cli_json(home, "audit", "--all")
-    assert {"code": "edited", "actor": "ana", "channel": "cli"}.items() <= \
+    assert {"code": "edited", "actor": OPERATOR, "channel": "cli"}.items() <= \
         next(a for a in audit if a["code"] == "edited").items()
 
 

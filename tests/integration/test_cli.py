@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from signoff.app import Signoff
 from signoff.cli import main
 
-from helpers import ROOT, child_env
+from helpers import OPERATOR, ROOT, child_env
 
 SECRET_TEXT = "event text that must never be stored"
 MONITOR_KEYS = {"id", "document", "event_names", "active", "expires_at", "window_s",
@@ -30,7 +30,7 @@ EVENT_KEYS = {"delivery", "event_id", "monitor", "status", "outcome", "task_key"
 LINE_KEYS = {"line", "event_id", "accepted", "delivery", "code", "reason"}
 DLQ_KEYS = {"id", "kind", "ref", "step", "code", "attempts", "first_at", "last_at", "replayed"}
 AUDIT_KEYS = {"seq", "at", "monitor", "event_id", "task_key", "code", "actor", "channel",
-              "reviewer"}
+              "note", "subject", "reviewer"}
 STATS_KEYS = {"at", "deliveries", "outcomes", "tasks", "in_flight", "retries_waiting",
               "uncertain", "parked", "dead_letters", "stale_event_gaps", "lease_expiries"}
 
@@ -353,7 +353,7 @@ def test_tasks_list_show_retry_and_approve_shapes(ready):
     process(home)
 
     done = ok(home, "tasks", "show", key)
-    assert done["status"] == "done" and done["approved_by"] == "ana"
+    assert done["status"] == "done" and done["approved_by"] == OPERATOR
     assert done["approved_digest"] == task["digest"]
     assert [(h["step"], h["code"]) for h in done["history"]][-1] == ("confirm", "done")
     assert all({"at", "step", "code"} <= set(h) for h in done["history"])

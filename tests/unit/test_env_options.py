@@ -30,7 +30,10 @@ def options():
                 yield path, param, "_".join(parts).upper().replace("-", "_")
 
 
-OPTIONS = list(options())
+ALL_OPTIONS = list(options())
+# Options that change what is approved or who may approve: command line only.
+DECISIVE = {v for _, p, v in ALL_OPTIONS if not p.allow_from_autoenv}
+OPTIONS = [o for o in ALL_OPTIONS if o[2] not in DECISIVE]
 
 
 def contexts(path):
@@ -60,7 +63,7 @@ def sample(param):
 
 
 def test_the_walk_reaches_every_kind_of_option():
-    names = {v for _, _, v in OPTIONS}
+    names = {v for _, _, v in ALL_OPTIONS}
     assert {"SIGNOFF_HOME", "SIGNOFF_WORKER_WORKERS", "SIGNOFF_TASKS_LIST_LIMIT",
             "SIGNOFF_MONITOR_SECRET_ADD_SECRET", "SIGNOFF_WORKER_DRAIN",
             "SIGNOFF_STATS_JSON"} <= names
@@ -85,6 +88,34 @@ def test_every_option_reads_its_variable_and_help_names_it(path, param, variable
     # A flag given on the command line wins over the environment.
     value, source = param.consume_value(ctx, {param.name: meant})
     assert source is ParameterSource.COMMANDLINE
+
+
+def test_options_that_decide_are_exactly_the_contract_s():
+    by = {v for v in DECISIVE if v.endswith("_BY")}
+    assert by == {v for _, p, v in ALL_OPTIONS if p.name == "by"} and len(by) >= 15
+    assert DECISIVE - by == {
+        "SIGNOFF_APPROVE_DIGEST", "SIGNOFF_APPROVE_EDIT_FILE",
+        "SIGNOFF_APPROVE_ACK_HIDDEN_CHARACTERS", "SIGNOFF_MONITOR_BIND_APPROVALS",
+        "SIGNOFF_MONITOR_SECRET_ADD_SECRET", "SIGNOFF_POLICY_ADD_MONITOR_ID",
+        "SIGNOFF_POLICY_ADD_TTL", "SIGNOFF_POLICY_ADD_MAX_PER_HOUR",
+        "SIGNOFF_POLICY_ADD_INCLUDE_WAITING", "SIGNOFF_REVIEWER_ADD_READ_ONLY",
+        "SIGNOFF_REVIEWER_ADD_MONITORS"}
+
+
+@pytest.mark.parametrize("path,param,variable", sorted(
+    (o for o in ALL_OPTIONS if o[2] in DECISIVE), key=lambda o: o[2]),
+    ids=sorted(DECISIVE))
+def test_an_option_that_decides_ignores_its_variable_and_help_says_so(path, param, variable,
+                                                                     monkeypatch):
+    shown = CliRunner().invoke(main, [*path, "--help"], terminal_width=240)
+    assert shown.exit_code == 0, shown.output
+    assert f"env var: {variable}" not in shown.output
+    assert "Command line only: never read from a SIGNOFF_* variable." in " ".join(
+        shown.output.split())
+    raw, _ = sample(param)
+    monkeypatch.setenv(variable, raw if raw is not None else "some-file")
+    _, source = param.consume_value(contexts(path), {})
+    assert source is not ParameterSource.ENVIRONMENT
 
 
 def test_no_option_reads_a_backend_override_or_a_name_of_another_meaning():
