@@ -103,6 +103,10 @@ def cancel(rt, monitor_id, by="operator", channel="cli"):
     """Stop intake, end the monitor's open tasks (see ``lifecycle.cancel_tasks``) and its
     MCP Events subscription (answered 410 from now on; the worker unsubscribes it).
 
+    A cancel ends a pause too: the deliveries the pause held, and those that
+    arrive later, are processed and end ``cancelled`` at the gate, as for a
+    monitor that was never paused.
+
     Answers the monitor with ``tasks_cancelled`` and ``writes_in_flight``: the
     cancelled tasks a worker was writing at that moment, each of which ends
     ``done`` if its receipt confirms the write, else stays cancelled with
@@ -110,6 +114,7 @@ def cancel(rt, monitor_id, by="operator", channel="cli"):
     """
     check_name("by", by)
     cancelled, in_flight = _cancel(monitor_id, rt.clock.now(), {"actor": by, "channel": channel})
+    _wake_held(rt, monitor_id)
     return dict(row(Monitor.get_by_id(monitor_id)), tasks_cancelled=len(cancelled),
                 writes_in_flight=len(in_flight))
 
@@ -121,6 +126,7 @@ def _cancel(monitor_id, now, who):
             raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
         Monitor.update(active=False, cancelled_at=now).where(
             Monitor.id == monitor_id, Monitor.active == True).execute()  # noqa: E712
+        _end_pause(monitor_id, now)
         subscriptions.end_for_monitor(monitor_id, now, "cancelled")
         ended = cancel_tasks(Task.monitor == monitor_id, now)
         audit(now, "cancelled", monitor_id, **who)
@@ -137,11 +143,25 @@ def pause(rt, monitor_id, by, channel):
 def unpause(rt, monitor_id, by, channel):
     """Let a paused monitor's events be processed again, the held ones first."""
     answer = _set_paused(rt, monitor_id, False, by, channel)
+    _wake_held(rt, monitor_id)
+    return answer
+
+
+def _wake_held(rt, monitor_id):
+    # The deliveries a pause held got no wake-up of their own while it lasted.
     waiting = Delivery.select().where(Delivery.monitor == monitor_id,
                                       Delivery.status.in_(list(DELIVERY_WAITING))).count()
     if waiting:
         rt.wakers.wake("ingest", waiting)
-    return answer
+
+
+def _end_pause(monitor_id, now):
+    """End the monitor's pause, if it has one, in the caller's transaction; True if
+    this call ended it. The pause ended is kept as the last one (the gate reads it)."""
+    paused_at = Monitor.select(Monitor.paused_at).where(Monitor.id == monitor_id).scalar()
+    return paused_at is not None and bool(Monitor.update(
+        paused_at=None, last_pause_from=paused_at, last_pause_until=now).where(
+        Monitor.id == monitor_id, Monitor.paused_at == paused_at).execute())
 
 
 @retried
@@ -155,13 +175,15 @@ def _set_paused(rt, monitor_id, paused, by, channel):
         if not monitor.active:
             raise Refused("cancelled", f"monitor {monitor_id!r} is cancelled")
         if paused and monitor.paused_at is None:
-            Monitor.update(paused_at=now).where(Monitor.id == monitor_id,
-                                                Monitor.paused_at.is_null()).execute()
-            audit(now, "paused", monitor_id, actor=by, channel=channel)
-        elif not paused and monitor.paused_at is not None:
-            Monitor.update(paused_at=None, last_pause_from=monitor.paused_at,
-                           last_pause_until=now).where(
-                Monitor.id == monitor_id, Monitor.paused_at == monitor.paused_at).execute()
+            # Guarded on active too: a cancel that committed since the read above
+            # ended the pause for good, and a cancelled monitor is never paused.
+            if Monitor.update(paused_at=now).where(
+                    Monitor.id == monitor_id, Monitor.paused_at.is_null(),
+                    Monitor.active == True).execute():  # noqa: E712
+                audit(now, "paused", monitor_id, actor=by, channel=channel)
+            elif not Monitor.get_by_id(monitor_id).active:
+                raise Refused("cancelled", f"monitor {monitor_id!r} is cancelled")
+        elif not paused and _end_pause(monitor_id, now):
             audit(now, "unpaused", monitor_id, actor=by, channel=channel)
     return row(Monitor.get_by_id(monitor_id))
 
