@@ -909,12 +909,15 @@ def dlq_replay(obj, as_json, letter_id, by):
 
 # -- operator views ---------------------------------------------------------
 
+AUDIT_COLUMNS = ["seq", "at", "monitor", "event_id", "task_key", "code", "actor", "channel",
+                 "subject", "reviewer"]
+
+
 @command(main)
 @bounded
 def audit(obj, as_json, limit):
     """The audit log, newest first: identifiers and codes, never content."""
-    _listing(obj, as_json, "audit", limit, ["seq", "at", "monitor", "event_id", "task_key",
-                                             "code", "reviewer"], short=("task_key",))
+    _listing(obj, as_json, "audit", limit, AUDIT_COLUMNS, short=("task_key",))
 
 
 SUBSCRIPTION_COLUMNS = ["monitor", "event", "subscription_id", "state", "refresh_before",

@@ -66,7 +66,7 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
                            active=True, created_at=now)
             if batch_window_s is not None:
                 batching.set_window(monitor_id, batch_window_s)
-            audit(now, "bound", monitor_id)
+            audit(now, "bound", monitor_id, subject=monitor_id)
             if within is not None:
                 within()
         return row(Monitor.get_by_id(monitor_id))
@@ -129,7 +129,7 @@ def _cancel(monitor_id, now, who):
         _end_pause(monitor_id, now)
         subscriptions.end_for_monitor(monitor_id, now, "cancelled")
         ended = cancel_tasks(Task.monitor == monitor_id, now)
-        audit(now, "cancelled", monitor_id, **who)
+        audit(now, "cancelled", monitor_id, **who, subject=monitor_id)
     return ended
 
 
@@ -180,11 +180,11 @@ def _set_paused(rt, monitor_id, paused, by, channel):
             if Monitor.update(paused_at=now).where(
                     Monitor.id == monitor_id, Monitor.paused_at.is_null(),
                     Monitor.active == True).execute():  # noqa: E712
-                audit(now, "paused", monitor_id, actor=by, channel=channel)
+                audit(now, "paused", monitor_id, actor=by, channel=channel, subject=monitor_id)
             elif not Monitor.get_by_id(monitor_id).active:
                 raise Refused("cancelled", f"monitor {monitor_id!r} is cancelled")
         elif not paused and _end_pause(monitor_id, now):
-            audit(now, "unpaused", monitor_id, actor=by, channel=channel)
+            audit(now, "unpaused", monitor_id, actor=by, channel=channel, subject=monitor_id)
     return row(Monitor.get_by_id(monitor_id))
 
 

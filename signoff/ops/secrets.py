@@ -52,7 +52,7 @@ def add(rt, monitor_id, secret=None, by="operator", channel="cli"):
     with db.atomic():
         _monitor(monitor_id)
         row = WebhookSecret.create(monitor=monitor_id, secret=secret, created_at=now)
-        audit(now, "secret_added", monitor_id, actor=by, channel=channel)
+        audit(now, "secret_added", monitor_id, actor=by, channel=channel, subject=str(row.id))
     return {"monitor": monitor_id, "secret_id": row.id, "secret": secret}
 
 
@@ -76,7 +76,8 @@ def remove(rt, monitor_id, secret_id, by="operator", channel="cli"):
             WebhookSecret.secret != REMOVED).execute()
         if not gone:
             raise Refused("unknown_secret", f"monitor {monitor_id!r} has no secret {secret_id}")
-        audit(now, "secret_removed", monitor_id, actor=by, channel=channel)
+        audit(now, "secret_removed", monitor_id, actor=by, channel=channel,
+              subject=str(secret_id))
     return {"monitor": monitor_id, "secret_id": secret_id, "removed": True}
 
 

@@ -48,7 +48,8 @@ LISTINGS = {
     # Audit and dead-letter rows are shown with their column names as they are
     # (an audit row's reviewer, for logins, is kept beside it).
     "audit": (Audit, dict, (Audit.seq, Audit.at, Audit.monitor, Audit.event_id,
-              Audit.task_key, Audit.code, Audit.actor, Audit.channel, AuditReviewer.select(AuditReviewer.reviewer).where(
+              Audit.task_key, Audit.code, Audit.actor, Audit.channel, Audit.subject,
+              AuditReviewer.select(AuditReviewer.reviewer).where(
                   AuditReviewer.seq == Audit.seq).alias("reviewer")), (Audit.seq,), None),
     "dead_letters": (DeadLetter, dict, (
         DeadLetter.id, DeadLetter.kind, DeadLetter.ref, DeadLetter.step, DeadLetter.code,

@@ -476,14 +476,18 @@ def edit_task(key, reviewed, result, new_digest, edit, now):
     clear_approvals(key)
 
 
-def audit(now, code, monitor=None, event_id=None, task_key=None, actor=None, channel=None):
+def audit(now, code, monitor=None, event_id=None, task_key=None, actor=None, channel=None,
+          *, subject=None):
     """Append one audit row: identifiers and a code, never content; returns its ``seq``.
 
     ``actor`` and ``channel`` name who decided and through which face, for
     human decisions (and ``policy``); the engine's own moves leave them null.
+    ``subject`` names what a change of a reviewer, secret, policy or monitor was
+    about (its name or id).
     """
     return Audit.insert(at=now, code=code, monitor=monitor, event_id=event_id,
-                        task_key=task_key, actor=actor, channel=channel).execute()
+                        task_key=task_key, actor=actor, channel=channel,
+                        subject=subject).execute()
 
 
 def record_attempts(rows):
