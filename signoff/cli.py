@@ -14,6 +14,7 @@ import click
 
 from .errors import Refused, SignoffError
 from .commands.output import emit, fail, safe, stream, table
+from .config import LEASE_S, PURGE_DAYS, WORKERS
 
 
 INT64_MAX = 2**63 - 1
@@ -37,6 +38,22 @@ class Seconds(click.ParamType):
 
 
 SECONDS = Seconds()
+
+
+class Within(click.ParamType):
+    """A number within a ``config.Range``: the command line takes what signoff.toml
+    takes for the same setting, and a value outside is a usage error naming the range."""
+
+    def __init__(self, allowed, unit="seconds", integer=False):
+        self.allowed = allowed
+        self.number = click.INT if integer else click.FLOAT
+        self.name = unit
+
+    def convert(self, value, param, ctx):
+        rv = self.number.convert(value, param, ctx)
+        if not self.allowed.holds(rv):
+            self.fail(f"{value} is not a number of {self.name} {self.allowed}", param, ctx)
+        return rv
 
 
 class Ctx:
@@ -629,10 +646,11 @@ def _enqueue_end(as_json, show_progress, counts):
 
 
 @command(main)
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--workers", type=Within(WORKERS, "threads", integer=True), default=2,
+              show_default=True, help=f"Threads ({WORKERS}).")
 @click.option("--drain", is_flag=True, help="Exit 0 once nothing can still progress.")
-@click.option("--lease-ttl", type=Seconds(min=0.1), default=None,
-              help="Lease seconds (default from signoff.toml, 30).")
+@click.option("--lease-ttl", type=Within(LEASE_S), default=None,
+              help=f"Lease seconds, {LEASE_S} (default from signoff.toml, 30).")
 def worker(obj, as_json, workers, drain, lease_ttl):
     """Run the worker until SIGTERM/SIGINT (or, with --drain, until idle)."""
     from .worker import run
@@ -966,9 +984,9 @@ def healthcheck(obj, as_json, max_age):
 
 
 @command(main)
-@click.option("--older-than", "older_than", type=Seconds(min=0, unit="days"), default=None,
-              metavar="DAYS",
-              help="Days since a task finished (default: [retention] finished_days, 30).")
+@click.option("--older-than", "older_than", type=Within(PURGE_DAYS, "days"), default=None,
+              metavar="DAYS", help=f"Days since a task finished, {PURGE_DAYS} "
+                                   "(default: [retention] finished_days, 30).")
 @click.option("--dry-run", is_flag=True, help="Only count what would be purged.")
 def purge(obj, as_json, older_than, dry_run):
     """Drop the record snapshot and result of finished tasks past retention.

@@ -6,7 +6,7 @@ from click.core import ParameterSource
 from click.testing import CliRunner
 from test_docs import command_paths
 
-from signoff.cli import Seconds, main
+from signoff.cli import Seconds, Within, main
 from signoff.config import BACKEND_ENV
 
 pytestmark = pytest.mark.backend_independent
@@ -54,6 +54,8 @@ def sample(param):
         return "7", 7
     if isinstance(kind, Seconds):  # seconds or days
         return "7.5", 7.5
+    if isinstance(kind, Within):  # within one of signoff.toml's ranges
+        return ("7", 7) if kind.number is click.INT else ("7.5", 7.5)
     if isinstance(kind, click.File):
         return None, None
     return "some-value", "some-value"
