@@ -287,6 +287,7 @@ def _log_lines(level):
     root = logging.getLogger()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.addFilter(_without_sql_parameters)
     saved = root.level
     root.addHandler(handler)
     root.setLevel(level)
@@ -295,6 +296,14 @@ def _log_lines(level):
     finally:
         root.removeHandler(handler)
         root.setLevel(saved)
+
+
+def _without_sql_parameters(record):
+    """Keep a statement peewee logs (at debug, as ``(sql, params)``) and drop its
+    parameters: they are the values stored, record text and drafts among them."""
+    if record.name == "peewee" and isinstance(record.msg, tuple) and len(record.msg) == 2:
+        record.msg, record.args = str(record.msg[0]), ()
+    return True
 
 
 @command(main)
