@@ -1033,22 +1033,29 @@ def watch(obj, as_json, interval):
 
 
 @command(main)
-@click.option("--keep", type=click.Path(file_okay=False), default=None,
-              help="Run in this folder (kept) instead of a temporary one.")
+# Never from the environment: the demo's folder is named on the command line or is new.
+@click.option("--keep", type=click.Path(file_okay=False), default=None, allow_from_autoenv=False,
+              help="Run in this folder (kept) instead of a temporary one (command line only).")
 @click.option("--mcp", "over_mcp", is_flag=True,
               help="Reach the host over MCP (`signoff host mcp`), and kill its server once.")
 @click.option("--events", "pushed", is_flag=True,
               help="The host pushes events over MCP Events to `signoff serve` (needs the serve "
                    "and mcp extras); serve is killed once after a write.")
 def demo(obj, as_json, keep, over_mcp, pushed):
-    """The whole story in a fresh home, with a real worker killed and restarted."""
-    from .demo import run_demo
+    """The whole story in a fresh home, with a real worker killed and restarted.
+
+    It ignores every SIGNOFF_* variable: it never reaches a configured home, database
+    or queue.
+    """
+    from .demo import run_demo, run_sealed, sealed
     if over_mcp and pushed:
         raise click.UsageError("give at most one of --mcp and --events")
     if over_mcp or pushed:
         _mcp_module("session")  # a one-line refusal when the extra is missing
     if pushed:
         _serve_module()
+    if not sealed():
+        sys.exit(run_sealed(keep, as_json, mcp=over_mcp, events=pushed))
     report = run_demo(main, keep, as_json, mcp=over_mcp, events=pushed)
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False, indent=2))

@@ -19,12 +19,19 @@ def command_at(path):
     return command
 
 
+# Options read from the command line alone: the demo's folder (the demo is sealed
+# from every SIGNOFF_* variable).
+COMMAND_LINE_ONLY = {(("demo",), "keep")}
+
+
 def options():
-    """``(command path, option, variable)`` for every option of every command and group."""
+    """``(command path, option, variable)`` for every option of every command and group
+    that the environment may set."""
     for path in [(), *command_paths(main)]:
         command = command_at(path)
         for param in command.params:
-            if isinstance(param, click.Option) and param.name != "version":
+            if (isinstance(param, click.Option) and param.name != "version"
+                    and (path, param.name) not in COMMAND_LINE_ONLY):
                 # The contract's naming, spelled out here rather than asked of click.
                 parts = ["SIGNOFF", *path, param.name]
                 yield path, param, "_".join(parts).upper().replace("-", "_")
@@ -96,6 +103,18 @@ def test_no_option_reads_a_backend_override_or_a_name_of_another_meaning():
     homes = [(path, p.name) for path, p, v in OPTIONS if v == "SIGNOFF_HOME"]
     assert homes == [((), "home")]
     assert len({v for _, _, v in OPTIONS}) == len(OPTIONS)  # one variable, one option
+
+
+@pytest.mark.parametrize("path,name", sorted(COMMAND_LINE_ONLY))
+def test_a_command_line_only_option_ignores_its_variable_and_help_says_so(path, name,
+                                                                         monkeypatch):
+    [param] = [p for p in command_at(path).params if p.name == name]
+    variable = "_".join(["SIGNOFF", *path, name]).upper()
+    shown = CliRunner().invoke(main, [*path, "--help"], terminal_width=240)
+    assert variable not in shown.output and "command line only" in shown.output
+    monkeypatch.setenv(variable, "from-env")
+    value, source = param.consume_value(contexts(path), {})
+    assert source is not ParameterSource.ENVIRONMENT and value is None
 
 
 def test_version_and_help_are_never_read_from_the_environment(tmp_path):
