@@ -14,6 +14,7 @@ import click
 
 from .errors import Refused, SignoffError
 from .commands.output import emit, fail, safe, stream, table
+from .config import LEASE_S, PURGE_DAYS, WORKERS
 
 
 INT64_MAX = 2**63 - 1
@@ -37,6 +38,22 @@ class Seconds(click.ParamType):
 
 
 SECONDS = Seconds()
+
+
+class Within(click.ParamType):
+    """A number within a ``config.Range``: the command line takes what signoff.toml
+    takes for the same setting, and a value outside is a usage error naming the range."""
+
+    def __init__(self, allowed, unit="seconds", integer=False):
+        self.allowed = allowed
+        self.number = click.INT if integer else click.FLOAT
+        self.name = unit
+
+    def convert(self, value, param, ctx):
+        rv = self.number.convert(value, param, ctx)
+        if not self.allowed.holds(rv):
+            self.fail(f"{value} is not a number of {self.name} {self.allowed}", param, ctx)
+        return rv
 
 
 class Ctx:
@@ -97,12 +114,13 @@ def command(group, name=None, json_help="Print one JSON document.", **kwargs):
 ENV_NOTE = " Command line only: never read from a SIGNOFF_* variable."
 
 
-def decisive(*names, **kwargs):
-    """A ``click.option`` that changes what is approved or who may approve.
+def command_line_only(*names, **kwargs):
+    """A ``click.option`` never read from the environment, and whose help says so.
 
-    Read from the command line only: a variable left in a shell or a unit file
-    must never approve, edit, acknowledge, grant or sign anything by itself
-    (docs/cli.md, "Options from the environment").
+    For options that change what is approved or who may approve: a variable left
+    in a shell or a unit file must never approve, edit, acknowledge, grant or sign
+    anything by itself (docs/cli.md, "Options from the environment"); and for the
+    demo's folder, which no variable may point at a real home.
     """
     kwargs["help"] = (kwargs.get("help") or "").rstrip() + ENV_NOTE
     return click.option(*names, allow_from_autoenv=False, **kwargs)
@@ -110,7 +128,7 @@ def decisive(*names, **kwargs):
 
 def by_option(f):
     """``--by WORD``: a note kept with a decision; the identity is the OS account."""
-    return decisive("--by", default=None,
+    return command_line_only("--by", default=None,
                     help="A note kept with the decision and shown beside it (1-128 "
                          "characters, nothing hidden). Not an identity: the decision is "
                          "counted as operator:<your OS account>.")(f)
@@ -285,6 +303,7 @@ def _log_lines(level):
     root = logging.getLogger()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.addFilter(_without_sql_parameters)
     saved = root.level
     root.addHandler(handler)
     root.setLevel(level)
@@ -293,6 +312,14 @@ def _log_lines(level):
     finally:
         root.removeHandler(handler)
         root.setLevel(saved)
+
+
+def _without_sql_parameters(record):
+    """Keep a statement peewee logs (at debug, as ``(sql, params)``) and drop its
+    parameters: they are the values stored, record text and drafts among them."""
+    if record.name == "peewee" and isinstance(record.msg, tuple) and len(record.msg) == 2:
+        record.msg, record.args = str(record.msg[0]), ()
+    return True
 
 
 @command(main)
@@ -437,7 +464,7 @@ MONITOR_COLUMNS = ["id", "document", "event_names", "active", "paused", "expires
 @click.option("--approval-ttl", type=SECONDS, default=None, help="Seconds.")
 @click.option("--batch-window", type=SECONDS, default=None,
               help="Seconds: gather the document's records arriving within it into one task.")
-@decisive("--approvals", type=click.IntRange(min=1), default=1,
+@command_line_only("--approvals", type=click.IntRange(min=1), default=1,
           show_default=True, help="Distinct approvers each task's digest needs (a quorum).")
 def monitor_bind(obj, as_json, monitor_id, document, events, ttl, window, approval_ttl,
                  batch_window, approvals):
@@ -507,7 +534,7 @@ def monitor_secret():
 
 @command(monitor_secret, "add")
 @click.argument("monitor_id")
-@decisive("--secret", default=None,
+@command_line_only("--secret", default=None,
           help="whsec_<base64 of 24-64 bytes>, or - to read it from stdin (default: a new one).")
 @by_option
 def monitor_secret_add(obj, as_json, monitor_id, secret, by):
@@ -644,10 +671,11 @@ def _enqueue_end(as_json, show_progress, counts):
 
 
 @command(main)
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--workers", type=Within(WORKERS, "threads", integer=True), default=2,
+              show_default=True, help=f"Threads ({WORKERS}).")
 @click.option("--drain", is_flag=True, help="Exit 0 once nothing can still progress.")
-@click.option("--lease-ttl", type=Seconds(min=0.1), default=None,
-              help="Lease seconds (default from signoff.toml, 30).")
+@click.option("--lease-ttl", type=Within(LEASE_S), default=None,
+              help=f"Lease seconds, {LEASE_S} (default from signoff.toml, 30).")
 def worker(obj, as_json, workers, drain, lease_ttl):
     """Run the worker until SIGTERM/SIGINT (or, with --drain, until idle)."""
     from .worker import run
@@ -764,12 +792,12 @@ def tasks_redraft(obj, as_json, key, by):
 
 @command(main)
 @click.argument("key")
-@decisive("--digest", required=True, help="Digest of the result you reviewed.")
+@command_line_only("--digest", required=True, help="Digest of the result you reviewed.")
 @by_option
-@decisive("--edit", "edit_file", type=click.File("rb"), default=None,
+@command_line_only("--edit", "edit_file", type=click.File("rb"), default=None,
           help="A file (or -) holding the draft as you want it submitted; the approval "
                "binds the edited draft.")
-@decisive("--ack-hidden-characters", is_flag=True,
+@command_line_only("--ack-hidden-characters", is_flag=True,
           help="Approve a draft holding hidden characters (shown as <U+XXXX> by tasks show).")
 def approve(obj, as_json, key, digest, by, edit_file, ack_hidden_characters):
     """Approve a ready task (KEY or a unique prefix) whose result has DIGEST.
@@ -817,12 +845,12 @@ POLICY_COLUMNS = ["policy", "monitor", "active", "expires_at", "max_per_hour", "
 
 
 @command(policy, "add")
-@decisive("--monitor", "monitor_id", required=True, help="The monitor whose tasks it approves.")
-@decisive("--ttl", type=SECONDS, default=None, help="Seconds (default: until the monitor ends).")
-@decisive("--max-per-hour", type=click.IntRange(min=1, max=INT64_MAX), default=None,
+@command_line_only("--monitor", "monitor_id", required=True, help="The monitor whose tasks it approves.")
+@command_line_only("--ttl", type=SECONDS, default=None, help="Seconds (default: until the monitor ends).")
+@command_line_only("--max-per-hour", type=click.IntRange(min=1, max=INT64_MAX), default=None,
           help="At most this many approvals in any hour; the rest wait for people.")
 @by_option
-@decisive("--include-waiting", is_flag=True,
+@command_line_only("--include-waiting", is_flag=True,
           help="Approve the tasks already waiting too (default: only those ready from now on).")
 def policy_add(obj, as_json, monitor_id, ttl, max_per_hour, by, include_waiting):
     """Approve the monitor's tasks that become ready and pass acceptance, until it ends.
@@ -859,8 +887,8 @@ def reviewer():
 
 @command(reviewer, "add")
 @click.argument("name")
-@decisive("--read-only", is_flag=True, help="May look, may not approve or change anything.")
-@decisive("--monitor", "monitors", multiple=True,
+@command_line_only("--read-only", is_flag=True, help="May look, may not approve or change anything.")
+@command_line_only("--monitor", "monitors", multiple=True,
           help="Limit the reviewer to this monitor's tasks (repeatable; default: every monitor).")
 @by_option
 def reviewer_add(obj, as_json, name, read_only, monitors, by):
@@ -925,12 +953,15 @@ def dlq_replay(obj, as_json, letter_id, by):
 
 # -- operator views ---------------------------------------------------------
 
+AUDIT_COLUMNS = ["seq", "at", "monitor", "event_id", "task_key", "code", "actor", "channel",
+                 "note", "subject", "reviewer"]
+
+
 @command(main)
 @bounded
 def audit(obj, as_json, limit):
     """The audit log, newest first: identifiers and codes, never content."""
-    _listing(obj, as_json, "audit", limit, ["seq", "at", "monitor", "event_id", "task_key",
-                                             "code", "reviewer"], short=("task_key",))
+    _listing(obj, as_json, "audit", limit, AUDIT_COLUMNS, short=("task_key",))
 
 
 SUBSCRIPTION_COLUMNS = ["monitor", "event", "subscription_id", "state", "refresh_before",
@@ -979,9 +1010,9 @@ def healthcheck(obj, as_json, max_age):
 
 
 @command(main)
-@click.option("--older-than", "older_than", type=Seconds(min=0, unit="days"), default=None,
-              metavar="DAYS",
-              help="Days since a task finished (default: [retention] finished_days, 30).")
+@click.option("--older-than", "older_than", type=Within(PURGE_DAYS, "days"), default=None,
+              metavar="DAYS", help=f"Days since a task finished, {PURGE_DAYS} "
+                                   "(default: [retention] finished_days, 30).")
 @click.option("--dry-run", is_flag=True, help="Only count what would be purged.")
 def purge(obj, as_json, older_than, dry_run):
     """Drop the record snapshot and result of finished tasks past retention.
@@ -1019,22 +1050,28 @@ def watch(obj, as_json, interval):
 
 
 @command(main)
-@click.option("--keep", type=click.Path(file_okay=False), default=None,
-              help="Run in this folder (kept) instead of a temporary one.")
+@command_line_only("--keep", type=click.Path(file_okay=False), default=None,
+                   help="Run in this folder (kept) instead of a temporary one.")
 @click.option("--mcp", "over_mcp", is_flag=True,
               help="Reach the host over MCP (`signoff host mcp`), and kill its server once.")
 @click.option("--events", "pushed", is_flag=True,
               help="The host pushes events over MCP Events to `signoff serve` (needs the serve "
                    "and mcp extras); serve is killed once after a write.")
 def demo(obj, as_json, keep, over_mcp, pushed):
-    """The whole story in a fresh home, with a real worker killed and restarted."""
-    from .demo import run_demo
+    """The whole story in a fresh home, with a real worker killed and restarted.
+
+    It ignores every SIGNOFF_* variable: it never reaches a configured home, database
+    or queue.
+    """
+    from .demo import run_demo, run_sealed, sealed
     if over_mcp and pushed:
         raise click.UsageError("give at most one of --mcp and --events")
     if over_mcp or pushed:
         _mcp_module("session")  # a one-line refusal when the extra is missing
     if pushed:
         _serve_module()
+    if not sealed():
+        sys.exit(run_sealed(keep, as_json, mcp=over_mcp, events=pushed))
     report = run_demo(main, keep, as_json, mcp=over_mcp, events=pushed)
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False, indent=2))

@@ -126,11 +126,18 @@ class Range:
                 else f"from {self.low} to {self.high}")
 
 
+# Each range is also the command line's for the same setting (cli.Within).
 ATTEMPTS = Range(1, 1000)
 DELAY_S = Range(0, 86400)
-LEASE_S = Range(0.1, 86400)  # as `worker --lease-ttl`
+LEASE_S = Range(0.1, 86400)  # [worker] lease_ttl_s and `worker --lease-ttl`
 BATCH = Range(1, 1000)
 DAYS = Range(0, 36500, above=True)
+# `purge --older-than`: [retention] finished_days' days, and 0 too (a purge run by
+# hand may take every finished task; a worker's hourly purge keeps at least some time).
+PURGE_DAYS = Range(0, DAYS.high)
+# `worker --workers`: threads of one process. Each holds a database connection (two
+# with a PostgreSQL queue); past this many, a machine wants more processes instead.
+WORKERS = Range(1, 256)
 ANSWER_BYTES = Range(1, 2**30)  # [host] max_record_bytes / max_material_bytes
 NUMBER = (int, float)
 

@@ -20,6 +20,7 @@ is refused, so record text, drafts, names and secrets cannot reach a span.
 import atexit
 import logging
 import os
+import sys
 import threading
 from contextlib import contextmanager
 
@@ -108,7 +109,9 @@ def _from_environment():
                               shutdown_on_exit=False)  # ``shutdown`` bounds the final export
     kind = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
     if kind == "console":
-        exporter = ConsoleSpanExporter()
+        # Standard error: standard output is the command's answer (one JSON document
+        # under --json), which a span printed there would break.
+        exporter = ConsoleSpanExporter(out=sys.stderr)
     else:
         if kind != "otlp" or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf") not in (
                 "http/protobuf", ""):

@@ -22,17 +22,22 @@ def safe(text):
     return visible(text).replace("\n", "\\x0a").replace("\t", "\\x09")
 
 
+def when(at):
+    """A time (Unix seconds) as every human view prints one: UTC, to the second."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
+    except (OverflowError, OSError, ValueError):  # past what the platform can show
+        return str(at)
+
+
 def fmt(value):
     """One cell of a human table (or one value in a human view), safe to print."""
     if value is None:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, float) and value > 1e9:
-        try:
-            return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(value))
-        except (OverflowError, OSError, ValueError):  # past what the platform can show
-            return str(value)
+    if isinstance(value, float) and value > 1e9:  # a table cell's time, by its size
+        return when(value)
     if isinstance(value, (list, dict)):
         return safe(json.dumps(value, ensure_ascii=False))
     return safe(str(value))

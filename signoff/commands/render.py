@@ -2,7 +2,7 @@
 
 import time
 
-from .output import fmt, safe
+from .output import fmt, safe, when
 from ..rules.text import visible
 
 
@@ -217,21 +217,21 @@ def render_gaps(g):
     """``gaps`` for people: every span nobody observed, never "no changes"."""
     lines = [f"resume gaps ({len(g['resume_gaps'])}, {g['not_observed_s']:.0f}s not observed):"]
     for r in g["resume_gaps"]:
-        lines.append(f"  {fmt(r['from'])} → {fmt(r['to'])}  {r['previous']} → {r['monitor']}  "
+        lines.append(f"  {when(r['from'])} → {when(r['to'])}  {r['previous']} → {r['monitor']}  "
                      f"{r['document']}  {r['mode']}: {r['observed']}")
     if not g["resume_gaps"]:
         lines.append("  (none recorded)")
     stale = g["stale_events"]
     lines.append(f"stale events ({stale['total']}; the latest {len(stale['latest'])} here):")
     for r in stale["latest"]:
-        lines.append(f"  {fmt(float(r['occurred']))}  {r['monitor']}  {r['event_id']}  "
+        lines.append(f"  {when(r['occurred'])}  {r['monitor']}  {r['event_id']}  "
                      f"{r['record_id']}: not observed in time")
     if not stale["latest"]:
         lines.append("  (none recorded)")
     lapses = g["lapse_gaps"]
     lines.append(f"lapsed subscriptions ({len(lapses)}):")
     for r in lapses:
-        lines.append(f"  {fmt(r['from'])} → {fmt(r['to'])}  {r['monitor']}  {r['document']}  "
+        lines.append(f"  {when(r['from'])} → {when(r['to'])}  {r['monitor']}  {r['document']}  "
                      f"{r['mode']}: {r['observed']}")
     if not lapses:
         lines.append("  (none recorded)")

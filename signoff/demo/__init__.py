@@ -6,6 +6,6 @@ Events to ``signoff serve`` (``dying_serve`` is the serve it kills after a
 write). None imports the command line: the ``demo`` command hands its ``main`` in.
 """
 
-from .story import run_demo
+from .story import run_demo, run_sealed, sealed
 
-__all__ = ["run_demo"]
+__all__ = ["run_demo", "run_sealed", "sealed"]

@@ -36,6 +36,9 @@ BASE_DELAY_S = 3.0
 WAIT_S = 60.0
 POLL_S = 0.05
 REPORT_NAME = "report.json"
+# Every variable under this prefix names where signoff's state lives or how a command
+# runs: the demo's processes get none of them (see ``sealed_env``).
+SEALED_PREFIX = "SIGNOFF_"
 
 
 class StepFailed(Exception):
@@ -58,6 +61,10 @@ def run_demo(cli, keep=None, as_json=False, mcp=False, events=False):
     report as the only document on standard output.
     ``mcp``: the host is reached over MCP (see ``signoff.demo.mcp``).
     ``events``: the host pushes its events over MCP Events (``signoff.demo.events``).
+
+    The steps read this process's environment as any command does, and its
+    processes get ``sealed_env()``: call it where ``sealed()`` holds (the ``demo``
+    command starts ``run_sealed`` otherwise).
     """
     started = time.monotonic()
     if keep is not None:
@@ -97,6 +104,44 @@ def run_demo(cli, keep=None, as_json=False, mcp=False, events=False):
     if report["report"]:
         demo.say(f"report: {report_path}")
     return report
+
+
+def sealed():
+    """True when this process's environment holds no ``SIGNOFF_*`` variable."""
+    return not any(name.startswith(SEALED_PREFIX) for name in os.environ)
+
+
+def sealed_env():
+    """This process's environment without its ``SIGNOFF_*`` variables, this signoff
+    importable: the environment of every process the demo starts.
+
+    The variables an operator exports on a real machine (``SIGNOFF_HOME``,
+    ``SIGNOFF_DATABASE_URL``, ``SIGNOFF_QUEUE_URL``, ``SIGNOFF_QUEUE_NAME``, an
+    option's ``SIGNOFF_<COMMAND>_<OPTION>``) name that machine's home, database
+    and queue; the demo's throw-away home must never reach them.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(SEALED_PREFIX)}
+    package_root = str(Path(__file__).resolve().parent.parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    return env
+
+
+def run_sealed(keep=None, as_json=False, mcp=False, events=False):
+    """Run ``signoff demo`` with these options in a child process whose environment is
+    ``sealed_env()``, its output straight to this one's; returns its exit code.
+
+    The demo runs its steps through the command line in its own process, and every
+    command there reads the environment: sealing the process seals them all.
+    """
+    args = [*(["--keep", str(keep)] if keep is not None else []), *(["--json"] if as_json else []),
+            *(["--mcp"] if mcp else []), *(["--events"] if events else [])]
+    proc = subprocess.Popen([sys.executable, "-m", "signoff", "demo", *args],
+                            stdin=subprocess.DEVNULL, env=sealed_env())
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:  # Ctrl-C reached the demo too: it stops its workers first
+        proc.wait()
+        raise
 
 
 def _remove_all_but(folder, name):
@@ -195,11 +240,8 @@ class Demo:
     # -- workers --------------------------------------------------------------
 
     def child_env(self):
-        """The environment of the demo's processes: this signoff importable."""
-        env = dict(os.environ)
-        package_root = str(Path(__file__).resolve().parent.parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-        return env
+        """The environment of the demo's processes (``sealed_env``)."""
+        return sealed_env()
 
     def start_worker(self, *args):
         n = len(self.workers) + 1

@@ -67,7 +67,7 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
                            active=True, created_at=now)
             if batch_window_s is not None:
                 batching.set_window(monitor_id, batch_window_s)
-            audit(now, "bound", monitor_id)
+            audit(now, "bound", monitor_id, subject=monitor_id)
             if within is not None:
                 within()
         return row(Monitor.get_by_id(monitor_id))
@@ -104,6 +104,10 @@ def cancel(rt, monitor_id, by=None, channel="cli"):
     """Stop intake, end the monitor's open tasks (see ``lifecycle.cancel_tasks``) and its
     MCP Events subscription (answered 410 from now on; the worker unsubscribes it).
 
+    A cancel ends a pause too: the deliveries the pause held, and those that
+    arrive later, are processed and end ``cancelled`` at the gate, as for a
+    monitor that was never paused.
+
     Answers the monitor with ``tasks_cancelled`` and ``writes_in_flight``: the
     cancelled tasks a worker was writing at that moment, each of which ends
     ``done`` if its receipt confirms the write, else stays cancelled with
@@ -111,6 +115,7 @@ def cancel(rt, monitor_id, by=None, channel="cli"):
     """
     actor = Actor.of(by, channel)
     cancelled, in_flight = _cancel(monitor_id, rt.clock.now(), actor.audit)
+    _wake_held(rt, monitor_id)
     return dict(row(Monitor.get_by_id(monitor_id)), tasks_cancelled=len(cancelled),
                 writes_in_flight=len(in_flight))
 
@@ -122,9 +127,10 @@ def _cancel(monitor_id, now, who):
             raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
         Monitor.update(active=False, cancelled_at=now).where(
             Monitor.id == monitor_id, Monitor.active == True).execute()  # noqa: E712
+        _end_pause(monitor_id, now)
         subscriptions.end_for_monitor(monitor_id, now, "cancelled")
         ended = cancel_tasks(Task.monitor == monitor_id, now)
-        audit(now, "cancelled", monitor_id, **who)
+        audit(now, "cancelled", monitor_id, **who, subject=monitor_id)
     return ended
 
 
@@ -138,11 +144,25 @@ def pause(rt, monitor_id, by, channel):
 def unpause(rt, monitor_id, by, channel):
     """Let a paused monitor's events be processed again, the held ones first."""
     answer = _set_paused(rt, monitor_id, False, by, channel)
+    _wake_held(rt, monitor_id)
+    return answer
+
+
+def _wake_held(rt, monitor_id):
+    # The deliveries a pause held got no wake-up of their own while it lasted.
     waiting = Delivery.select().where(Delivery.monitor == monitor_id,
                                       Delivery.status.in_(list(DELIVERY_WAITING))).count()
     if waiting:
         rt.wakers.wake("ingest", waiting)
-    return answer
+
+
+def _end_pause(monitor_id, now):
+    """End the monitor's pause, if it has one, in the caller's transaction; True if
+    this call ended it. The pause ended is kept as the last one (the gate reads it)."""
+    paused_at = Monitor.select(Monitor.paused_at).where(Monitor.id == monitor_id).scalar()
+    return paused_at is not None and bool(Monitor.update(
+        paused_at=None, last_pause_from=paused_at, last_pause_until=now).where(
+        Monitor.id == monitor_id, Monitor.paused_at == paused_at).execute())
 
 
 @retried
@@ -156,14 +176,16 @@ def _set_paused(rt, monitor_id, paused, by, channel):
         if not monitor.active:
             raise Refused("cancelled", f"monitor {monitor_id!r} is cancelled")
         if paused and monitor.paused_at is None:
-            Monitor.update(paused_at=now).where(Monitor.id == monitor_id,
-                                                Monitor.paused_at.is_null()).execute()
-            audit(now, "paused", monitor_id, **actor.audit)
-        elif not paused and monitor.paused_at is not None:
-            Monitor.update(paused_at=None, last_pause_from=monitor.paused_at,
-                           last_pause_until=now).where(
-                Monitor.id == monitor_id, Monitor.paused_at == monitor.paused_at).execute()
-            audit(now, "unpaused", monitor_id, **actor.audit)
+            # Guarded on active too: a cancel that committed since the read above
+            # ended the pause for good, and a cancelled monitor is never paused.
+            if Monitor.update(paused_at=now).where(
+                    Monitor.id == monitor_id, Monitor.paused_at.is_null(),
+                    Monitor.active == True).execute():  # noqa: E712
+                audit(now, "paused", monitor_id, subject=monitor_id, **actor.audit)
+            elif not Monitor.get_by_id(monitor_id).active:
+                raise Refused("cancelled", f"monitor {monitor_id!r} is cancelled")
+        elif not paused and _end_pause(monitor_id, now):
+            audit(now, "unpaused", monitor_id, subject=monitor_id, **actor.audit)
     return row(Monitor.get_by_id(monitor_id))
 
 

@@ -52,7 +52,7 @@ def add(rt, monitor_id, secret=None, by=None, channel="cli"):
     with db.atomic():
         _monitor(monitor_id)
         row = WebhookSecret.create(monitor=monitor_id, secret=secret, created_at=now)
-        audit(now, "secret_added", monitor_id, **actor.audit)
+        audit(now, "secret_added", monitor_id, subject=str(row.id), **actor.audit)
     return {"monitor": monitor_id, "secret_id": row.id, "secret": secret}
 
 
@@ -76,7 +76,7 @@ def remove(rt, monitor_id, secret_id, by=None, channel="cli"):
             WebhookSecret.secret != REMOVED).execute()
         if not gone:
             raise Refused("unknown_secret", f"monitor {monitor_id!r} has no secret {secret_id}")
-        audit(now, "secret_removed", monitor_id, **actor.audit)
+        audit(now, "secret_removed", monitor_id, subject=str(secret_id), **actor.audit)
     return {"monitor": monitor_id, "secret_id": secret_id, "removed": True}
 
 

@@ -256,6 +256,16 @@ def test_a_collector_that_never_answers_does_not_hold_a_command(home):
     rt.close()
 
 
+def test_console_spans_go_to_standard_error_and_leave_the_json_answer_alone(home):
+    rt = make_home(home)
+    env = child_env(OTEL_TRACES_EXPORTER="console", OTEL_BSP_SCHEDULE_DELAY="50")
+    done = run(home, env, "enqueue", "-", "--json", stdin=json.dumps(event()).encode())
+    [answer] = json.loads(done.stdout)  # the answer alone: no span mixed into it
+    assert answer["accepted"] is True
+    assert '"name": "signoff.enqueue"' in done.stderr.decode()
+    rt.close()
+
+
 def test_without_the_extra_tracing_is_a_warning_and_nothing_else(home, tmp_path):
     rt = make_home(home)
     # A package shadowing the SDK that refuses to import: as when the extra is missing.

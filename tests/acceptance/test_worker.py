@@ -148,3 +148,31 @@ class _StderrReader:
         if ready:
             self.seen += os.read(self.proc.stderr.fileno(), 65536)
         return self.seen
+
+
+def test_debug_logs_name_each_statement_but_never_a_stored_value(home):
+    text = "record text that belongs to no log line 7f3c"
+    with Signoff.init(home) as rt:
+        host = rt.host()
+        host.put_record("comment-1", document="doc-demo", text=text)
+        host.put_material("doc-demo", "2026-11-01")
+        rt.bind("doc-demo")
+        rt.enqueue_events([{"event_id": "evt-1", "name": "comment.created",
+                            "document": "doc-demo", "record_id": "comment-1",
+                            "occurred": int(time.time())}])
+    logs = []
+    for step in ("ingest", "submit"):
+        done = subprocess.run(signoff_cmd(home, "--log-level", "debug", "worker", "--drain"),
+                              env=child_env(), capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr.decode(errors="replace")
+        logs.append(done.stderr.decode(errors="replace"))
+        if step == "ingest":
+            with Signoff(home) as rt:
+                [task] = rt.tasks()
+                assert rt.task(task["key"])["record"]["text"] == text  # stored: it was written
+                rt.approve(task["key"], task["digest"])
+    with Signoff(home) as rt:
+        assert [t["status"] for t in rt.tasks()] == ["done"]
+    for log in logs:
+        assert " peewee DEBUG " in log and ' "task" ' in log  # statements are logged
+        assert text not in log

@@ -115,6 +115,23 @@ def test_cancel_ends_ready_approved_and_uncertain_tasks_each_as_it_stands(hooked
         uncertain: ("cancelled", True, False)}
 
 
+# -- pause, then cancel ------------------------------------------------------------------
+
+def test_a_cancel_ends_a_pause_so_held_and_later_deliveries_end_cancelled(rt, clock):
+    rt.pause("default", by="ops", channel="cli")
+    rt.enqueue_events([make_event(event_id="evt-held")])
+    rt.run_until_idle()
+    assert [(e["event_id"], e["status"]) for e in rt.events()] == [("evt-held", "queued")]
+
+    answer = rt.cancel("default", by="ops")
+    assert (answer["active"], answer["paused"]) == (False, False)
+    rt.enqueue_events([make_event(event_id="evt-later", occurred=int(clock.now()))])
+    rt.run_until_idle()
+    assert {e["event_id"]: (e["status"], e["outcome"]) for e in rt.events()} == {
+        "evt-held": ("done", "cancelled"), "evt-later": ("done", "cancelled")}
+    assert [m["paused"] for m in rt.monitors()] == [False]
+
+
 # -- a real race: worker processes submitting, a cancel landing among them ---------------
 
 RECORDS = 160

@@ -6,6 +6,7 @@ the work between commands is done in-process with ``Signoff.run_until_idle``.
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from signoff.app import Signoff
-from signoff.cli import main
+from signoff.cli import AUDIT_COLUMNS, main
 
 from helpers import OPERATOR, ROOT, child_env
 
@@ -400,6 +401,26 @@ def test_audit_rows_have_identifiers_and_codes_only(ready):
     assert rows[0]["event_id"] == "evt-1" and rows[0]["task_key"] == task["key"]
     assert len(ok(home, "audit", "--limit", "1")) == 1
     assert SECRET_TEXT not in invoke(home, "audit", "--json").stdout
+
+
+def test_audit_rows_of_monitor_and_secret_changes_name_their_subject(home):
+    added = ok(home, "monitor", "secret", "add", "default", "--by", "ops")
+    secret_id = str(added["secret_id"])
+    ok(home, "monitor", "secret", "remove", "default", secret_id, "--by", "ops")
+    for change in ("pause", "unpause", "cancel"):
+        ok(home, "monitor", change, "default", "--by", "ops")
+    rows = ok(home, "audit")
+    assert [(r["code"], r["subject"]) for r in rows] == [
+        ("cancelled", "default"), ("unpaused", "default"), ("paused", "default"),
+        ("secret_removed", secret_id), ("secret_added", secret_id), ("bound", "default")]
+    assert all(r["actor"] and r["channel"] == "cli" for r in rows[:-1])
+    assert added["secret"] not in invoke(home, "audit", "--json").stdout
+
+    header, *lines = invoke(home, "audit").stdout.splitlines()
+    assert header.split() == AUDIT_COLUMNS
+    shown = [dict(zip(AUDIT_COLUMNS, re.split(r"\s{2,}", line))) for line in lines]
+    assert [(r["code"], r["actor"], r["channel"], r["subject"]) for r in shown] == [
+        (r["code"], r["actor"] or "-", r["channel"] or "-", r["subject"]) for r in rows]
 
 
 def test_stats_and_events_json(ready):

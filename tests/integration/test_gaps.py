@@ -156,6 +156,23 @@ def cli(home, *args):
     return result
 
 
+def test_gaps_prints_times_as_dates_and_its_json_keeps_the_numbers(watched, clock, home):
+    rt = watched
+    rt.enqueue_events([make_event(occurred=T0 - HOUR)])  # T0 is 1970-01-12 13:46:40 UTC
+    rt.run_until_idle()
+    rt.cancel("default")
+    clock.advance(HOUR)
+    rt.resume("default", "again", "new_only")
+    human = cli(home, "gaps").stdout
+    assert "1970-01-12 13:46:40 → 1970-01-12 14:46:40  default → again" in human
+    assert "  1970-01-12 12:46:40  default  evt-1  comment-1: not observed in time" in human
+    assert str(T0) not in human and str(T0 - HOUR) not in human
+    listed = json.loads(cli(home, "gaps", "--json").stdout)
+    [gap] = listed["resume_gaps"]
+    assert (gap["from"], gap["to"]) == (T0, T0 + HOUR)
+    assert listed["stale_events"]["latest"][0]["occurred"] == T0 - HOUR
+
+
 def test_resume_and_gaps_cli(tmp_path):
     home = tmp_path / "cli-home"
     rt = Signoff.init(home)

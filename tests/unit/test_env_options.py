@@ -6,7 +6,7 @@ from click.core import ParameterSource
 from click.testing import CliRunner
 from test_docs import command_paths
 
-from signoff.cli import Seconds, main
+from signoff.cli import Seconds, Within, main
 from signoff.config import BACKEND_ENV
 
 pytestmark = pytest.mark.backend_independent
@@ -31,9 +31,10 @@ def options():
 
 
 ALL_OPTIONS = list(options())
-# Options that change what is approved or who may approve: command line only.
-DECISIVE = {v for _, p, v in ALL_OPTIONS if not p.allow_from_autoenv}
-OPTIONS = [o for o in ALL_OPTIONS if o[2] not in DECISIVE]
+# Options that change what is approved or who may approve, and the demo's folder:
+# command line only.
+COMMAND_LINE_ONLY = {v for _, p, v in ALL_OPTIONS if not p.allow_from_autoenv}
+OPTIONS = [o for o in ALL_OPTIONS if o[2] not in COMMAND_LINE_ONLY]
 
 
 def contexts(path):
@@ -57,6 +58,8 @@ def sample(param):
         return "7", 7
     if isinstance(kind, Seconds):  # seconds or days
         return "7.5", 7.5
+    if isinstance(kind, Within):  # within one of signoff.toml's ranges
+        return ("7", 7) if kind.number is click.INT else ("7.5", 7.5)
     if isinstance(kind, click.File):
         return None, None
     return "some-value", "some-value"
@@ -90,22 +93,22 @@ def test_every_option_reads_its_variable_and_help_names_it(path, param, variable
     assert source is ParameterSource.COMMANDLINE
 
 
-def test_options_that_decide_are_exactly_the_contract_s():
-    by = {v for v in DECISIVE if v.endswith("_BY")}
+def test_the_command_line_only_options_are_exactly_the_contract_s():
+    by = {v for v in COMMAND_LINE_ONLY if v.endswith("_BY")}
     assert by == {v for _, p, v in ALL_OPTIONS if p.name == "by"} and len(by) >= 15
-    assert DECISIVE - by == {
+    assert COMMAND_LINE_ONLY - by == {
         "SIGNOFF_APPROVE_DIGEST", "SIGNOFF_APPROVE_EDIT_FILE",
         "SIGNOFF_APPROVE_ACK_HIDDEN_CHARACTERS", "SIGNOFF_MONITOR_BIND_APPROVALS",
         "SIGNOFF_MONITOR_SECRET_ADD_SECRET", "SIGNOFF_POLICY_ADD_MONITOR_ID",
         "SIGNOFF_POLICY_ADD_TTL", "SIGNOFF_POLICY_ADD_MAX_PER_HOUR",
         "SIGNOFF_POLICY_ADD_INCLUDE_WAITING", "SIGNOFF_REVIEWER_ADD_READ_ONLY",
-        "SIGNOFF_REVIEWER_ADD_MONITORS"}
+        "SIGNOFF_REVIEWER_ADD_MONITORS", "SIGNOFF_DEMO_KEEP"}
 
 
 @pytest.mark.parametrize("path,param,variable", sorted(
-    (o for o in ALL_OPTIONS if o[2] in DECISIVE), key=lambda o: o[2]),
-    ids=sorted(DECISIVE))
-def test_an_option_that_decides_ignores_its_variable_and_help_says_so(path, param, variable,
+    (o for o in ALL_OPTIONS if o[2] in COMMAND_LINE_ONLY), key=lambda o: o[2]),
+    ids=sorted(COMMAND_LINE_ONLY))
+def test_a_command_line_only_option_ignores_its_variable_and_help_says_so(path, param, variable,
                                                                      monkeypatch):
     shown = CliRunner().invoke(main, [*path, "--help"], terminal_width=240)
     assert shown.exit_code == 0, shown.output
