@@ -1,0 +1,43 @@
+"""A real worker process drafting with a model server that misbehaves."""
+
+import subprocess
+import time
+
+from helpers import child_env, make_event, read_here, signoff_cmd, wait_for
+from modelserver import configure, model  # noqa: F401 (model: a fixture)
+from signoff.app import Signoff
+from signoff.models import Attempt, Delivery
+
+
+def drafting_home(home, server, **options):
+    """A real-clock home drafting with ``server``, one record and its material, bound."""
+    configure(home, server, **options)
+    rt = read_here(Signoff.init(home))
+    rt.host().put_record("comment-1", document="doc-demo", text="please add the date")
+    rt.host().put_material("doc-demo", "2026-11-01")
+    rt.bind("doc-demo", window_s=86_400)
+    return rt
+
+
+def test_a_trickling_server_gets_one_call_at_a_time_and_the_drain_ends(home, model):
+    # Each answer would take over a minute, a byte every 0.15 s: every read is quick,
+    # so only the call's own deadline ends it, well within the 4 s lease.
+    rt = drafting_home(home, model, timeout_s=1.5)
+    try:
+        for _ in range(3):  # draft_attempts
+            model.trickle({"draft": "Demo date: 2026-11-01.", "open_questions": [],
+                           "evidence": ["reference://materials/doc-demo"]}, every=0.15)
+        rt.enqueue_events([make_event(occurred=int(time.time()))])
+        done = subprocess.run(signoff_cmd(home, "worker", "--drain", "--workers", "2",
+                                          "--lease-ttl", "4"),
+                              env=child_env(), capture_output=True, timeout=120, text=True)
+        assert done.returncode == 0, done.stderr
+        [row] = Delivery.select()
+        assert (row.status, row.last_code, row.attempts) == ("dead", "drafter_timeout", 3)
+        codes = [a.code for a in Attempt.select().order_by(Attempt.id)]
+        assert codes == ["drafter_timeout"] * 3  # no lease ever lapsed mid-call
+        assert model.overlaps == [] and len(model.requests) == 3
+        assert model.trickled_whole == 0
+        wait_for(lambda: model.answering() == 0, 10, what="the last hang-up")
+    finally:
+        rt.close()
