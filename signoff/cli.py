@@ -679,7 +679,7 @@ def events(obj, as_json, status, limit):
     """Deliveries and what became of them, newest first."""
     _listing(obj, as_json, "events", limit, [
         "delivery", "event_id", "monitor", "status", "outcome", "task_key", "attempts",
-        "last_code"], status=status, short=("task_key",), hint=KEY_HINT)
+        "last_code", "last_reason"], status=status, short=("task_key",), hint=KEY_HINT)
 
 
 @command(main, "mcp")
@@ -894,8 +894,8 @@ def dlq():
 def dlq_list(obj, as_json, limit):
     """Deliveries and tasks whose retry budget was spent, newest first."""
     _listing(obj, as_json, "dead_letters", limit, [
-        "id", "kind", "ref", "step", "code", "attempts", "first_at", "last_at", "replayed"],
-        short=("ref",))
+        "id", "kind", "ref", "step", "code", "attempts", "first_at", "last_at", "replayed",
+        "reason"], short=("ref",))
 
 
 @command(dlq, "replay")

@@ -491,9 +491,11 @@ def record_attempts(rows):
     insert_rows(Attempt, rows)
 
 
-def bury(kind, ref, step, code, attempts, now):
-    """Write the dead-letter row for a delivery or task whose budget is spent."""
+def bury(kind, ref, step, code, attempts, now, reason=None):
+    """Write the dead-letter row for a delivery or task whose budget is spent
+    (``reason``: why its last attempt failed, in words, when known)."""
     first = (Attempt.select(Attempt.at).where(Attempt.kind == kind, Attempt.ref == str(ref))
              .order_by(Attempt.id).limit(1).scalar())
     DeadLetter.insert(kind=kind, ref=str(ref), step=step, code=code, attempts=attempts,
-                      first_at=first if first is not None else now, last_at=now).execute()
+                      first_at=first if first is not None else now, last_at=now,
+                      reason=reason).execute()

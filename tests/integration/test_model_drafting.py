@@ -298,6 +298,69 @@ def test_a_final_refusal_is_a_dead_letter_at_once_and_replays_once_fixed(
     assert len(model.requests) == 2
 
 
+# -- why an attempt failed: kept, shown, logged, never the record's text --------------
+
+SECRET = "the confidential wording of comment one, which no log may hold"
+
+
+def cli(home, *args):
+    """``signoff --home HOME ARGS`` in this process: its exit code and standard output."""
+    from click.testing import CliRunner
+    from signoff.cli import main
+    done = CliRunner().invoke(main, ["--home", str(home), *args])
+    return done.exit_code, done.stdout
+
+
+def test_the_reason_of_a_failed_attempt_is_kept_shown_and_logged(drafting, model, clock,
+                                                                    home, caplog):
+    caplog.set_level("WARNING", logger="signoff.steps.ingest")
+    rt = drafting(text=SECRET)
+    model.answer("```json\n" + json.dumps(GOOD) + "\n```")  # a fenced answer: retried
+    rt.enqueue_events([make_event()])
+    rt.run_until_idle()
+    row = delivery()
+    assert (row.status, row.last_code) == ("retrying", "draft_invalid")
+    assert "wrapped in a Markdown code fence" in row.last_reason
+    [shown] = json.loads(cli(home, "events", "--json")[1])
+    assert shown["last_reason"] == row.last_reason
+    code, table = cli(home, "events")
+    assert code == 0 and "last_reason" in table.splitlines()[0]
+    assert "wrapped in a Markdown code fence" in table
+    # The server refuses the key, quoting the record in its message: withheld.
+    model.error(401, error_body(f"bad key for prompt '{SECRET[:30]}'", code="invalid_api_key"))
+    clock.advance(60)
+    rt.run_until_idle()
+    row = delivery()
+    assert (row.status, row.last_code) == ("dead", "drafter_auth")
+    assert "HTTP 401, invalid_api_key; its message quotes the request" in row.last_reason
+    [letter] = json.loads(cli(home, "dlq", "list", "--json")[1])
+    assert letter["reason"] == row.last_reason == rt.dead_letters()[0]["reason"]
+    assert "its message quotes the request" in cli(home, "dlq", "list")[1]
+    logged = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(logged) == 2 and "draft attempt failed (draft_invalid): " in logged[0]
+    assert "next try in" in logged[0] and logged[1].endswith("a dead letter now")
+    assert f"delivery {row.id} (event evt-1, monitor default)" in logged[1]
+    assert SECRET[:12] not in caplog.text + json.dumps(rt.events()) + json.dumps(
+        rt.dead_letters())
+    # Replayed, then drafted: no reason is left beside a code that is no failure.
+    rt.replay(letter["id"])
+    assert delivery().last_reason is None and letter["reason"] == rt.dead_letters()[0]["reason"]
+    model.answer(GOOD)
+    rt.run_until_idle()
+    assert (delivery().status, delivery().last_reason) == ("done", None)
+
+
+def test_a_server_message_of_its_own_is_kept_as_it_said_it(drafting, model, clock):
+    rt = drafting()
+    model.error(503, error_body("The engine is currently overloaded, please try again later",
+                                type_="server_error"))
+    rt.enqueue_events([make_event()])
+    rt.run_until_idle()
+    assert delivery().last_reason == (
+        "the model server failed (HTTP 503, server_error; it said: The engine is currently "
+        "overloaded, please try again later)")
+
+
 # -- missing material: open questions for a person -----------------------------------
 
 def test_open_questions_make_a_task_no_policy_approves_and_a_person_does(

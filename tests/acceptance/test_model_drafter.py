@@ -1,10 +1,12 @@
-"""A real worker process drafting with a model server that misbehaves."""
+"""The model drafter through real processes: a worker against a model server that
+misbehaves, and why its attempts failed, as the worker's log and the pages say it."""
 
 import subprocess
 import time
 
 from helpers import child_env, make_event, read_here, signoff_cmd, wait_for
-from modelserver import configure, model  # noqa: F401 (model: a fixture)
+from modelserver import configure, error_body, model  # noqa: F401 (model: a fixture)
+from servekit import logged_in
 from signoff.app import Signoff
 from signoff.models import Attempt, Delivery
 
@@ -39,5 +41,27 @@ def test_a_trickling_server_gets_one_call_at_a_time_and_the_drain_ends(home, mod
         assert model.overlaps == [] and len(model.requests) == 3
         assert model.trickled_whole == 0
         wait_for(lambda: model.answering() == 0, 10, what="the last hang-up")
+        failed = [line for line in done.stderr.splitlines() if " WARNING " in line]
+        assert len(failed) == 3 and all(
+            "draft attempt failed (drafter_timeout): the model server did not answer within "
+            "1.5 s" in line for line in failed)
+        assert failed[-1].endswith("a dead letter now")
+    finally:
+        rt.close()
+
+
+def test_the_pages_show_why_a_delivery_failed(home, model):
+    rt = drafting_home(home, model)
+    try:
+        model.error(401, error_body("Incorrect <b>API key</b> provided", code="invalid_api_key"))
+        rt.enqueue_events([make_event(occurred=int(time.time()))])
+        rt.run_until_idle()
+        [letter] = rt.dead_letters()
+        with logged_in(home, "alice", rt.add_reviewer("alice")["token"]) as c:
+            listing = c.get("/dead-letters").text
+            page = c.get(f"/deliveries/{letter['ref']}").text
+        said = "(HTTP 401, invalid_api_key; it said: Incorrect &lt;b&gt;API key&lt;/b&gt; provided)"
+        assert said in listing and said in page and 'id="last-reason"' in page
+        assert "<b>" not in listing + page
     finally:
         rt.close()
