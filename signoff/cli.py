@@ -13,7 +13,7 @@ import sys
 import click
 
 from .errors import Refused, SignoffError
-from .commands.output import emit, fail, safe, stream, table
+from .commands.output import emit, fail, fmt, safe, stream, table
 
 
 INT64_MAX = 2**63 - 1
@@ -631,14 +631,26 @@ def _enqueue_end(as_json, show_progress, counts):
 @command(main)
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--drain", is_flag=True, help="Exit 0 once nothing can still progress.")
+@click.option("--drain-wait", type=Seconds(min=0), default=60.0, show_default=True,
+              help="With --drain: wait for retries due within this many seconds; later ones "
+                   "are left waiting (and named).")
 @click.option("--lease-ttl", type=Seconds(min=0.1), default=None,
               help="Lease seconds (default from signoff.toml, 30).")
-def worker(obj, as_json, workers, drain, lease_ttl):
+def worker(obj, as_json, workers, drain, drain_wait, lease_ttl):
     """Run the worker until SIGTERM/SIGINT (or, with --drain, until idle)."""
     from .worker import run
     click.get_current_context().with_resource(_log_lines(obj.log_level))
-    summary = run(obj.home, workers=workers, drain=drain, lease_ttl=lease_ttl)
-    emit(summary, as_json, lambda s: f"worker stopped: {s['stopped']} after {s['seconds']}s")
+    summary = run(obj.home, workers=workers, drain=drain, lease_ttl=lease_ttl,
+                  drain_wait=drain_wait)
+    emit(summary, as_json, _stopped_line)
+
+
+def _stopped_line(summary):
+    left = summary.get("left_waiting") or {}
+    waiting = "" if not (left.get("deliveries") or left.get("tasks")) else (
+        f"; left waiting: {left['deliveries']} delivery and {left['tasks']} task "
+        f"retries, the first due at {fmt(left['next_due_at'])} UTC")
+    return f"worker stopped: {summary['stopped']} after {summary['seconds']}s{waiting}"
 
 
 DEFAULT_LIMIT = 50

@@ -1,6 +1,7 @@
 """The model drafter through real processes: a worker against a model server that
 misbehaves, and why its attempts failed, as the worker's log and the pages say it."""
 
+import json
 import subprocess
 import time
 
@@ -63,5 +64,25 @@ def test_the_pages_show_why_a_delivery_failed(home, model):
         said = "(HTTP 401, invalid_api_key; it said: Incorrect &lt;b&gt;API key&lt;/b&gt; provided)"
         assert said in listing and said in page and 'id="last-reason"' in page
         assert "<b>" not in listing + page
+    finally:
+        rt.close()
+
+
+def test_a_drain_waits_for_a_retry_due_soon_and_leaves_one_due_tomorrow(home, model):
+    rt = drafting_home(home, model)
+    try:
+        model.error(429, error_body("slow down"), headers={"Retry-After": "1"})
+        model.error(429, error_body("slow down"), headers={"Retry-After": "999999999"})
+        rt.enqueue_events([make_event(occurred=int(time.time()))])
+        done = subprocess.run(signoff_cmd(home, "worker", "--drain", "--json"),
+                              env=child_env(), capture_output=True, timeout=60, text=True)
+        assert done.returncode == 0, done.stderr
+        [row] = Delivery.select()
+        assert (row.status, row.last_code, row.attempts) == ("retrying", "drafter_rate_limited", 2)
+        assert len(model.requests) == 2  # the retry due in a second was waited for
+        left = json.loads(done.stdout)["left_waiting"]
+        assert left == {"deliveries": 1, "tasks": 0, "next_due_at": row.next_at}
+        assert "drained, leaving 1 delivery and 0 task retries waiting, due more than 60s " \
+               "from now" in done.stderr
     finally:
         rt.close()
