@@ -684,14 +684,37 @@ def _listing(obj, as_json, name, limit, columns, status=None, short=(), hint=Non
     stream(rows, more, as_json, columns, short=short, hint=hint)
 
 
-@command(main)
+@command(main, cls=EnvGroup, invoke_without_command=True)
 @click.option("--status", type=click.Choice(statuses("delivery")), default=None)
 @bounded
 def events(obj, as_json, status, limit):
-    """Deliveries and what became of them, newest first."""
+    """Deliveries and what became of them, newest first (`events retry ID`: hurry one)."""
+    ctx = click.get_current_context()
+    if ctx.invoked_subcommand is not None:
+        _listing_options_alone(ctx)
+        return
     _listing(obj, as_json, "events", limit, [
         "delivery", "event_id", "monitor", "status", "outcome", "task_key", "attempts",
         "last_code", "last_reason"], status=status, short=("task_key",), hint=KEY_HINT)
+
+
+def _listing_options_alone(ctx):
+    """Refuse the listing's options given on the command line before a subcommand."""
+    given = [f"--{name.replace('show_all', 'all')}" for name in ("status", "limit", "show_all",
+                                                                 "json")
+             if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE]
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: options of the events listing, not of "
+                               f"`events {ctx.invoked_subcommand}` (give --json after it)")
+
+
+@command(events, "retry")
+@click.argument("delivery_id", metavar="ID", type=click.IntRange(min=0, max=INT64_MAX))
+@by_option
+def events_retry(obj, as_json, delivery_id, by):
+    """Make a retrying delivery due now (ID: the delivery column of `signoff events`)."""
+    emit(obj.open().retry_delivery(delivery_id, by=by, channel="cli"), as_json,
+         lambda d: f"delivery {d['delivery']}: {d['status']}, due now ({d['last_code']})")
 
 
 @command(main, "mcp")

@@ -325,8 +325,9 @@ class _Drain:
         left = _safe(lambda: left_waiting(self.due_by), None)
         if left and (left["deliveries"] or left["tasks"]):
             log.info("drained, leaving %d delivery and %d task retries waiting, due more than "
-                     "%gs from now (the first in %.0fs)", left["deliveries"], left["tasks"],
-                     self.wait_s, left["next_due_at"] - self.rt.clock.now())
+                     "%gs from now (the first in %.1fs); `signoff events retry ID` and "
+                     "`signoff tasks retry KEY` make one due now", left["deliveries"],
+                     left["tasks"], self.wait_s, left["next_due_at"] - self.rt.clock.now())
         return left
 
 

@@ -125,6 +125,13 @@ def update_task(key, now, statuses, token=None, **fields):
     _guarded(Task, Task.key == key, statuses, token, updated_at=now, **fields)
 
 
+def update_delivery(delivery_id, now, statuses, **fields):
+    """Change non-status fields of a delivery still in ``statuses`` and held by no
+    worker; ``Fenced`` if not."""
+    _guarded(Delivery, (Delivery.id == delivery_id) & Delivery.lease_token.is_null(), statuses,
+             None, updated_at=now, **fields)
+
+
 def move_delivery(delivery_id, sources, target, now, token=None, **fields):
     """Move a delivery between statuses under the same rules as ``move_task``."""
     _check(DELIVERY_EDGES, sources, target)
