@@ -5,8 +5,8 @@ import threading
 
 from peewee import DatabaseError
 
-from .ops import (approval, deadletters, gaps, intake, monitors, policy, redraft, retention,
-                  reviewers, secrets, subscriptions, views, webhooks)
+from .ops import (approval, deadletters, deliveries, gaps, intake, monitors, policy, redraft,
+                  retention, reviewers, secrets, subscriptions, views, webhooks)
 from .steps import drafting, ingest, reaper, submit
 from .steps.batch import ClaimSizes
 from . import storage, tracing
@@ -315,6 +315,11 @@ class Signoff:
     def retry(self, key, by=None, channel="cli"):
         """Queue a parked, approved or uncertain task again."""
         return approval.retry(self, key, by, channel)
+
+    @_own_database
+    def retry_delivery(self, delivery_id, by=None, channel="cli"):
+        """Make a ``retrying`` delivery due now (``deliveries.hurry``)."""
+        return deliveries.hurry(self, delivery_id, by, channel)
 
     @_own_database
     def redraft(self, key, by=None, channel="cli"):

@@ -13,7 +13,7 @@ import sys
 import click
 
 from .errors import Refused, SignoffError
-from .commands.output import emit, fail, safe, stream, table
+from .commands.output import emit, fail, fmt, safe, stream, table
 from .config import LEASE_S, PURGE_DAYS, WORKERS
 
 
@@ -674,14 +674,26 @@ def _enqueue_end(as_json, show_progress, counts):
 @click.option("--workers", type=Within(WORKERS, "threads", integer=True), default=2,
               show_default=True, help=f"Threads ({WORKERS}).")
 @click.option("--drain", is_flag=True, help="Exit 0 once nothing can still progress.")
+@click.option("--drain-wait", type=Seconds(min=0), default=60.0, show_default=True,
+              help="With --drain: wait for retries due within this many seconds; later ones "
+                   "are left waiting (and named).")
 @click.option("--lease-ttl", type=Within(LEASE_S), default=None,
               help=f"Lease seconds, {LEASE_S} (default from signoff.toml, 30).")
-def worker(obj, as_json, workers, drain, lease_ttl):
+def worker(obj, as_json, workers, drain, drain_wait, lease_ttl):
     """Run the worker until SIGTERM/SIGINT (or, with --drain, until idle)."""
     from .worker import run
     click.get_current_context().with_resource(_log_lines(obj.log_level))
-    summary = run(obj.home, workers=workers, drain=drain, lease_ttl=lease_ttl)
-    emit(summary, as_json, lambda s: f"worker stopped: {s['stopped']} after {s['seconds']}s")
+    summary = run(obj.home, workers=workers, drain=drain, lease_ttl=lease_ttl,
+                  drain_wait=drain_wait)
+    emit(summary, as_json, _stopped_line)
+
+
+def _stopped_line(summary):
+    left = summary.get("left_waiting") or {}
+    waiting = "" if not (left.get("deliveries") or left.get("tasks")) else (
+        f"; left waiting: {left['deliveries']} delivery and {left['tasks']} task "
+        f"retries, the first due at {fmt(left['next_due_at'])} UTC")
+    return f"worker stopped: {summary['stopped']} after {summary['seconds']}s{waiting}"
 
 
 DEFAULT_LIMIT = 50
@@ -715,14 +727,37 @@ def _listing(obj, as_json, name, limit, columns, status=None, short=(), hint=Non
     stream(rows, more, as_json, columns, short=short, hint=hint)
 
 
-@command(main)
+@command(main, cls=EnvGroup, invoke_without_command=True)
 @click.option("--status", type=click.Choice(statuses("delivery")), default=None)
 @bounded
 def events(obj, as_json, status, limit):
-    """Deliveries and what became of them, newest first."""
+    """Deliveries and what became of them, newest first (`events retry ID`: hurry one)."""
+    ctx = click.get_current_context()
+    if ctx.invoked_subcommand is not None:
+        _listing_options_alone(ctx)
+        return
     _listing(obj, as_json, "events", limit, [
         "delivery", "event_id", "monitor", "status", "outcome", "task_key", "attempts",
-        "last_code"], status=status, short=("task_key",), hint=KEY_HINT)
+        "last_code", "last_reason"], status=status, short=("task_key",), hint=KEY_HINT)
+
+
+def _listing_options_alone(ctx):
+    """Refuse the listing's options given on the command line before a subcommand."""
+    given = [f"--{name.replace('show_all', 'all')}" for name in ("status", "limit", "show_all",
+                                                                 "json")
+             if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE]
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: options of the events listing, not of "
+                               f"`events {ctx.invoked_subcommand}` (give --json after it)")
+
+
+@command(events, "retry")
+@click.argument("delivery_id", metavar="ID", type=click.IntRange(min=0, max=INT64_MAX))
+@by_option
+def events_retry(obj, as_json, delivery_id, by):
+    """Make a retrying delivery due now (ID: the delivery column of `signoff events`)."""
+    emit(obj.open().retry_delivery(delivery_id, by=by, channel="cli"), as_json,
+         lambda d: f"delivery {d['delivery']}: {d['status']}, due now ({d['last_code']})")
 
 
 @command(main, "mcp")
@@ -938,8 +973,8 @@ def dlq():
 def dlq_list(obj, as_json, limit):
     """Deliveries and tasks whose retry budget was spent, newest first."""
     _listing(obj, as_json, "dead_letters", limit, [
-        "id", "kind", "ref", "step", "code", "attempts", "first_at", "last_at", "replayed"],
-        short=("ref",))
+        "id", "kind", "ref", "step", "code", "attempts", "first_at", "last_at", "replayed",
+        "reason"], short=("ref",))
 
 
 @command(dlq, "replay")

@@ -59,6 +59,9 @@ class Delivery(BaseModel):
     attempts = IntegerField(default=0)
     failures = JSON(default=dict)  # failed attempts per step, reset on replay
     last_code = Text(null=True)
+    # Why the last attempt failed, in words (never a record's text); null once
+    # an attempt succeeds or the delivery is replayed.
+    last_reason = Text(null=True)
     next_at = DoubleField()
     lease_owner = Text(null=True)
     lease_until = DoubleField(null=True)
@@ -188,6 +191,7 @@ class DeadLetter(BaseModel):
     last_at = DoubleField()
     replayed = IntegerField(default=0)
     note = Text(null=True)
+    reason = Text(null=True)  # why the last attempt failed, in words (the row's last_reason)
 
 
 class PurgedTask(BaseModel):

@@ -39,39 +39,78 @@ IDLE_POLL_S = 0.5  # Huey's idle polling cap; its default of 10 s is too slow a 
 DRAIN_POLL_S = 0.05
 STOP_POLL_S = 0.05  # how soon the loop sees a stop its signal handler asked for
 UNREACHABLE_S = 30.0  # how long `--drain` waits for a database it cannot reach
+# `--drain` waits for a retry due within this many seconds, and leaves a later one
+# waiting: a server's Retry-After (up to a day) must not hold a drain that long.
+DRAIN_WAIT_S = 60.0
 
 log = logging.getLogger("signoff.worker")
 
 
-def can_progress(notifying=False, tending_at=None):
+def can_progress(notifying=False, tending_at=None, due_by=None):
     """True while some delivery or task can still move without a human.
 
     Parked tasks, ready tasks, approval deadlines, the waiting deliveries of
     paused monitors and deliveries over their drafter token budget do not count:
-    they wait for a person, the clock or a cause to be fixed. An open batch does:
-    it closes on its own. So does, when this worker sends them (``notifying``), a
+    they wait for a person, the clock or a cause to be fixed; with ``due_by``
+    (a time), neither do retries due after it. An open batch does: it closes on
+    its own. So does, when this worker sends them (``notifying``), a
     notification not yet sent, and, when it tends subscriptions (``tending_at``:
     now), subscription work due now.
     """
-    paused = Monitor.select(Monitor.id).where(Monitor.paused_at.is_null(False))
-    # A delivery waiting for its monitor's next hour of drafter tokens waits for
-    # the clock, not for work: like a paused monitor's, it does not hold a drain.
-    budget_wait = (Delivery.status == "retrying") & (Delivery.last_code == "budget_exhausted")
-    moving = (Delivery.status == D.PROCESSING) | (
-        Delivery.status.in_(list(DELIVERY_WAITING)) & Delivery.monitor.not_in(paused)
-        & ~fn.COALESCE(budget_wait, False))
+    moving = (Delivery.status == D.PROCESSING) | _waiting_deliveries(due_by, later=False)
     return (Delivery.select().where(moving).exists()
-            or Task.select().where(Task.status.in_(list(TASK_ACTIVE)),
-                                   Task.parked == False).exists()  # noqa: E712
+            or Task.select().where(_unleased_tasks(due_by, later=False)
+                                   | (_active_tasks() & Task.lease_token.is_null(False))).exists()
             or batching.holds_drain()
             or (notifying and notify.outbox_busy())
             or (tending_at is not None and subscriptions.due_now(tending_at)))
 
 
-def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
-    """Run a worker until a signal (or, with ``drain``, until nothing can progress).
+def left_waiting(due_by):
+    """What a drain leaves behind: ``{deliveries, tasks, next_due_at}``, the retries
+    due after ``due_by`` that would otherwise go on without a person."""
+    deliveries = Delivery.select(fn.COUNT(Delivery.id), fn.MIN(Delivery.next_at)).where(
+        _waiting_deliveries(due_by, later=True)).tuples().get()
+    tasks = Task.select(fn.COUNT(Task.key), fn.MIN(Task.next_at)).where(
+        _unleased_tasks(due_by, later=True)).tuples().get()
+    due = [at for _, at in (deliveries, tasks) if at is not None]
+    return {"deliveries": deliveries[0], "tasks": tasks[0],
+            "next_due_at": min(due) if due else None}
 
-    Returns a summary dict; the process exit code is 0 either way.
+
+def _waiting_deliveries(due_by, later):
+    """Queued and retrying deliveries no pause or token budget holds: those due by
+    ``due_by`` (or, ``later``, those due after it; with no ``due_by``, all of them)."""
+    paused = Monitor.select(Monitor.id).where(Monitor.paused_at.is_null(False))
+    # A delivery waiting for its monitor's next hour of drafter tokens waits for
+    # the clock, not for work: like a paused monitor's, it does not hold a drain.
+    budget_wait = (Delivery.status == "retrying") & (Delivery.last_code == "budget_exhausted")
+    waiting = (Delivery.status.in_(list(DELIVERY_WAITING)) & Delivery.monitor.not_in(paused)
+               & ~fn.COALESCE(budget_wait, False))
+    return waiting & _due(Delivery.next_at, due_by, later)
+
+
+def _active_tasks():
+    return Task.status.in_(list(TASK_ACTIVE)) & (Task.parked == False)  # noqa: E712
+
+
+def _unleased_tasks(due_by, later):
+    """Approved and uncertain tasks no worker holds, by when they are due (as above)."""
+    return _active_tasks() & Task.lease_token.is_null() & _due(Task.next_at, due_by, later)
+
+
+def _due(column, due_by, later):
+    if due_by is None:  # no horizon: every row is due by it (next_at is never null), none after
+        return column.is_null(later)
+    return column > due_by if later else column <= due_by
+
+
+def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None, drain_wait=DRAIN_WAIT_S):
+    """Run a worker until a signal (or, with ``drain``, until nothing can progress
+    but retries due more than ``drain_wait`` seconds away).
+
+    Returns a summary dict (a drain adds ``left_waiting``: ``left_waiting()``);
+    the process exit code is 0 either way.
     """
     # From the first step: a worker that does not start (a database it waits
     # for, a plug-in that hangs on import) is the one an operator asks for its
@@ -87,7 +126,7 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
         rt.drafter()
         try:
             with storage.bind(rt.database), one_line_queue_faults():
-                return _loop(rt, workers, drain)
+                return _loop(rt, workers, drain, drain_wait)
         finally:
             close_queue(rt.queue)  # the consumer's threads have ended: their connections too
     finally:
@@ -109,7 +148,7 @@ def _open(home, clock):
     return Signoff(home, clock=clock)
 
 
-def _loop(rt, workers, drain):
+def _loop(rt, workers, drain, drain_wait):
     storage.prepare_worker(rt.database)
     # One INFO line per queue poll or MCP request would bury the worker's own lines.
     for chatty in ("huey", "httpx", "httpx2"):
@@ -130,7 +169,7 @@ def _loop(rt, workers, drain):
     log.info("worker started: %d threads, lease %.0fs, batch %d, home %s", workers,
              rt.config.lease_ttl_s, rt.config.batch_size, rt.home)
     health_at = time.monotonic() + HEALTH_INTERVAL_S
-    drained = _Drain(rt, notifier is not None, tender is not None)
+    drained = _Drain(rt, notifier is not None, tender is not None, drain_wait)
     chores_at = pass_at = time.monotonic()
     try:
         while not stop.wait(DRAIN_POLL_S if drain else REAP_INTERVAL_S):
@@ -154,8 +193,11 @@ def _loop(rt, workers, drain):
                 helper.stop()
         _safe(heartbeat.stop, None)
     log.info("worker stopped (%s)", stop.why)
-    return {"stopped": stop.why, "seconds": round(time.monotonic() - started, 3),
-            "reaper_changes": reaped}
+    summary = {"stopped": stop.why, "seconds": round(time.monotonic() - started, 3),
+               "reaper_changes": reaped}
+    if stop.why == "drained":
+        summary["left_waiting"] = drained.left()
+    return summary
 
 
 class SignalStop:
@@ -250,20 +292,24 @@ def _chores(rt, chores_at):
 
 
 class _Drain:
-    """When ``--drain`` may stop: nothing could progress at two checks in a row.
+    """When ``--drain`` may stop: nothing could progress at two checks in a row,
+    but retries due more than ``wait_s`` seconds away.
 
     A database that cannot be reached for ``UNREACHABLE_S`` ends the worker
     with ``database_unavailable`` instead of waiting forever.
     """
 
-    def __init__(self, rt, notifying, tending):
-        self.rt, self.notifying, self.tending = rt, notifying, tending
+    def __init__(self, rt, notifying, tending, wait_s):
+        self.rt, self.notifying, self.tending, self.wait_s = rt, notifying, tending, wait_s
         self.idle, self.reached_at = 0, time.monotonic()
+        self.due_by = None  # the last check's horizon
 
     def now(self):
-        tending_at = self.rt.clock.now() if self.tending else None
+        now = self.rt.clock.now()
+        tending_at, self.due_by = (now if self.tending else None), now + self.wait_s
         progress = _safe(lambda: storage.retrying(
-            self.rt.database, lambda: can_progress(self.notifying, tending_at), 0), None)
+            self.rt.database,
+            lambda: can_progress(self.notifying, tending_at, self.due_by), 0), None)
         if progress is None:  # not known: the database did not answer
             self.idle = 0
             if time.monotonic() - self.reached_at > UNREACHABLE_S:
@@ -273,6 +319,16 @@ class _Drain:
         self.reached_at = time.monotonic()
         self.idle = 0 if progress else self.idle + 1
         return self.idle >= 2  # twice in a row: a batch between two checks is not missed
+
+    def left(self):
+        """The retries this drain left waiting (``left_waiting``), said in the log too."""
+        left = _safe(lambda: left_waiting(self.due_by), None)
+        if left and (left["deliveries"] or left["tasks"]):
+            log.info("drained, leaving %d delivery and %d task retries waiting, due more than "
+                     "%gs from now (the first in %.1fs); `signoff events retry ID` and "
+                     "`signoff tasks retry KEY` make one due now", left["deliveries"],
+                     left["tasks"], self.wait_s, left["next_due_at"] - self.rt.clock.now())
+        return left
 
 
 def _reap(rt):

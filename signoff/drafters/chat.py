@@ -17,13 +17,18 @@ import os
 import re
 import threading
 import time
+import urllib.request
 from urllib.parse import urlsplit
 
+import httpx2
 import openai
 
 from ..rules.canonical import digest
+from ..rules.drafts import MAX_TOKENS
+from ..rules.text import visible
 from ..config import _toml_kind
 from ..errors import AttemptFailed, ConfigError
+from .bounded import AnswerRefused, BoundedTransport
 
 INSTRUCTIONS = """\
 You draft proposed changes to documents for a human reviewer, who checks each \
@@ -60,6 +65,14 @@ MAX_QUESTIONS = 20
 MAX_QUESTION_CHARS = 1_000
 # A server may ask for any pause; a day bounds what one answer can park.
 MAX_RETRY_AFTER_S = 86_400.0
+MAX_ANSWER_BYTES = 1 << 20  # max_answer_bytes' default
+ANSWER_BYTES_RANGE = (1 << 10, 1 << 30)
+SAID_CHARS = 300  # the most of a server's own message a failed attempt's reason keeps
+# A run of this many characters shared with the request makes the server's
+# message a quote of it (servers do quote prompts back); a shorter text of the
+# request counts when it appears whole, from QUOTED_AT_LEAST characters on.
+QUOTE_RUN = 12
+QUOTED_AT_LEAST = 4
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DELTA_SECONDS = re.compile(r"\d+(\.\d+)?")
 _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -83,17 +96,22 @@ class ChatDrafter:
 
     A drafter factory: signoff calls it with ``home`` and ``[drafter.options]``
     and calls the object as ``draft(record, material)``. The key is read once,
-    from the environment variable named by ``api_key_env``. ``timeout_s`` and
-    ``tokens_per_hour`` are for the caller to enforce against its lease and its
-    token budget.
+    from the environment variable named by ``api_key_env``. Each call ends
+    within ``timeout_s`` however slowly the server sends, and its answer is cut
+    off past ``max_answer_bytes`` (``bounded.py``). ``timeout_s`` and
+    ``tokens_per_hour`` are also for the caller to enforce against its lease
+    and its token budget.
     """
 
     def __init__(self, home=None, base_url=None, model=None, api_key_env=None, timeout_s=20,
-                 max_output_tokens=None, temperature=0, instructions=None, tokens_per_hour=None):
+                 max_output_tokens=None, temperature=0, instructions=None, tokens_per_hour=None,
+                 max_answer_bytes=MAX_ANSWER_BYTES):
         self.base_url = _base_url(base_url)
         self.model = _text_option("model", model)
         self.api_key_env = _env_name(api_key_env)
         self.timeout_s = float(_number("timeout_s", timeout_s, above=0))
+        self.max_answer_bytes = _count_option("max_answer_bytes", max_answer_bytes,
+                                              ANSWER_BYTES_RANGE)
         self.max_output_tokens = _count_option("max_output_tokens", max_output_tokens)
         self.temperature = float(_number("temperature", temperature, least=0, most=2))
         if instructions is not None and not isinstance(instructions, str):
@@ -104,13 +122,19 @@ class ChatDrafter:
         self._system = INSTRUCTIONS if self.instructions is None else (
             f"{INSTRUCTIONS}\n\nThe operator of this deployment adds:\n{self.instructions}")
         key, base_url, timeout_s = _read_key(self.api_key_env), self.base_url, self.timeout_s
+        cap, proxy = self.max_answer_bytes, _environment_proxy(self.base_url)
         # The client's own retries are off: the workflow's retry budget is the
-        # only one. The key stays in this closure, out of the drafter's attributes,
-        # and the closure holds no reference to the drafter: that would be a cycle,
-        # and a drafter let go would wait for the collector.
-        self._connect = lambda: openai.OpenAI(api_key=key, base_url=base_url, max_retries=0,
-                                              timeout=timeout_s)
-        self._client = None
+        # only one. The key stays in these closures, out of the drafter's
+        # attributes, and they hold no reference to the drafter: that would be a
+        # cycle, and a drafter let go would wait for the collector. The proxy the
+        # environment names is taken here, as the client would have taken it:
+        # its own would bypass the bounded transport.
+        self._connect = lambda: openai.OpenAI(
+            api_key=key, base_url=base_url, max_retries=0, timeout=timeout_s,
+            http_client=httpx2.Client(transport=BoundedTransport(timeout_s, cap, proxy),
+                                      trust_env=False))
+        self._private = lambda: (key,)
+        self._clients = {}  # thread id -> its client (bounded.py: one connection per thread)
         self._client_lock = threading.Lock()
 
     def __repr__(self):
@@ -118,19 +142,27 @@ class ChatDrafter:
                 f"api_key_env={self.api_key_env!r})")
 
     def _openai(self):
-        # Made on first use: a command that loads this configuration and never
-        # drafts (status, approve, ...) does not build an HTTP client, whose TLS
-        # context alone costs 30 ms.
+        # Made on first use in each thread: a command that loads this
+        # configuration and never drafts (status, approve, ...) does not build an
+        # HTTP client, whose TLS context alone costs 30 ms.
+        thread = threading.get_ident()
         with self._client_lock:
-            if self._client is None:
-                self._client = self._connect()
-            return self._client
+            client = self._clients.get(thread)
+            if client is None:
+                self._close_ended_threads()
+                client = self._clients[thread] = self._connect()
+            return client
+
+    def _close_ended_threads(self):
+        alive = {t.ident for t in threading.enumerate()}
+        for thread in [t for t in self._clients if t not in alive]:
+            self._clients.pop(thread).close()
 
     def close(self):
-        """Close the HTTP client and its pooled connections; a later draft opens a new one."""
+        """Close the HTTP clients and their pooled connections; a later draft opens new ones."""
         with self._client_lock:
-            client, self._client = self._client, None
-        if client is not None:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
             client.close()
 
     def __call__(self, record, material):
@@ -145,7 +177,9 @@ class ChatDrafter:
             request = self.request(record, material, sources)
             response = self._openai().chat.completions.create(**request)
         except openai.APIError as exc:
-            failure = fault(exc, self.timeout_s)
+            failure = fault(exc, self.timeout_s, self._private() + texts_of(record, material))
+        except AnswerRefused as exc:
+            failure = AttemptFailed("draft_invalid", f"the model's answer was not used: {exc}")
         if failure is not None:
             # Raised outside the handler so that the client's error, whose request
             # carries the key in a header, is not kept as this one's context.
@@ -177,13 +211,21 @@ class ChatDrafter:
         return request
 
     def _meta(self, response, seconds):
+        """The call's metadata; ``usage_invalid`` when the server's token counts are no counts."""
         usage = getattr(response, "usage", None)
-        return {"model": _short_text(getattr(response, "model", None)) or self.model,
+        meta = {"model": _short_text(getattr(response, "model", None)) or self.model,
                 "response_id": _short_text(getattr(response, "id", None)),
                 "prompt_version": self.prompt_version,
-                "input_tokens": _token_count(getattr(usage, "prompt_tokens", None)),
-                "output_tokens": _token_count(getattr(usage, "completion_tokens", None)),
-                "seconds": round(seconds, 3)}
+                "input_tokens": None, "output_tokens": None, "seconds": round(seconds, 3)}
+        try:
+            counts = {name: usage_count(getattr(usage, field, None), field)
+                      for name, field in (("input_tokens", "prompt_tokens"),
+                                          ("output_tokens", "completion_tokens"))}
+        except ValueError as exc:
+            # Not counted at all: neither an overflow nor a spent hour comes of it.
+            raise AttemptFailed("usage_invalid", f"the model's answer was not used: {exc}; "
+                                "its tokens are not counted", meta=meta) from None
+        return dict(meta, **counts)
 
 
 def response_schema(sources):
@@ -252,6 +294,9 @@ def read_answer(response, sources):
 
 
 def _strict_json(text):
+    if text.lstrip().startswith("```"):
+        raise ValueError("the answer is wrapped in a Markdown code fence (```), not bare JSON")
+
     def no_duplicates(pairs):
         names = [name for name, _ in pairs]
         if len(set(names)) != len(names):
@@ -310,11 +355,12 @@ def _check_questions(questions):
         raise ValueError(f"an open question is longer than {MAX_QUESTION_CHARS} characters")
 
 
-def fault(exc, timeout_s):
+def fault(exc, timeout_s, private=()):
     """The ``AttemptFailed`` for an error of the ``openai`` client.
 
-    Its message holds the HTTP status and the server's error code, never the
-    server's prose, which may quote the request.
+    Its message holds the HTTP status, the server's error code and the
+    server's own message (``server_said``: withheld when it quotes one of the
+    ``private`` texts: the key, the record and the material).
     """
     if isinstance(exc, openai.APITimeoutError):
         return AttemptFailed("drafter_timeout", f"the model server did not answer within "
@@ -324,19 +370,19 @@ def fault(exc, timeout_s):
         return AttemptFailed("drafter_connection", f"the model server could not be reached "
                              f"or dropped the connection ({cause})")
     if isinstance(exc, openai.APIStatusError):
-        return _status_fault(exc.status_code, exc.response.headers, exc.body)
+        return _status_fault(exc.status_code, exc.response.headers, exc.body, private)
     return AttemptFailed("drafter_unavailable", "the model server's answer could not be read "
                          f"({type(exc).__name__})")
 
 
-def _status_fault(status, headers, body):
-    said = f"HTTP {status}{_error_code(body)}"
+def _status_fault(status, headers, body, private):
+    said = f"HTTP {status}{_error_code(body)}{server_said(body, private)}"
     if status == 429:
         return AttemptFailed("drafter_rate_limited", f"the model server is rate limiting ({said})",
                              retry_after=retry_after_seconds(headers, time.time()))
     if status in (401, 403):
-        return AttemptFailed("drafter_auth", f"the model server refused the key ({said}); check "
-                             "the key and its permissions", final=True)
+        return AttemptFailed("drafter_auth", f"the model server refused the key; check the key "
+                             f"and its permissions ({said})", final=True)
     if status == 413 or (400 <= status < 500 and _CONTEXT_LENGTH.search(_body_text(body))):
         return AttemptFailed("drafter_input_too_large", "the record and its material do not fit "
                              f"the model's context ({said})", final=True)
@@ -345,6 +391,51 @@ def _status_fault(status, headers, body):
     if 400 <= status < 500:
         return AttemptFailed("drafter_refused", f"the model server refused the request ({said})")
     return AttemptFailed("drafter_unavailable", f"the model server failed ({said})")
+
+
+def server_said(body, private):
+    """The server's own error message as ``"; it said: ..."`` (one line, at most
+    ``SAID_CHARS`` characters, hidden characters marked), or ``""`` when it gave none.
+
+    A message that quotes one of the ``private`` texts is not repeated (servers
+    echo keys, and quote prompts in validation errors): only that it was withheld.
+    """
+    fields = body if isinstance(body, dict) else {}
+    message = fields.get("message") if fields else body
+    if not isinstance(message, str) or not message.strip():
+        return ""
+    line = " ".join(message.split())[:SAID_CHARS]
+    if quotes(line, private):
+        return "; its message quotes the request, so it is not kept"
+    return f"; it said: {visible(line)}"
+
+
+def quotes(text, private):
+    """True when ``text`` holds a ``private`` text whole (of ``QUOTED_AT_LEAST``
+    characters or more), is a piece of one, or shares a run of ``QUOTE_RUN``
+    characters with one; white space is compared as single spaces."""
+    runs = {text[at:at + QUOTE_RUN] for at in range(len(text) - QUOTE_RUN + 1)}
+    for secret in private:
+        secret = " ".join(secret.split())
+        if (len(secret) >= QUOTED_AT_LEAST and secret in text) \
+                or (len(text) >= QUOTED_AT_LEAST and text in secret) \
+                or any(run in secret for run in runs):
+            return True
+    return False
+
+
+def texts_of(*values):
+    """Every string inside ``values`` (dicts' values and lists, all the way down), as a tuple."""
+    found, stack = [], list(values)
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+    return tuple(found)
 
 
 def _body_text(body):
@@ -389,8 +480,17 @@ def _short_text(value, limit=256):
     return value if isinstance(value, str) and 0 < len(value) <= limit else None
 
 
-def _token_count(value):
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+def usage_count(value, name):
+    """A token count the server reported: ``None`` when it reported none, else an
+    integer from 0 to ``MAX_TOKENS``; ``ValueError`` (saying which) for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"usage.{name} is {_toml_kind(value)}, not a whole number")
+    if not 0 <= value <= MAX_TOKENS:
+        shown = f"{value:,}" if abs(value) < 10**30 else "a larger number"
+        raise ValueError(f"usage.{name} is {shown}, outside 0 to {MAX_TOKENS:,}")
+    return value
 
 
 def _bad(option, problem):
@@ -448,11 +548,24 @@ def _number(option, value, *, above=None, least=None, most=None):
     return value
 
 
-def _count_option(option, value):
+def _count_option(option, value, bounds=(1, None)):
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    least, most = bounds
+    if isinstance(value, bool) or not isinstance(value, int) or value < least \
+            or (most is not None and value > most):
         shown = value if isinstance(value, (int, float)) and not isinstance(value, bool) \
             else _toml_kind(value)
-        raise _bad(option, f"must be a whole number of 1 or more, got {shown}")
+        wanted = f"of {least:,} or more" if most is None else f"from {least:,} to {most:,}"
+        raise _bad(option, f"must be a whole number {wanted}, got {shown}")
     return value
+
+
+def _environment_proxy(base_url):
+    """The proxy ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY`` name for ``base_url``,
+    unless ``NO_PROXY`` exempts its host; ``None`` for none."""
+    parts = urlsplit(base_url)
+    proxies = urllib.request.getproxies_environment()
+    if urllib.request.proxy_bypass_environment(parts.hostname, proxies):
+        return None
+    return proxies.get(parts.scheme) or proxies.get("all")

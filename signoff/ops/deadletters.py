@@ -14,7 +14,7 @@ def row(letter):
     """A dead letter as the CLI shows it."""
     return {"id": letter.id, "kind": letter.kind, "ref": letter.ref, "step": letter.step,
             "code": letter.code, "attempts": letter.attempts, "first_at": letter.first_at,
-            "last_at": letter.last_at, "replayed": letter.replayed}
+            "last_at": letter.last_at, "replayed": letter.replayed, "reason": letter.reason}
 
 
 def of_monitors(monitors):
@@ -58,7 +58,8 @@ def replay(rt, letter_id, by=None, channel="cli", monitors=None):
             if letter.kind == "delivery":
                 delivery = Delivery.get_by_id(int(letter.ref))
                 move_delivery(delivery.id, [D.DEAD], D.QUEUED, now, failures={}, next_at=now,
-                              suspect=suspect, last_code=letter.code if suspect else "replayed")
+                              suspect=suspect, last_code=letter.code if suspect else "replayed",
+                              last_reason=None)
                 audit(now, "replayed", delivery.monitor, delivery.event_id, **who)
             else:
                 task = Task.get_by_id(letter.ref)

@@ -23,7 +23,7 @@ def delivery_row(d):
     """A delivery (a row dict) as ``signoff events`` shows it."""
     return {"delivery": d["id"], "event_id": d["event_id"], "monitor": d["monitor"],
             "status": d["status"], "outcome": d["outcome"], "task_key": d["task_key"],
-            "attempts": d["attempts"], "last_code": d["last_code"]}
+            "attempts": d["attempts"], "last_code": d["last_code"], "last_reason": d["last_reason"]}
 
 
 def task_row(t):
@@ -39,7 +39,7 @@ def task_row(t):
 LISTINGS = {
     "events": (Delivery, delivery_row, (Delivery.id, Delivery.event_id, Delivery.monitor,
                Delivery.status, Delivery.outcome, Delivery.task_key, Delivery.attempts,
-               Delivery.last_code), (Delivery.id,), Delivery.status),
+               Delivery.last_code, Delivery.last_reason), (Delivery.id,), Delivery.status),
     "tasks": (Task, task_row, (Task.key, Task.monitor, Task.record_id, Task.version,
               Task.status, Task.code, Task.parked, Task.outcome_unknown, Task.attempts,
               Task.updated_at, Task.digest, Task.needs_answers), (Task.created_at, Task.key),
@@ -52,8 +52,8 @@ LISTINGS = {
                   AuditReviewer.seq == Audit.seq).alias("reviewer")), (Audit.seq,), None),
     "dead_letters": (DeadLetter, dict, (
         DeadLetter.id, DeadLetter.kind, DeadLetter.ref, DeadLetter.step, DeadLetter.code,
-        DeadLetter.attempts, DeadLetter.first_at, DeadLetter.last_at, DeadLetter.replayed),
-        (DeadLetter.id,), None),
+        DeadLetter.attempts, DeadLetter.first_at, DeadLetter.last_at, DeadLetter.replayed,
+        DeadLetter.reason), (DeadLetter.id,), None),
 }
 
 

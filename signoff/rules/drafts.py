@@ -13,6 +13,9 @@ from ..errors import AttemptFailed
 META_FIELDS = ("model", "response_id", "prompt_version", "input_tokens", "output_tokens",
                "seconds")
 SHAPE = "the drafter must return {'draft': str, 'sources': [str, ...]}"
+# The most tokens one call can be charged: a larger count is no count of a real
+# call (a drafter's bug or a server's), and would overflow the hour's column.
+MAX_TOKENS = 10**9
 
 
 def drafted_answer(drafted):
@@ -58,10 +61,11 @@ def needs_answers(result):
 
 
 def tokens(meta):
-    """``(input, output)`` tokens a call's metadata counts (0 for what it does not say)."""
+    """``(input, output)`` tokens a call's metadata counts (0 for what it does not say,
+    and for a count outside 0 to ``MAX_TOKENS``)."""
     meta = meta or {}
-    return tuple(v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
-                 for v in (meta.get("input_tokens"), meta.get("output_tokens")))
+    return tuple(v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_TOKENS
+                 else 0 for v in (meta.get("input_tokens"), meta.get("output_tokens")))
 
 
 def failure_meta(exc):

@@ -61,6 +61,8 @@ class Api:
                 Route(PREFIX + "/tasks/{key}/reject", self.endpoint(self.reject, write=True),
                       methods=["POST"]),
                 Route(PREFIX + "/tasks/{key}/cancel", self.endpoint(self.cancel, write=True),
+                      methods=["POST"]),
+                Route(PREFIX + "/tasks/{key}/retry", self.endpoint(self.retry, write=True),
                       methods=["POST"])]
 
     def endpoint(self, action, write=False):
@@ -149,6 +151,12 @@ class Api:
         _body(body, {})
         key = self._allowed_key(request, viewer)
         return self.rt.cancel_task(key, by=viewer.name, channel="api")
+
+    def retry(self, request, viewer, body):
+        """``POST …/retry`` (an empty body or ``{}``): ``tasks retry``, due now."""
+        _body(body, {})
+        key = self._allowed_key(request, viewer)
+        return self.rt.retry(key, by=viewer.name, channel="api")
 
     def _allowed_key(self, request, viewer):
         """The task's full key, once this reviewer may act on its monitor."""

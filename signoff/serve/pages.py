@@ -217,6 +217,10 @@ class Pages:
                 "timeline": timeline[-PAGE_LIMIT:], "timeline_left_out": len(timeline) - PAGE_LIMIT,
                 "host_factory": self.rt.config.host_factory,
                 "may_be_written": t["status"] == "uncertain" or t["outcome_unknown"],
+                # An approved task waiting for a later try (after a failed one) may be
+                # hurried; one due now is the worker's already.
+                "retry_later": t["status"] == "approved" and not t["parked"]
+                and (t["next_at"] or 0) > self.rt.clock.now(),
                 "records": records[:LIST_LIMIT], "records_left_out": len(records) - LIST_LIMIT,
                 "draft_whole": fold(draft)["left_out"] == 0,
                 "previous_drafts": (t.get("previous_drafts") or [])[-LIST_LIMIT:],
@@ -303,7 +307,7 @@ class Pages:
         return await self._act(request, viewer, key, reject)
 
     async def retry(self, request):
-        """``POST /tasks/{key}/retry``: queue a parked or uncertain task again."""
+        """``POST /tasks/{key}/retry``: queue a parked, approved or uncertain task again."""
         viewer, refusal = await self.form_guard(request)
         if refusal:
             return refusal

@@ -125,6 +125,13 @@ def update_task(key, now, statuses, token=None, **fields):
     _guarded(Task, Task.key == key, statuses, token, updated_at=now, **fields)
 
 
+def update_delivery(delivery_id, now, statuses, **fields):
+    """Change non-status fields of a delivery still in ``statuses`` and held by no
+    worker; ``Fenced`` if not."""
+    _guarded(Delivery, (Delivery.id == delivery_id) & Delivery.lease_token.is_null(), statuses,
+             None, updated_at=now, **fields)
+
+
 def move_delivery(delivery_id, sources, target, now, token=None, **fields):
     """Move a delivery between statuses under the same rules as ``move_task``."""
     _check(DELIVERY_EDGES, sources, target)
@@ -516,9 +523,11 @@ def record_attempts(rows):
     insert_rows(Attempt, rows)
 
 
-def bury(kind, ref, step, code, attempts, now):
-    """Write the dead-letter row for a delivery or task whose budget is spent."""
+def bury(kind, ref, step, code, attempts, now, reason=None):
+    """Write the dead-letter row for a delivery or task whose budget is spent
+    (``reason``: why its last attempt failed, in words, when known)."""
     first = (Attempt.select(Attempt.at).where(Attempt.kind == kind, Attempt.ref == str(ref))
              .order_by(Attempt.id).limit(1).scalar())
     DeadLetter.insert(kind=kind, ref=str(ref), step=step, code=code, attempts=attempts,
-                      first_at=first if first is not None else now, last_at=now).execute()
+                      first_at=first if first is not None else now, last_at=now,
+                      reason=reason).execute()

@@ -5,6 +5,7 @@ is asked about each (no transaction is open meanwhile), and every outcome of the
 batch is written in one transaction, each write fenced by the lease token.
 """
 
+import logging
 from dataclasses import dataclass, field
 
 from . import batching, drafting
@@ -24,9 +25,13 @@ from ..models import Inbox, Task
 from ..rules.drafts import result_fields, task_fields
 from ..rules.records import check_record
 from ..rules.retry import decide
+from ..rules.text import visible
 from ..storage import PreparedInsert, key_in, lock_rows, unstorable
 
 FUTURE_TOLERANCE_S = 5
+REASON_CHARS = 500  # the most of a failed attempt's reason a delivery keeps
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -42,6 +47,7 @@ class Outcome:
     member: dict | None = None  # the record joins its document's batch (batching monitors)
     next_at: float | None = None
     failures: dict = field(default_factory=dict)
+    reason: str | None = None  # why the attempt failed, in words (``reason_of``)
 
 
 def ingest_batch(rt, owner):
@@ -166,19 +172,50 @@ def new_task(monitor, record, drafted, now):
 
 
 def failed(rt, row, step, exc, now, monitor=None):
-    """A failed attempt: retry later, end as stale, or go to the dead letters."""
+    """A failed attempt: retry later, end as stale, or go to the dead letters.
+
+    The worker's log says so at warning level, with the reason (``reason_of``).
+    """
     code = exc.code if isinstance(exc, SignoffError) else type(exc).__name__
     failures = dict(row.failures or {})
     failures[step] = failures.get(step, 0) + 1
     delay = decide(failures[step], step, rt.config.retry)
+    reason = reason_of(exc)
     if delay is None or getattr(exc, "final", False):  # final: no try can succeed until fixed
-        return Outcome("dead", code, step, failures=failures)
-    # A server that said when to come back (429 Retry-After) is not asked sooner.
-    next_at = now + max(delay, getattr(exc, "retry_after", None) or 0)
-    if step == "read" and monitor is not None and (
-            next_at - held_s(monitor, row.accepted_at) - row.occurred > monitor.window_s):
-        return Outcome("final", "stale_event", step, consume=True, failures=failures)
-    return Outcome("retry", code, step, next_at=next_at, failures=failures)
+        outcome = Outcome("dead", code, step, failures=failures, reason=reason)
+    else:
+        # A server that said when to come back (429 Retry-After) is not asked sooner.
+        next_at = now + max(delay, getattr(exc, "retry_after", None) or 0)
+        outcome = Outcome("retry", code, step, next_at=next_at, failures=failures, reason=reason)
+        if step == "read" and monitor is not None and (
+                next_at - held_s(monitor, row.accepted_at) - row.occurred > monitor.window_s):
+            outcome = Outcome("final", "stale_event", step, consume=True, failures=failures)
+    _log_failure(row, outcome, code, now)
+    return outcome
+
+
+def reason_of(exc):
+    """Why an attempt failed, in words: a signoff error's message on one line (at most
+    ``REASON_CHARS`` characters, hidden characters marked), else ``None``.
+
+    Another exception's text is never kept: it may quote a record (its class
+    name is the attempt's code already).
+    """
+    if not isinstance(exc, SignoffError):
+        return None
+    return visible(" ".join(exc.message.split())[:REASON_CHARS]) or None
+
+
+def _log_failure(row, outcome, code, now):
+    if outcome.kind == "dead":
+        then = "a dead letter now"
+    elif outcome.kind == "retry":
+        then = f"next try in {max(0.0, outcome.next_at - now):.1f} s"
+    else:
+        then = f"{outcome.code} now: its retry would come too late"
+    log.warning("delivery %s (event %s, monitor %s): %s attempt failed (%s)%s; %s", row.id,
+                row.event_id, row.monitor, outcome.step, code,
+                f": {outcome.reason}" if outcome.reason else "", then)
 
 
 def write_outcomes(rt, token, owner, rows, outcomes):
@@ -238,7 +275,7 @@ def _prepare_finish(pairs, token, now):
             group[1][row.id] = out.task_key
     moves = [prepare_move_deliveries(keys, [D.PROCESSING], D.DONE, now, token,
                                      per_row={"task_key": keys}, outcome=code, last_code=code,
-                                     failures=failures, **RELEASED)
+                                     last_reason=None, failures=failures, **RELEASED)
              for (code, _), (failures, keys) in groups.items()]
     consumed = [(row, out) for row, out in pairs if out.kind == "final" and out.consume]
     creating = [i for i, (_, out) in enumerate(consumed) if out.task is not None]
@@ -312,14 +349,16 @@ def _apply(row, out, token, now):
     try:
         if out.kind == "retry":
             move_delivery(row.id, [D.PROCESSING], D.RETRYING, now, token, next_at=out.next_at,
-                          last_code=out.code, failures=failures, **RELEASED)
+                          last_code=out.code, last_reason=out.reason, failures=failures,
+                          **RELEASED)
         elif out.kind == "wait":  # the claim counted an attempt this was not: undone
             move_delivery(row.id, [D.PROCESSING], D.RETRYING, now, token, next_at=out.next_at,
-                          last_code=out.code, attempts=row.attempts - 1, **RELEASED)
+                          last_code=out.code, last_reason=None, attempts=row.attempts - 1,
+                          **RELEASED)
         elif out.kind == "dead":
             move_delivery(row.id, [D.PROCESSING], D.DEAD, now, token, last_code=out.code,
-                          failures=failures, **RELEASED)
-            bury("delivery", row.id, out.step, out.code, row.attempts, now)
+                          last_reason=out.reason, failures=failures, **RELEASED)
+            bury("delivery", row.id, out.step, out.code, row.attempts, now, out.reason)
         else:
             raise ValueError(f"unexpected outcome kind {out.kind!r}")
     except Fenced:

@@ -12,6 +12,10 @@ from ..state.lifecycle import (EXPIRED, RELEASED, TASK_OPEN, Fenced, audit, bury
 from ..models import Delivery, Monitor, Task, db
 from ..rules.retry import decide
 
+# The reason a delivery's attempt failed when its lease ran out before its outcome.
+LEASE_EXPIRED = "its worker's lease ran out before the attempt had an outcome (the worker " \
+    "died, hung or was killed)"
+
 
 def reap(rt):
     """One pass; returns counts of what it changed and woke."""
@@ -37,13 +41,15 @@ def _release_delivery(rt, row, now):
             _still_expired(Delivery, Delivery.id == row.id, row.lease_token, now)
             if delay is None:
                 move_delivery(row.id, [D.PROCESSING], D.DEAD, now, row.lease_token,
-                              last_code="lease_expired", failures=failures, **EXPIRED)
-                bury("delivery", row.id, "read", "lease_expired", row.attempts, now)
+                              last_code="lease_expired", last_reason=LEASE_EXPIRED,
+                              failures=failures, **EXPIRED)
+                bury("delivery", row.id, "read", "lease_expired", row.attempts, now,
+                     LEASE_EXPIRED)
                 audit(now, "dead_letter", row.monitor, row.event_id)
             else:
                 move_delivery(row.id, [D.PROCESSING], D.RETRYING, now, row.lease_token,
                               next_at=now + delay, last_code="lease_expired",
-                              failures=failures, **EXPIRED)
+                              last_reason=LEASE_EXPIRED, failures=failures, **EXPIRED)
             record_attempts([{"kind": "delivery", "ref": str(row.id), "at": now, "step": "read",
                               "code": "lease_expired", "worker": row.lease_owner}])
     except Fenced:

@@ -21,7 +21,8 @@ SCHEMA_TABLE = "signoff_schema"
 # its own, with its own partial indexes; version 5 added columns and tables only
 # (traces, heartbeats, subscriptions, quorum and edits, pauses, reviewers per
 # monitor, decision notifications, drafter usage), which init adds with their
-# defaults; version 6 added columns only (identities' notes and audit subjects).
+# defaults; version 6 added columns only (identities' notes and audit subjects,
+# the reason of a delivery's failed attempt).
 RETIRED_INDEXES = ("delivery_status_next_at", "task_status_next_at", "delivery_suspect",
                    "task_suspect")
 # Data an upgrade from below a version must carry over, run once the columns exist.

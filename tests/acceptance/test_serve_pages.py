@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import LOCAL_TLS, child_env, signoff_cmd, read_here
-from servekit import Server, csrf, event, make_home, post_login, ready_home
+from servekit import Server, csrf, event, logged_in, make_home, post_login, ready_home
 from signoff.app import Signoff
 from signoff.clock import FakeClock
 from signoff.models import MODELS, Task
@@ -394,10 +394,8 @@ def test_dead_letters_link_to_their_delivery_or_task_and_show_the_code(home):
     rt.run_until_idle()
     [letter] = rt.dead_letters()
     token = rt.add_reviewer("alice")["token"]
-    server = Server(home)
     try:
-        with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
-            post_login(c, "alice", token)
+        with logged_in(home, "alice", token) as c:
             listing = c.get("/dead-letters").text
             assert f'href="/deliveries/{letter["ref"]}"' in listing
             assert "<code>TimeoutError</code>" in listing
@@ -407,7 +405,6 @@ def test_dead_letters_link_to_their_delivery_or_task_and_show_the_code(home):
             assert "TimeoutError" in delivery.text and "dead" in delivery.text
             assert c.get("/deliveries/999999").status_code == 404
     finally:
-        assert server.stop() == 0
         rt.close()
 
 

@@ -1,5 +1,6 @@
 """Helpers for tests against a real ``signoff serve`` process."""
 
+import contextlib
 import datetime
 import json
 import os
@@ -9,7 +10,9 @@ import signal
 import subprocess
 import time
 
-from helpers import child_env, signoff_cmd, read_here
+import httpx
+
+from helpers import LOCAL_TLS, child_env, signoff_cmd, read_here
 from signoff.app import Signoff
 from standardwebhooks.webhooks import Webhook
 
@@ -108,6 +111,19 @@ class Server:
 def csrf(page):
     """The CSRF token of a review page's forms."""
     return re.search(r'name="csrf_token" value="([0-9a-f]+)"', page).group(1)
+
+
+@contextlib.contextmanager
+def logged_in(home, name, token):
+    """A client of a new ``signoff serve`` of ``home``, logged in as reviewer ``name``;
+    the server is stopped after the block (and must stop cleanly)."""
+    server = Server(home)
+    try:
+        with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as client:
+            assert post_login(client, name, token).status_code == 303
+            yield client
+    finally:
+        assert server.stop() == 0, server.stderr()
 
 
 def post_login(client, name, token, **fields):

@@ -27,9 +27,10 @@ TASK_KEYS = {"key", "monitor", "record_id", "version", "status", "code", "outcom
 SHOW_KEYS = TASK_KEYS | {"record", "result", "digest", "approved_digest", "approved_by",
                          "history"}
 EVENT_KEYS = {"delivery", "event_id", "monitor", "status", "outcome", "task_key", "attempts",
-              "last_code"}
+              "last_code", "last_reason"}
 LINE_KEYS = {"line", "event_id", "accepted", "delivery", "code", "reason"}
-DLQ_KEYS = {"id", "kind", "ref", "step", "code", "attempts", "first_at", "last_at", "replayed"}
+DLQ_KEYS = {"id", "kind", "ref", "step", "code", "attempts", "first_at", "last_at", "replayed",
+            "reason"}
 AUDIT_KEYS = {"seq", "at", "monitor", "event_id", "task_key", "code", "actor", "channel",
               "note", "subject", "reviewer"}
 STATS_KEYS = {"at", "deliveries", "outcomes", "tasks", "in_flight", "retries_waiting",

@@ -158,7 +158,7 @@ def test_listings_are_bounded_newest_first_with_a_line_for_the_rest(home):
     ok(home, "enqueue", input=jsonl(*(event(f"e{i:02}") for i in range(60))))
     human = invoke(home, "events").stdout.splitlines()
     assert "10 more; use --limit N or --all to see them" in human
-    rows = [line for line in human if len(line.split()) == 8 and line.split()[0].isdigit()]
+    rows = [line for line in human if len(line.split()) == 9 and line.split()[0].isdigit()]
     assert len(rows) == 50 and rows[0].split()[1] == "e59"
     result = invoke(home, "events", "--json")
     assert [r["event_id"] for r in json.loads(result.stdout)][:2] == ["e59", "e58"]

@@ -358,7 +358,8 @@ V5_COLUMNS = {"monitor": ("approvals", "paused_at", "last_pause_from", "last_pau
 
 
 # What version 6 added: columns of older tables.
-V6_COLUMNS = {"approval": ("note",), "audit": ("note", "subject"), "reviewer": ("skeleton",)}
+V6_COLUMNS = {"approval": ("note",), "audit": ("note", "subject"), "reviewer": ("skeleton",),
+              "delivery": ("last_reason",), "dead_letter": ("reason",)}
 
 
 def put_back_to_5(database):
