@@ -22,10 +22,10 @@ from starlette.routing import Route
 
 from ..errors import Refused
 from ..rules.events import broken_json_reason, decode_json
+from .bodies import API_LIMIT, read_body
 from .pages import STATUSES, allowed
 
 PREFIX = "/api/v1"
-MAX_BODY = 256 * 1024  # an edited draft fits
 DEFAULT_LIMIT, MAX_LIMIT = 50, 1000
 STATUS_OF = {"unknown_task": 404, "ambiguous_key": 400, "not_allowed": 403, "read_only": 403,
              "unauthorized": 401, "invalid_body": 400, "too_large": 413,
@@ -72,8 +72,8 @@ class Api:
                 return denied
             if write and viewer.read_only:
                 return refusal("read_only", "a read-only reviewer cannot change anything")
-            body = await request.body() if write else b""
             try:
+                body = await read_body(request, API_LIMIT) if write else b""
                 answer = await run_in_threadpool(action, request, viewer, body)
             except Refused as exc:
                 return refusal(exc.code, exc.message)
@@ -172,8 +172,6 @@ def _body(raw, types, required=()):
     An empty body is an empty object. A key named twice, an unknown field or
     one of the wrong type is refused.
     """
-    if len(raw) > MAX_BODY:
-        raise Refused("too_large", f"the body is over {MAX_BODY} bytes")
     if not raw.strip():
         value = {}
     else:

@@ -20,6 +20,7 @@ from ..ops import secrets
 from ..rules.events import broken_json_reason, check_label, decode_json, validate
 from ..state.lifecycle import SubscriptionStatus as S
 from ..ops.webhooks import Noted
+from .bodies import EVENTS_LIMIT
 from .hooks import read_text, refuse, store_event
 
 # What marks a request as one of an MCP Events subscription (hooks.py routes by it
@@ -33,7 +34,7 @@ async def event_hook(rt, commits, reads, request, monitor_id):
     from ..mcp import events as wire  # the mcp extra: a subscription implies it
     rows = await reads.submit(("subscriptions", monitor_id))  # read after it arrived, as hooks
     known = monitor_id if rows else None
-    body, text, refused = await read_text(commits, request, known, wire.MAX_DELIVERY_BYTES)
+    body, text, refused = await read_text(commits, request, known, EVENTS_LIMIT)
     if refused is not None:
         return refused
     row = next((r for r in rows if secrets.signed_by_one_of(text, request.headers, [r["secret"]])),

@@ -21,6 +21,7 @@ from starlette.templating import Jinja2Templates
 from ..errors import Blocked, Refused
 from ..ops.reviewers import SESSION_TTL_S
 from ..rules.text import visible
+from .bodies import FORM_LIMIT, LOGIN_LIMIT, read_form
 
 COOKIE = "signoff_session"
 LOGIN_COOKIE = "signoff_login"
@@ -41,7 +42,8 @@ STATUSES = ("ready", "approved", "uncertain", "done", "rejected", "blocked", "ex
 REFUSAL_STATUS = {"unknown_task": 404, "unknown_dead_letter": 404, "unknown_delivery": 404,
                   "unknown_monitor": 404,
                   "host_unavailable": 503, "not_allowed": 403, "read_only": 403,
-                  "invalid_reason": 400, "invalid_edit": 400, "hidden_characters": 400}
+                  "invalid_reason": 400, "invalid_edit": 400, "hidden_characters": 400,
+                  "too_large": 413, "invalid_body": 400}
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 STYLE = (Path(__file__).parent / "templates" / "style.css").read_text(encoding="utf-8")
 
@@ -114,7 +116,10 @@ class Pages:
 
         Failed logins are throttled per client address and per reviewer (``logins.py``).
         """
-        form = await request.form()
+        try:
+            form = await read_form(request, LOGIN_LIMIT)
+        except Refused as exc:
+            return self._refused(request, None, exc)
         back = return_path(form.get("next"))
         expected, given = request.cookies.get(LOGIN_COOKIE) or "", form.get("csrf_token") or ""
         if not expected or not hmac.compare_digest(expected.encode(), str(given).encode()):
@@ -138,7 +143,7 @@ class Pages:
 
     async def logout(self, request):
         """``POST /logout``."""
-        viewer, refusal = await self.form_guard(request, write=False)
+        viewer, _, refusal = await self.form_guard(request, write=False)
         if refusal:
             return refusal
         await run_in_threadpool(self.rt.log_out, viewer.session_token)
@@ -147,21 +152,25 @@ class Pages:
         return response
 
     async def form_guard(self, request, write=True):
-        """``(viewer, None)`` for an allowed POST, else ``(None, refusal response)``."""
+        """``(viewer, form, None)`` for an allowed POST, else ``(None, None, refusal
+        response)``. The form is read only once the session is known."""
         viewer = await self.viewer(request)
         if viewer is None:
-            return None, PlainTextResponse("not logged in", status_code=401)
-        form = await request.form()
+            return None, None, PlainTextResponse("not logged in", status_code=401)
+        try:
+            form = await read_form(request, FORM_LIMIT)
+        except Refused as exc:
+            return None, None, self._refused(request, viewer, exc)
         given = request.headers.get("x-csrf-token") or form.get("csrf_token")
         if not viewer.csrf_ok(given):
-            return None, self.render(request, "outcome.html", status_code=403, viewer=viewer,
+            return None, None, self.render(request, "outcome.html", status_code=403, viewer=viewer,
                                      title="Refused", results=[("", "bad_csrf_token",
                                                                 "the form's CSRF token is missing or wrong")])
         if write and viewer.read_only:
-            return None, self.render(request, "outcome.html", status_code=403, viewer=viewer,
+            return None, None, self.render(request, "outcome.html", status_code=403, viewer=viewer,
                                      title="Refused", results=[("", "read_only",
                                                                 "a read-only reviewer cannot change anything")])
-        return viewer, None
+        return viewer, form, None
 
     # -- pages ---------------------------------------------------------------
 
@@ -275,10 +284,9 @@ class Pages:
     async def approve(self, request):
         """``POST /tasks/{key}/approve`` with ``digest`` (and ``edit``, the draft as the
         reviewer edited it; ``ack_hidden_characters``); the reviewer's approval."""
-        viewer, refusal = await self.form_guard(request)
+        viewer, form, refusal = await self.form_guard(request)
         if refusal:
             return refusal
-        form = await request.form()
         key, digest = request.path_params["key"], form.get("digest") or ""
         edit = form.get("edit")
         if isinstance(edit, str):
@@ -289,10 +297,9 @@ class Pages:
 
     async def reject(self, request):
         """``POST /tasks/{key}/reject`` with the ``digest`` shown on the page."""
-        viewer, refusal = await self.form_guard(request)
+        viewer, form, refusal = await self.form_guard(request)
         if refusal:
             return refusal
-        form = await request.form()
         key, digest = request.path_params["key"], form.get("digest") or ""
         reason = form.get("reason") or None  # an empty field: no reason given
 
@@ -304,7 +311,7 @@ class Pages:
 
     async def retry(self, request):
         """``POST /tasks/{key}/retry``: queue a parked or uncertain task again."""
-        viewer, refusal = await self.form_guard(request)
+        viewer, _, refusal = await self.form_guard(request)
         if refusal:
             return refusal
         key = request.path_params["key"]
@@ -313,7 +320,7 @@ class Pages:
 
     async def replay(self, request):
         """``POST /dead-letters/{id}/replay``."""
-        viewer, refusal = await self.form_guard(request)
+        viewer, _, refusal = await self.form_guard(request)
         if refusal:
             return refusal
         letter = request.path_params["letter"]
@@ -333,7 +340,7 @@ class Pages:
         return await self._monitor_action(request, self.rt.unpause)
 
     async def _monitor_action(self, request, action):
-        viewer, refusal = await self.form_guard(request)
+        viewer, _, refusal = await self.form_guard(request)
         if refusal:
             return refusal
         monitor = request.path_params["monitor"]
@@ -349,10 +356,10 @@ class Pages:
 
     async def approve_many(self, request):
         """``POST /approve``: every checked ``task`` field is ``KEY:DIGEST``."""
-        viewer, refusal = await self.form_guard(request)
+        viewer, form, refusal = await self.form_guard(request)
         if refusal:
             return refusal
-        items = [tuple(v.split(":", 1)) for v in (await request.form()).getlist("task") if ":" in v]
+        items = [tuple(v.split(":", 1)) for v in form.getlist("task") if ":" in v]
         if not items:
             return self.render(request, "outcome.html", status_code=400, viewer=viewer,
                                title="Nothing selected", results=[])
