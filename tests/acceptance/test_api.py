@@ -17,7 +17,7 @@ from signoff.models import MODELS
 def site(home):
     """A served home: tasks of monitor ``default`` (comment-1, 2) and ``other`` (comment-3);
     reviewers alice (every monitor), rita (read-only) and olga (``other`` only)."""
-    rt = make_home(home)
+    rt = make_home(home, '[serve]\ntrusted_proxies = "127.0.0.1"\n')  # X-Forwarded-For below
     rt.bind("doc-demo", "other", window_s=3600)
     for n in (2, 3):
         rt.host().put_record(f"comment-{n}", document="doc-demo", text=f"comment {n}")

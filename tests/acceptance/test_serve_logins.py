@@ -1,7 +1,8 @@
 """Logins to a real ``signoff serve``: the throttle, the audit rows, the counts, the log lines.
 
 Client addresses come from ``X-Forwarded-For``: the test talks from 127.0.0.1,
-which is the default trusted proxy, so each header value is a client of its own.
+which these homes name as their trusted proxy, so each header value is a client of
+its own. Without that setting the header is nobody's to believe.
 """
 
 import json
@@ -24,10 +25,10 @@ def site(home):
     tokens = {name: rt.add_reviewer(name)["token"] for name in ("alice", "bob")}
     servers = []
 
-    def serve(*args, toml=""):
-        if toml:
+    def serve(*args, toml="", trusted='trusted_proxies = "127.0.0.1"\n'):
+        if not servers:  # the home's [serve] table, written once
             with open(home / "signoff.toml", "a", encoding="utf-8") as f:
-                f.write("\n[serve]\n" + toml)
+                f.write("\n[serve]\n" + trusted + toml)
         servers.append(Server(home, *args))
         return servers[-1]
     yield rt, tokens, serve
@@ -94,6 +95,19 @@ def test_failed_api_tokens_from_one_client_are_throttled_as_failed_logins_are(si
     assert log_in(server, "alice", tokens["alice"], "10.0.3.1").status_code == 429
     assert call(tokens["alice"], "10.0.3.2").status_code == 200  # another client
     assert logins_total(server) == {"ok": 0, "failed": 5, "throttled": 2}
+
+
+def test_x_forwarded_for_is_not_believed_unless_its_sender_is_a_trusted_proxy(site):
+    rt, tokens, serve = site
+    server = serve(trusted="")
+
+    def call(token, client):
+        return httpx.get(server.url + "/api/v1/tasks", verify=LOCAL_TLS, timeout=30, headers={
+            "x-forwarded-for": client, "authorization": f"Bearer {token}"})
+    # A new made-up address for each wrong token: all of them are one client, 127.0.0.1.
+    assert [call("sor_wrong", f"10.0.4.{n}").status_code for n in range(5)] == [401] * 5
+    assert call("sor_wrong", "10.0.4.99").status_code == 429
+    assert call(tokens["alice"], "10.0.5.1").status_code == 429
 
 
 def test_the_throttle_lifts_when_its_window_has_passed(site):
