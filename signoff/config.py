@@ -429,12 +429,13 @@ def _accepted(factory):
 #     [serve]
 #     secure_cookies = false        # true behind an HTTPS reverse proxy
 #     trusted_proxies = "127.0.0.1" # whose X-Forwarded-* headers uvicorn believes (default: none)
-#     login_failures = 5            # failed logins per client address or reviewer ...
+#     login_failures = 5            # failed logins per client address and name ...
+#     login_client_failures = 20    # ... or failed logins and tokens per client address ...
 #     login_window_s = 60.0         # ... within this many seconds, then 429 until it passes
 #     public_url = "https://signoff.example"  # where an MCP Events server reaches serve
 
 SERVE_DEFAULTS = {"secure_cookies": False, "trusted_proxies": "", "login_failures": 5,
-            "login_window_s": 60.0, "public_url": None}
+            "login_client_failures": 20, "login_window_s": 60.0, "public_url": None}
 
 
 def read_table(home, name):
@@ -461,9 +462,10 @@ def serve_settings(home):
         raise ConfigError("bad_config", "serve.secure_cookies must be a boolean and "
                           "serve.trusted_proxies a string")
     _check_proxies(out["trusted_proxies"])
-    failures, window = out["login_failures"], out["login_window_s"]
-    if type(failures) is not int or not 1 <= failures <= 1000:
-        raise ConfigError("bad_config", "serve.login_failures must be an integer from 1 to 1000")
+    for name in ("login_failures", "login_client_failures"):
+        if type(out[name]) is not int or not 1 <= out[name] <= 1000:
+            raise ConfigError("bad_config", f"serve.{name} must be an integer from 1 to 1000")
+    window = out["login_window_s"]
     if type(window) not in (int, float) or not 0 < window <= 86400:
         raise ConfigError("bad_config", "serve.login_window_s must be a number of seconds "
                           "above 0, at most 86400")

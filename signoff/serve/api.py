@@ -8,9 +8,8 @@ read-only reviewer's write (``read_only``) or another monitor's task
 (``not_allowed``), 404 for an unknown task, 409 for a stale digest and the
 other refusals of the life cycle, 400 for a body that is not one JSON object of
 the fields named (a key named twice included). A client address whose tokens
-failed as often as failed logins are allowed is answered 429 ``throttled``,
-with ``Retry-After``, until they age out: the login throttle (``logins.py``)
-counts both. State is reached only through the ``Signoff`` methods, in the
+and logins failed ``[serve] login_client_failures`` times is answered 429
+``throttled``, with ``Retry-After``, until they age out (``logins.py``). State is reached only through the ``Signoff`` methods, in the
 thread pool.
 """
 
@@ -84,7 +83,7 @@ class Api:
         """``(viewer, None)`` for a valid bearer token, else ``(None, refusal)``;
         a client address with too many failed tokens is not even checked."""
         client = request.client.host if request.client else "-"
-        wait_s = self.logins.wait_s(None, client)
+        wait_s = self.logins.wait_s(client)
         if wait_s:
             answer = refusal("throttled", f"too many failed tokens: try again in {wait_s} s")
             answer.headers["retry-after"] = str(wait_s)
@@ -94,7 +93,7 @@ class Api:
         if scheme.lower() == "bearer" and token.strip():
             viewer = await run_in_threadpool(self.rt.reviewer_for_token, token.strip())
         if viewer is None:
-            self.logins.failed(None, client)
+            self.logins.failed(client)
             return None, refusal("unauthorized", "send Authorization: Bearer <reviewer token>")
         return viewer, None
 

@@ -95,10 +95,12 @@ class Pages:
         """A template rendered with the common context."""
         return TEMPLATES.TemplateResponse(request, name, context, status_code=status_code)
 
-    def _login_form(self, request, back, status_code=200, failed=False, wait_s=0):
+    def _login_form(self, request, back, status_code=200, failed=False, wait_s=0, value=None):
         # Before a session exists, CSRF is a double-submit: a random value in
         # a strict cookie and in the form, which another site can set neither of.
-        value = secrets.token_urlsafe(24)
+        # A refused login keeps the value it came with, so its answer depends on
+        # nothing but the request (and never on whether the name is a reviewer's).
+        value = value or secrets.token_urlsafe(24)
         response = self.render(request, "login.html", status_code=status_code, viewer=None,
                                failed=failed, wait_s=wait_s, login_csrf=value, back=back)
         response.set_cookie(LOGIN_COOKIE, value, max_age=LOGIN_FORM_TTL_S, httponly=True,
@@ -114,7 +116,7 @@ class Pages:
     async def login(self, request):
         """``POST /login``: ``name``, ``token``, ``csrf_token`` (and ``next``); sets the session.
 
-        Failed logins are throttled per client address and per reviewer (``logins.py``).
+        Failed logins are throttled per client address and per address and name (``logins.py``).
         """
         try:
             form = await read_form(request, LOGIN_LIMIT)
@@ -128,13 +130,14 @@ class Pages:
                                                           "open the login page again")])
         name = form.get("name") if isinstance(form.get("name"), str) else None
         client = request.client.host if request.client else "-"
-        wait_s = self.logins.wait_s(name, client)
+        wait_s = self.logins.wait_s(client, name)
         if wait_s:
-            return self._login_form(request, back, status_code=429, wait_s=wait_s)
+            return self._login_form(request, back, status_code=429, wait_s=wait_s,
+                                    value=expected)
         session, reviewer = await run_in_threadpool(self.rt.log_in, name, form.get("token"))
         if session is None:
-            self.logins.failed(reviewer, client)
-            return self._login_form(request, back, status_code=401, failed=True)
+            self.logins.failed(client, name, reviewer)
+            return self._login_form(request, back, status_code=401, failed=True, value=expected)
         self.logins.succeeded()
         response = RedirectResponse(back or "/", status_code=303)
         response.set_cookie(COOKIE, session, max_age=SESSION_TTL_S, httponly=True,

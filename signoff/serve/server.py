@@ -50,7 +50,8 @@ def run(home=None, host="127.0.0.1", port=8080, secure_cookies=None, access_log=
     rt = Signoff(home)
     settings = serve_settings(rt.home)
     secure = settings["secure_cookies"] if secure_cookies is None else secure_cookies
-    logins = Logins(settings["login_failures"], float(settings["login_window_s"]))
+    logins = Logins(settings["login_failures"], float(settings["login_window_s"]),
+                    settings["login_client_failures"])
     app = build_app(rt, secure_cookies=secure, logins=logins)
     sock = bind_socket(host, port)
     actual = sock.getsockname()[1]
