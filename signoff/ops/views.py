@@ -184,9 +184,11 @@ def dead_letters(limit=None, newest_first=False, monitors=None):
     return rows("dead_letters", None, limit, newest_first, where)
 
 
-def delivery_detail(delivery_id):
-    """One delivery as ``events`` shows it, with its event's fields and attempt history."""
-    d = Delivery.get_or_none(Delivery.id == delivery_id)
+def delivery_detail(delivery_id, monitors=None):
+    """One delivery as ``events`` shows it, with its event's fields and attempt history;
+    ``monitors`` (a limited reviewer's): another monitor's delivery is unknown."""
+    d = Delivery.get_or_none(Delivery.id == delivery_id, *(
+        () if monitors is None else (Delivery.monitor.in_(sorted(monitors)),)))
     if d is None:
         raise Refused("unknown_delivery", f"no delivery {delivery_id}")
     return dict(delivery_row(d.__data__), name=d.name, document=d.document,
@@ -214,13 +216,14 @@ def describe(t):
     return t.status
 
 
-def task_detail(key):
+def task_detail(key, monitors=None):
     """Everything about one task, with its attempt history as a timeline.
 
     ``key`` may be a unique prefix. ``draft_changes`` is a unified diff of the
     last earlier draft against the current one (null when there is none).
+    ``monitors`` (a limited reviewer's): another monitor's task is unknown.
     """
-    t = get_task(key)
+    t = get_task(key, monitors)
     key = t.key
     history = _history("task", key)
     events = [{"at": a.at, "code": a.code, "event_id": a.event_id, "actor": a.actor,

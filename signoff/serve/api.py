@@ -4,8 +4,8 @@ Every request carries ``Authorization: Bearer <reviewer token>`` (the token
 ``signoff reviewer add`` printed); there is no cookie, so no CSRF. Answers and
 error codes are the CLI's ``--json`` ones (``{"error": CODE, "message"}`` for a
 refusal); statuses are the pages': 401 without a valid token, 403 for a
-read-only reviewer's write (``read_only``) or another monitor's task
-(``not_allowed``), 404 for an unknown task, 409 for a stale digest and the
+read-only reviewer's write (``read_only``), 404 for an unknown task (and for
+another monitor's task, to a reviewer limited to others), 409 for a stale digest and the
 other refusals of the life cycle, 400 for a body that is not one JSON object of
 the fields named (a key named twice included). A client address whose tokens
 and logins failed ``[serve] login_client_failures`` times is answered 429
@@ -22,7 +22,7 @@ from starlette.routing import Route
 from ..errors import Refused
 from ..rules.events import broken_json_reason, decode_json
 from .bodies import API_LIMIT, read_body
-from .pages import STATUSES, allowed
+from .pages import STATUSES
 
 PREFIX = "/api/v1"
 DEFAULT_LIMIT, MAX_LIMIT = 50, 1000
@@ -109,9 +109,7 @@ class Api:
         status = q.get("status") or None
         if status is not None and status not in STATUSES:
             raise Refused("invalid_body", f"status: one of {', '.join(STATUSES)}")
-        monitor = q.get("monitor") or None
-        if monitor is not None:
-            allowed(viewer, monitor)
+        monitor = q.get("monitor") or None  # another's lists nothing, as one with no tasks
         limit = _number(q, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
         offset = _number(q, "offset", 0, 0, 2 ** 62)
         rows, more = self.rt.task_page(status, monitor, q.get("parked") == "1", viewer.monitors,
@@ -120,9 +118,7 @@ class Api:
 
     def show_task(self, request, viewer, body):
         """``GET /api/v1/tasks/{key}``: the task as ``tasks show --json``."""
-        task = self.rt.task(request.path_params["key"])
-        allowed(viewer, task["monitor"])
-        return task
+        return self.rt.task(request.path_params["key"], viewer.monitors)
 
     # -- deciding ----------------------------------------------------------------
 
@@ -150,10 +146,9 @@ class Api:
         return self.rt.cancel_task(key, by=viewer.name, channel="api")
 
     def _allowed_key(self, request, viewer):
-        """The task's full key, once this reviewer may act on its monitor."""
-        task = self.rt.task(request.path_params["key"])
-        allowed(viewer, task["monitor"])
-        return task["key"]
+        """The task's full key, among the tasks this reviewer may see (else
+        ``unknown_task``, as for a task that does not exist)."""
+        return self.rt.task_key(request.path_params["key"], viewer.monitors)
 
 
 def _number(query, name, default, low, high):

@@ -4,9 +4,9 @@ Every page needs a session (else a redirect to ``/login``; a POST answers
 401); every POST carries the session's CSRF token (form field ``csrf_token``
 or header ``X-CSRF-Token``; wrong → 403); read-only reviewers get no action
 buttons and their POSTs answer 403; a reviewer limited to some monitors
-neither lists nor opens nor acts on other monitors' tasks (403
-``not_allowed``). GET never changes state. Database and host
-work runs in the thread pool, off the event loop.
+neither lists nor opens nor acts on other monitors' tasks, deliveries or
+monitors: they answer 404 as ones that do not exist. GET never changes state.
+Database and host work runs in the thread pool, off the event loop.
 """
 
 import hmac
@@ -207,8 +207,7 @@ class Pages:
         return self.render(request, "task.html", viewer=viewer, **view)
 
     def _task_view(self, key, viewer):
-        t = self.rt.task(key)
-        allowed(viewer, t["monitor"])
+        t = self.rt.task(key, viewer.monitors)
         current, problem = None, None
         try:
             current = self.rt.host().get(t["record_id"])
@@ -240,8 +239,8 @@ class Pages:
         if viewer is None:
             return to_login(request)
         try:
-            d = await run_in_threadpool(self.rt.delivery, request.path_params["delivery"])
-            allowed(viewer, d["monitor"])
+            d = await run_in_threadpool(self.rt.delivery, request.path_params["delivery"],
+                                        viewer.monitors)
         except Refused as exc:
             return self._refused(request, viewer, exc)
         return self.render(request, "delivery.html", viewer=viewer, d=d,
@@ -295,8 +294,8 @@ class Pages:
         if isinstance(edit, str):
             edit = edit.replace("\r\n", "\n")  # browsers send a textarea's lines with CRLF
         ack = form.get("ack_hidden_characters") in ("1", "on", "true")
-        return await self._act(request, viewer, key, lambda: self.rt.approve(
-            key, digest, by=viewer.name, channel="page", edit=edit, ack_hidden_characters=ack))
+        return await self._act(request, viewer, key, lambda full: self.rt.approve(
+            full, digest, by=viewer.name, channel="page", edit=edit, ack_hidden_characters=ack))
 
     async def reject(self, request):
         """``POST /tasks/{key}/reject`` with the ``digest`` shown on the page."""
@@ -306,10 +305,10 @@ class Pages:
         key, digest = request.path_params["key"], form.get("digest") or ""
         reason = form.get("reason") or None  # an empty field: no reason given
 
-        def reject():
-            if self.rt.task(key)["digest"] != digest:
+        def reject(full):
+            if self.rt.task(full)["digest"] != digest:
                 raise Refused("digest_mismatch", "the digest does not match the task's result")
-            return self.rt.reject(key, reason=reason, by=viewer.name, channel="page")
+            return self.rt.reject(full, reason=reason, by=viewer.name, channel="page")
         return await self._act(request, viewer, key, reject)
 
     async def retry(self, request):
@@ -319,7 +318,7 @@ class Pages:
             return refusal
         key = request.path_params["key"]
         return await self._act(request, viewer, key,
-                               lambda: self.rt.retry(key, by=viewer.name, channel="page"))
+                               lambda full: self.rt.retry(full, by=viewer.name, channel="page"))
 
     async def replay(self, request):
         """``POST /dead-letters/{id}/replay``."""
@@ -349,7 +348,7 @@ class Pages:
         monitor = request.path_params["monitor"]
 
         def checked():
-            allowed(viewer, monitor)
+            viewer.check_monitor(monitor)
             return action(monitor, by=viewer.name, channel="page")
         try:
             await run_in_threadpool(checked)
@@ -375,12 +374,12 @@ class Pages:
 
     def _approve_allowed(self, items, viewer):
         """``approve_many`` of the items whose task this reviewer may act on; the
-        others refused ``not_allowed``."""
-        refused = {}
+        others refused ``unknown_task``, as tasks that do not exist."""
+        refused, items = {}, list(items)
         if viewer.monitors is not None:
-            for i, (key, _) in enumerate(items):
+            for i, (key, digest) in enumerate(items):
                 try:
-                    allowed(viewer, self.rt.task(key)["monitor"])
+                    items[i] = (self.rt.task_key(key, viewer.monitors), digest)
                 except Refused as exc:
                     refused[i] = exc
         kept = [item for i, item in enumerate(items) if i not in refused]
@@ -388,14 +387,17 @@ class Pages:
         return [refused[i] if i in refused else next(answers) for i in range(len(items))]
 
     async def _act(self, request, viewer, key, action):
+        """``action(full key)`` on a task this reviewer may see (else ``unknown_task``),
+        then back to its page."""
         def checked():
-            allowed(viewer, self.rt.task(key)["monitor"])
-            return action()
+            full = self.rt.task_key(key, viewer.monitors)
+            action(full)
+            return full
         try:
-            await run_in_threadpool(checked)
+            full = await run_in_threadpool(checked)
         except Refused as exc:
             return self._refused(request, viewer, exc, key)
-        return RedirectResponse(f"/tasks/{key}", status_code=303)
+        return RedirectResponse(f"/tasks/{full}", status_code=303)
 
     def _refused(self, request, viewer, exc, key=""):
         return self.render(request, "outcome.html", status_code=REFUSAL_STATUS.get(exc.code, 409),
@@ -432,10 +434,3 @@ def to_login(request):
     if here == "/" or return_path(here) is None:
         return RedirectResponse("/login", status_code=303)
     return RedirectResponse("/login?" + urlencode({"next": here}), status_code=303)
-
-
-def allowed(viewer, monitor):
-    """Refuse (``not_allowed``) a reviewer limited to other monitors than ``monitor``."""
-    if not viewer.may_see(monitor):
-        raise Refused("not_allowed", f"reviewer {viewer.name!r} may not see the tasks of "
-                      f"monitor {monitor!r}")

@@ -1,8 +1,8 @@
 """The JSON API of a real ``signoff serve`` (``/api/v1``), over HTTP with bearer tokens.
 
-Tokens (401), read-only and monitor-limited reviewers (403, on the API and on
-the pages), stale digests (409), bad bodies (400), and an approval that is
-submitted exactly once.
+Tokens (401), read-only reviewers (403) and monitor-limited ones (404 for what
+they may not see, on the API and on the pages), stale digests (409), bad bodies
+(400), and an approval that is submitted exactly once.
 """
 
 import httpx
@@ -74,21 +74,35 @@ def test_no_token_or_a_wrong_one_is_401_and_changes_nothing(site):
     assert snapshot(rt) == before
 
 
-def test_a_reviewer_outside_the_monitor_is_403_and_sees_only_its_monitors(site):
+def unknown_twin(key):
+    """A key no task has, differing from ``key`` in its last character."""
+    return key[:-1] + ("0" if key[-1] != "0" else "1")
+
+
+def test_a_reviewer_outside_the_monitor_gets_what_a_task_that_does_not_exist_gets(site):
     rt, server, tokens, client = site
     olga = client("olga")
     mine, theirs = task_of(rt, "other", "comment-3"), task_of(rt, "default")
     listed = olga.get("/tasks").json()
     assert [t["key"] for t in listed["tasks"]] == [mine["key"]] and listed["more"] == 0
     assert olga.get("/tasks", params={"status": "ready"}).json()["tasks"][0]["key"] == mine["key"]
-    r = olga.get("/tasks", params={"monitor": "default"})
-    assert (r.status_code, r.json()["error"]) == (403, "not_allowed")
+    # Another monitor lists as a monitor with no tasks does.
+    assert olga.get("/tasks", params={"monitor": "default"}).json() == olga.get(
+        "/tasks", params={"monitor": "nothing"}).json() == {
+        "tasks": [], "more": 0, "limit": 50, "offset": 0}
     before = snapshot(rt)
-    assert olga.get(f"/tasks/{theirs['key']}").status_code == 403
+    key, none = theirs["key"], unknown_twin(theirs["key"])
+    for shown in (key, key[:12]):  # a full key and a prefix
+        r, unknown = olga.get(f"/tasks/{shown}"), olga.get(f"/tasks/{none[:len(shown)]}")
+        assert (r.status_code, r.json()["error"]) == (404, "unknown_task")
+        assert r.json()["message"].replace(shown, "K") == unknown.json()["message"].replace(
+            none[:len(shown)], "K")
     for action, body in (("approve", {"digest": theirs["digest"]}), ("reject", {"reason": "no"}),
                          ("cancel", {})):
-        r = olga.post(f"/tasks/{theirs['key']}/{action}", json=body)
-        assert (r.status_code, r.json()["error"]) == (403, "not_allowed"), action
+        r = olga.post(f"/tasks/{key}/{action}", json=body)
+        unknown = olga.post(f"/tasks/{none}/{action}", json=body)
+        assert (r.status_code, r.json()["error"]) == (404, "unknown_task"), action
+        assert r.text.replace(key, "K") == unknown.text.replace(none, "K")
     assert snapshot(rt) == before
     # Its own monitor's task it may decide.
     r = olga.post(f"/tasks/{mine['key']}/reject", json={"reason": "not needed"})
@@ -194,21 +208,30 @@ def test_a_limited_reviewer_on_the_pages(site):
         index = c.get("/", params={"status": "all"}).text
         assert mine["key"] in index and theirs["key"] not in index
         assert c.get(f"/tasks/{mine['key']}").status_code == 200
-        r = c.get(f"/tasks/{theirs['key']}")
-        assert r.status_code == 403 and "not_allowed" in r.text
+        key, none = theirs["key"], unknown_twin(theirs["key"])
+        r, unknown = c.get(f"/tasks/{key}"), c.get(f"/tasks/{none}")
+        assert r.status_code == 404 and "unknown_task" in r.text
+        assert r.text.replace(key, "K") == unknown.text.replace(none, "K")
         token = csrf(c.get(f"/tasks/{mine['key']}").text)
         before = snapshot(rt)
-        r = c.post(f"/tasks/{theirs['key']}/approve",
-                   data={"digest": theirs["digest"], "csrf_token": token})
-        assert r.status_code == 403 and "not_allowed" in r.text
-        r = c.post("/approve", data={"task": [f"{theirs['key']}:{theirs['digest']}",
+        for action in ("approve", "reject", "retry"):
+            r = c.post(f"/tasks/{key}/{action}", data={"digest": theirs["digest"],
+                                                       "csrf_token": token})
+            unknown = c.post(f"/tasks/{none}/{action}", data={"digest": theirs["digest"],
+                                                              "csrf_token": token})
+            assert r.status_code == 404 and "unknown_task" in r.text, action
+            assert r.text.replace(key, "K") == unknown.text.replace(none, "K")
+        r = c.post("/approve", data={"task": [f"{key}:{theirs['digest']}",
                                               f"{mine['key']}:{mine['digest']}"],
                                      "csrf_token": token})
-        assert r.status_code == 409 and "not_allowed" in r.text
+        assert r.status_code == 409 and "unknown_task" in r.text
         assert snapshot(rt)[1] == [(k, "approved" if k == mine["key"] else s)
                                    for k, s in before[1]]
         delivery = next(e["delivery"] for e in rt.events() if e["monitor"] == "default")
-        assert c.get(f"/deliveries/{delivery}").status_code == 403
+        r, unknown = c.get(f"/deliveries/{delivery}"), c.get("/deliveries/999999")
+        assert r.status_code == 404 and "unknown_delivery" in r.text
+        assert r.text.replace(f"delivery {delivery}", "D") == unknown.text.replace(
+            "delivery 999999", "D")
         rt.pause("other", by="ops")
         monitors = c.get("/monitors").text
         assert "paused" in monitors and "/?status=all&amp;monitor=other" in monitors
