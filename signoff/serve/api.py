@@ -23,12 +23,10 @@ from ..errors import Refused
 from ..rules.events import broken_json_reason, decode_json
 from .bodies import API_LIMIT, read_body
 from .pages import STATUSES
+from .refusals import status_of
 
 PREFIX = "/api/v1"
 DEFAULT_LIMIT, MAX_LIMIT = 50, 1000
-STATUS_OF = {"unknown_task": 404, "ambiguous_key": 400, "not_allowed": 403, "read_only": 403,
-             "unauthorized": 401, "invalid_body": 400, "too_large": 413,
-             "host_unavailable": 503, "invalid_name": 400, "throttled": 429}
 # Fields each action's body may hold, and their types; the rest is refused.
 APPROVE_FIELDS = {"digest": str, "edit": str, "ack_hidden_characters": bool}
 REJECT_FIELDS = {"reason": str}
@@ -37,7 +35,7 @@ REJECT_FIELDS = {"reason": str}
 def refusal(code, message):
     """A refusal answered as the CLI's ``--json`` prints it, with the pages' status."""
     return JSONResponse({"error": code, "message": message},
-                        status_code=STATUS_OF.get(code, 409),
+                        status_code=status_of(code),
                         headers={"www-authenticate": "Bearer"} if code == "unauthorized" else None)
 
 
@@ -100,15 +98,18 @@ class Api:
     # -- reading ---------------------------------------------------------------
 
     def list_tasks(self, request, viewer, body):
-        """``GET /api/v1/tasks``: ``status``, ``monitor``, ``parked=1``, ``limit``, ``offset``.
+        """``GET /api/v1/tasks``: ``status`` (or ``all``), ``monitor``, ``parked=1``,
+        ``limit``, ``offset``.
 
         Newest first, as the listings; the rows after this page are counted in
         the answer's ``more`` (as the CLI's "N more" note).
         """
         q = request.query_params
         status = q.get("status") or None
+        if status == "all":  # as on the pages
+            status = None
         if status is not None and status not in STATUSES:
-            raise Refused("invalid_body", f"status: one of {', '.join(STATUSES)}")
+            raise Refused("invalid_body", f"status: one of {', '.join(STATUSES)} or all")
         monitor = q.get("monitor") or None  # another's lists nothing, as one with no tasks
         limit = _number(q, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
         offset = _number(q, "offset", 0, 0, 2 ** 62)

@@ -23,9 +23,8 @@ from ..rules.events import check_label, parse_line
 from ..ops import secrets
 from ..ops.webhooks import REUSED, Accept, Refusal, body_digest
 from .bodies import HOOK_LIMIT, read_body
+from .refusals import status_of
 
-STATUS = {"too_large": 413, "invalid_event": 400, "bad_signature": 401,
-          "unsupported_media_type": 415, "subscription_ended": 410, "subscription_pending": 503}
 # What a monitor without secrets (or one that does not exist) is checked
 # against: a secret nobody has, so its refusal costs what a wrong signature's does.
 _NOBODYS = [secrets.generate()]
@@ -57,7 +56,7 @@ async def refuse(commits, monitor_id, code, reason=None, answer=None, via=None):
     body = {"error": answer or code}
     if reason is not None:
         body["reason"] = reason
-    return JSONResponse(body, status_code=STATUS[answer or code])
+    return JSONResponse(body, status_code=status_of(answer or code))
 
 
 async def store_event(rt, commits, monitor_id, webhook_id, body, parse, via=None, span=None):

@@ -22,6 +22,7 @@ from ..errors import Blocked, Refused
 from ..ops.reviewers import SESSION_TTL_S
 from ..rules.text import visible
 from .bodies import FORM_LIMIT, LOGIN_LIMIT, read_form
+from .refusals import CONFLICT, status_of
 
 COOKIE = "signoff_session"
 LOGIN_COOKIE = "signoff_login"
@@ -39,11 +40,6 @@ HEADINGS = {"ready": "Waiting for approval", "approved": "Approved", "uncertain"
             "expired": "Expired: not approved in time", "cancelled": "Cancelled", "dead": "Given up"}
 STATUSES = ("ready", "approved", "uncertain", "done", "rejected", "blocked", "expired",
             "cancelled", "dead")
-REFUSAL_STATUS = {"unknown_task": 404, "unknown_dead_letter": 404, "unknown_delivery": 404,
-                  "unknown_monitor": 404,
-                  "host_unavailable": 503, "not_allowed": 403, "read_only": 403,
-                  "invalid_reason": 400, "invalid_edit": 400, "hidden_characters": 400,
-                  "too_large": 413, "invalid_body": 400}
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 STYLE = (Path(__file__).parent / "templates" / "style.css").read_text(encoding="utf-8")
 
@@ -125,9 +121,8 @@ class Pages:
         back = return_path(form.get("next"))
         expected, given = request.cookies.get(LOGIN_COOKIE) or "", form.get("csrf_token") or ""
         if not expected or not hmac.compare_digest(expected.encode(), str(given).encode()):
-            return self.render(request, "outcome.html", status_code=403, viewer=None,
-                               title="Refused", results=[("", "bad_csrf_token",
-                                                          "open the login page again")])
+            return self._refused(request, None, Refused("bad_csrf_token",
+                                                        "open the login page again"))
         name = form.get("name") if isinstance(form.get("name"), str) else None
         client = request.client.host if request.client else "-"
         wait_s = self.logins.wait_s(client, name)
@@ -166,13 +161,11 @@ class Pages:
             return None, None, self._refused(request, viewer, exc)
         given = request.headers.get("x-csrf-token") or form.get("csrf_token")
         if not viewer.csrf_ok(given):
-            return None, None, self.render(request, "outcome.html", status_code=403, viewer=viewer,
-                                     title="Refused", results=[("", "bad_csrf_token",
-                                                                "the form's CSRF token is missing or wrong")])
+            return None, None, self._refused(request, viewer, Refused(
+                "bad_csrf_token", "the form's CSRF token is missing or wrong"))
         if write and viewer.read_only:
-            return None, None, self.render(request, "outcome.html", status_code=403, viewer=viewer,
-                                     title="Refused", results=[("", "read_only",
-                                                                "a read-only reviewer cannot change anything")])
+            return None, None, self._refused(request, viewer, Refused(
+                "read_only", "a read-only reviewer cannot change anything"))
         return viewer, form, None
 
     # -- pages ---------------------------------------------------------------
@@ -369,7 +362,8 @@ class Pages:
         results = [(key, o.code, o.message) if isinstance(o, Refused) else (key, o["status"], "")
                    for (key, _), o in zip(items, outcomes)]
         failed = any(isinstance(o, Refused) for o in outcomes)
-        return self.render(request, "outcome.html", status_code=409 if failed else 200,
+        # Each item answers for itself on the page; one refused makes the batch a conflict.
+        return self.render(request, "outcome.html", status_code=CONFLICT if failed else 200,
                            viewer=viewer, title="Bulk approval", results=results)
 
     def _approve_allowed(self, items, viewer):
@@ -400,7 +394,7 @@ class Pages:
         return RedirectResponse(f"/tasks/{full}", status_code=303)
 
     def _refused(self, request, viewer, exc, key=""):
-        return self.render(request, "outcome.html", status_code=REFUSAL_STATUS.get(exc.code, 409),
+        return self.render(request, "outcome.html", status_code=status_of(exc.code),
                            viewer=viewer, title="Refused", results=[(key, exc.code, exc.message)])
 
 

@@ -236,3 +236,55 @@ def test_a_limited_reviewer_on_the_pages(site):
         monitors = c.get("/monitors").text
         assert "paused" in monitors and "/?status=all&amp;monitor=other" in monitors
         assert "monitor=default" not in monitors
+
+
+def test_the_api_and_the_pages_answer_each_refusal_with_the_same_status(site):
+    rt, server, tokens, client = site
+    rt.host().put_material("doc-demo", "2026-11-01\u202e")  # the next draft holds a bidi control
+    rt.host().put_record("comment-4", document="doc-demo", text="comment 4")
+    rt.enqueue_events([event(4)])
+    rt.run_until_idle()
+    hidden, plain = task_of(rt, "default", "comment-4"), task_of(rt, "default")
+    api, rita = client("alice"), client("rita")
+    none = "0" * 64
+    # (path, JSON body, form fields, code): one refusal each, sent both ways.
+    cases = [(f"{hidden['key']}/approve", {"digest": hidden["digest"]},
+              {"digest": hidden["digest"]}, "hidden_characters"),
+             (f"{plain['key']}/reject", {"reason": "x\u202ey"},
+              {"digest": plain["digest"], "reason": "x\u202ey"}, "invalid_reason"),
+             (f"{plain['key']}/approve", {"digest": none}, {"digest": none}, "digest_mismatch"),
+             (f"{none}/approve", {"digest": none}, {"digest": none}, "unknown_task")]
+    before = snapshot(rt)
+    with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as pages:
+        assert post_login(pages, "alice", tokens["alice"]).status_code == 303
+        token = csrf(pages.get("/").text)
+        for path, body, form, code in cases:
+            by_api = api.post(f"/tasks/{path}", json=body)
+            by_page = pages.post(f"/tasks/{path}", data=dict(form, csrf_token=token))
+            assert by_api.json()["error"] == code and code in by_page.text, (path, code)
+            assert by_api.status_code == by_page.status_code, (code, by_api.status_code,
+                                                               by_page.status_code)
+        too_big = {"content-type": "application/x-www-form-urlencoded", "x-csrf-token": token}
+        by_page = pages.post(f"/tasks/{plain['key']}/reject", content=b"x" * (2 << 20),
+                             headers=too_big)
+        by_api = api.post(f"/tasks/{plain['key']}/reject", content=b"x" * (2 << 20))
+        assert (by_api.status_code, by_page.status_code) == (413, 413)
+    with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as pages:
+        assert post_login(pages, "rita", tokens["rita"]).status_code == 303
+        by_page = pages.post(f"/tasks/{plain['key']}/approve",
+                             data={"digest": plain["digest"], "csrf_token": csrf(pages.get("/").text)})
+    by_api = rita.post(f"/tasks/{plain['key']}/approve", json={"digest": plain["digest"]})
+    assert (by_api.status_code, by_page.status_code) == (403, 403)
+    after = snapshot(rt)  # logins wrote their sessions and audit rows, and nothing else
+    assert after[1] == before[1] and after[0]["Approval"] == before[0]["Approval"] == 0
+
+
+def test_status_all_lists_every_status_on_the_api_as_on_the_pages(site):
+    rt, server, tokens, client = site
+    alice = client("alice")
+    t = task_of(rt, "default")
+    assert alice.post(f"/tasks/{t['key']}/reject", json={}).status_code == 200
+    every = alice.get("/tasks", params={"status": "all"}).json()
+    assert [r["key"] for r in every["tasks"]] == [r["key"] for r in rt.tasks(newest_first=True)]
+    assert {r["status"] for r in every["tasks"]} == {"ready", "rejected"}
+    assert every == alice.get("/tasks").json()
