@@ -147,8 +147,8 @@ def metric_counts(now):
 def review_list(status, monitor=None, parked=False, monitors=None, limit=200):
     """``(rows, counts)`` for the review pages' task list, oldest first: ``status``
     (or ``"all"``), one ``monitor``, only ``parked`` ones, only ``monitors`` (a limited
-    reviewer's); ``counts`` by status. A ready task's row carries its draft and
-    whether it holds hidden characters (bulk approval refuses those)."""
+    reviewer's); ``counts`` by status. A ready task's row carries its draft, whether it
+    holds hidden characters (bulk approval refuses those) and its ``quorum``."""
     query = Task.select(Task.key, Task.monitor, Task.record_id, Task.version, Task.status,
                         Task.code, Task.parked, Task.outcome_unknown, Task.digest,
                         Task.updated_at, Task.created_at, Task.result, Task.needs_answers)
@@ -162,12 +162,31 @@ def review_list(status, monitor=None, parked=False, monitors=None, limit=200):
     if monitors is not None:
         query = query.where(Task.monitor.in_(sorted(monitors)))
         counted = counted.where(Task.monitor.in_(sorted(monitors)))
+    tasks = list(query.order_by(Task.created_at, Task.key).limit(limit))
+    quorum = _quorum([t for t in tasks if t.status == "ready"])
     rows = [{"key": t.key, "monitor": t.monitor, "record_id": t.record_id, "version": t.version,
              "status": t.status, "state": describe(t), "parked": t.parked, "digest": t.digest,
              "may_be_written": t.status == "uncertain" or t.outcome_unknown,
-             "needs_answers": t.needs_answers, "updated_at": t.updated_at, **_ready_draft(t)}
-            for t in query.order_by(Task.created_at, Task.key).limit(limit)]
+             "needs_answers": t.needs_answers, "updated_at": t.updated_at,
+             "quorum": quorum.get(t.key), **_ready_draft(t)}
+            for t in tasks]
     return rows, dict(counted.tuples())
+
+
+def _quorum(ready):
+    """``{key: {"given", "needed"}}`` for ``ready`` tasks: the approvals of each one's
+    current digest (as ``decisions`` counts them) and its monitor's quorum; two reads
+    for the whole list."""
+    if not ready:
+        return {}
+    needed = dict(Monitor.select(Monitor.id, Monitor.approvals)
+                  .where(Monitor.id.in_(sorted({t.monitor for t in ready}))).tuples())
+    given = dict(Approval.select(Approval.task_key, fn.COUNT(Approval.id))
+                 .join(Task, on=(Task.key == Approval.task_key) & (Task.digest == Approval.digest))
+                 .where(Approval.task_key.in_([t.key for t in ready]))
+                 .group_by(Approval.task_key).tuples())
+    return {t.key: {"given": given.get(t.key, 0), "needed": needed.get(t.monitor) or 1}
+            for t in ready}
 
 
 def _ready_draft(task):

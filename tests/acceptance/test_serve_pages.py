@@ -474,3 +474,20 @@ def test_a_reviewer_pauses_and_unpauses_a_monitor_from_the_monitors_page(site):
         assert r.text.replace("default", "M") == none.text.replace("defaulx", "M")
     assert c.post("/monitors/nothing/pause", data={"csrf_token": csrf(page)}).status_code == 404
     assert not any(m["paused"] for m in rt.monitors())
+
+
+def test_the_task_list_shows_how_far_each_quorum_has_come(site):
+    rt, server, tokens, login = site
+    rt.bind("doc-demo", "pair", window_s=3600, approvals=2)
+    rt.enqueue_events([event(1, event_id="evt-pair")], monitor_id="pair")
+    rt.run_until_idle()
+    pair = next(t for t in rt.tasks() if t["monitor"] == "pair")
+    single = next(t for t in rt.tasks() if t["monitor"] == "default")
+    alice = login("alice")
+    listed = alice.get("/").text
+    assert f'id="quorum-{pair["key"][:12]}">0 of 2 approvals<' in listed
+    assert f'id="quorum-{single["key"][:12]}"' not in listed  # one approval: nothing to count
+    r = alice.post(f"/tasks/{pair['key']}/approve",
+                   data={"digest": pair["digest"], "csrf_token": csrf(listed)})
+    assert r.status_code == 303 and rt.task(pair["key"])["status"] == "ready"
+    assert f'id="quorum-{pair["key"][:12]}">1 of 2 approvals<' in alice.get("/").text
