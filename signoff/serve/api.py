@@ -58,6 +58,8 @@ class Api:
                 Route(PREFIX + "/tasks/{key}/reject", self.endpoint(self.reject, write=True),
                       methods=["POST"]),
                 Route(PREFIX + "/tasks/{key}/cancel", self.endpoint(self.cancel, write=True),
+                      methods=["POST"]),
+                Route(PREFIX + "/tasks/{key}/redraft", self.endpoint(self.redraft, write=True),
                       methods=["POST"])]
 
     def endpoint(self, action, write=False):
@@ -145,6 +147,13 @@ class Api:
         _body(body, {})
         key = self._allowed_key(request, viewer)
         return self.rt.cancel_task(key, by=viewer.name, channel="api")
+
+    def redraft(self, request, viewer, body):
+        """``POST …/redraft`` (an empty body or ``{}``): draft the task again from a fresh
+        read, as ``tasks redraft --json`` answers (``key``: the task to review now)."""
+        _body(body, {})
+        key = self._allowed_key(request, viewer)
+        return self.rt.redraft(key, by=viewer.name, channel="api")
 
     def _allowed_key(self, request, viewer):
         """The task's full key, among the tasks this reviewer may see (else

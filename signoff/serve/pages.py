@@ -19,7 +19,9 @@ from starlette.responses import PlainTextResponse, RedirectResponse
 from starlette.templating import Jinja2Templates
 
 from ..errors import Blocked, Refused
+from ..ops.redraft import redraftable
 from ..ops.reviewers import SESSION_TTL_S
+from ..state.lifecycle import TASK_OPEN
 from ..rules.text import visible
 from .bodies import FORM_LIMIT, LOGIN_LIMIT, read_form
 from .refusals import CONFLICT, status_of
@@ -224,7 +226,9 @@ class Pages:
                 "records": records[:LIST_LIMIT], "records_left_out": len(records) - LIST_LIMIT,
                 "draft_whole": fold(draft)["left_out"] == 0,
                 "previous_drafts": (t.get("previous_drafts") or [])[-LIST_LIMIT:],
-                "draft_changes": t.get("draft_changes"), "list_limit": LIST_LIMIT}
+                "draft_changes": t.get("draft_changes"), "list_limit": LIST_LIMIT,
+                "may_cancel": t["status"] in TASK_OPEN,
+                "may_redraft": redraftable(t["status"], t["code"], t["write_possible"])}
 
     async def delivery(self, request):
         """``GET /deliveries/{id}``: one delivery, its attempts, and its task if it made one."""
@@ -313,6 +317,23 @@ class Pages:
         return await self._act(request, viewer, key,
                                lambda full: self.rt.retry(full, by=viewer.name, channel="page"))
 
+    async def cancel(self, request):
+        """``POST /tasks/{key}/cancel``: the life cycle's cancel of one open task."""
+        return await self._task_form(request, self.rt.cancel_task)
+
+    async def redraft(self, request):
+        """``POST /tasks/{key}/redraft``: draft the task again from a fresh read; the page
+        it leads to is the task to review now (a new one for a new record version)."""
+        return await self._task_form(request, self.rt.redraft)
+
+    async def _task_form(self, request, action):
+        """A form whose whole meaning is ``action(key, by=reviewer, channel="page")``."""
+        viewer, _, refusal = await self.form_guard(request)
+        if refusal:
+            return refusal
+        return await self._act(request, viewer, request.path_params["key"],
+                               lambda full: action(full, by=viewer.name, channel="page"))
+
     async def replay(self, request):
         """``POST /dead-letters/{id}/replay``."""
         viewer, _, refusal = await self.form_guard(request)
@@ -382,16 +403,15 @@ class Pages:
 
     async def _act(self, request, viewer, key, action):
         """``action(full key)`` on a task this reviewer may see (else ``unknown_task``),
-        then back to its page."""
+        then to the page of the task its answer names (a redraft may name a new one)."""
         def checked():
             full = self.rt.task_key(key, viewer.monitors)
-            action(full)
-            return full
+            return action(full).get("key") or full
         try:
-            full = await run_in_threadpool(checked)
+            shown = await run_in_threadpool(checked)
         except Refused as exc:
             return self._refused(request, viewer, exc, key)
-        return RedirectResponse(f"/tasks/{full}", status_code=303)
+        return RedirectResponse(f"/tasks/{shown}", status_code=303)
 
     def _refused(self, request, viewer, exc, key=""):
         return self.render(request, "outcome.html", status_code=status_of(exc.code),

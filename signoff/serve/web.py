@@ -103,6 +103,8 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
         Route("/tasks/{key}/approve", pages.approve, methods=["POST"]),
         Route("/tasks/{key}/reject", pages.reject, methods=["POST"]),
         Route("/tasks/{key}/retry", pages.retry, methods=["POST"]),
+        Route("/tasks/{key}/cancel", pages.cancel, methods=["POST"]),
+        Route("/tasks/{key}/redraft", pages.redraft, methods=["POST"]),
         Route("/deliveries/{delivery:int}", pages.delivery, methods=["GET"]),
         Route("/dead-letters", pages.dead_letters, methods=["GET"]),
         Route("/gaps", pages.gaps, methods=["GET"]),

@@ -288,3 +288,21 @@ def test_status_all_lists_every_status_on_the_api_as_on_the_pages(site):
     assert [r["key"] for r in every["tasks"]] == [r["key"] for r in rt.tasks(newest_first=True)]
     assert {r["status"] for r in every["tasks"]} == {"ready", "rejected"}
     assert every == alice.get("/tasks").json()
+
+
+def test_redraft_over_the_api(site):
+    rt, server, tokens, client = site
+    t = task_of(rt, "default")
+    theirs = task_of(rt, "default", "comment-2")
+    rt.host().put_material("doc-demo", "2026-12-24")
+    r = client("rita").post(f"/tasks/{t['key']}/redraft")
+    assert (r.status_code, r.json()["error"]) == (403, "read_only")
+    r = client("olga").post(f"/tasks/{theirs['key']}/redraft")
+    assert (r.status_code, r.json()["error"]) == (404, "unknown_task")
+    assert client("alice").post(f"/tasks/{t['key']}/redraft", json={"x": 1}).status_code == 400
+    assert rt.task(t["key"])["digest"] == t["digest"]
+    r = client("alice").post(f"/tasks/{t['key']}/redraft")
+    assert r.status_code == 200 and r.json()["key"] == t["key"]
+    assert r.json()["digest"] == rt.task(t["key"])["digest"] != t["digest"]
+    row = next(a for a in rt.audit() if a["code"] == "redrafted")
+    assert (row["actor"], row["channel"], row["task_key"]) == ("alice", "api", t["key"])
