@@ -252,7 +252,8 @@ def task_detail(key, monitors=None):
     purged = purged_at(key)
     if purged is not None:  # retention removed the snapshot and the result
         t.record = t.result = None
-    return dict(task_row(t.__data__), state=describe(t) if purged is None else f"purged ({t.status})",
+    state = describe(t) if purged is None else f"purged ({t.status})"
+    detail = dict(task_row(t.__data__), state=state,
                 open_questions=list((t.result or {}).get("open_questions") or []),
                 record=t.record, result=t.result, draft_meta=t.draft_meta,
                 digest=t.digest, approved_digest=t.approved_digest,
@@ -263,6 +264,34 @@ def task_detail(key, monitors=None):
                 draft_changes=draft_changes(previous[-1] if previous else None, t),
                 purged=purged is not None, purged_at=purged, covers=batching.covers(key),
                 history=history, audit=events, **decisions(t))
+    detail["hidden_characters_by_field"] = hidden_by_field(detail)
+    return detail
+
+
+# The fields of a task's detail that a person reads (drafts, edits, the record, reasons,
+# reviewers' names, the monitor id, the drafter's metadata), whose hidden characters
+# ``hidden_by_field`` lists.
+PERSON_READ = ("monitor", "record_id", "record", "result", "draft_meta", "open_questions",
+               "edits", "previous_drafts", "draft_changes", "approvals", "approved_by",
+               "rejected_by", "reject_reason", "audit")
+
+
+def hidden_by_field(detail):
+    """``{field: ["U+XXXX", …]}`` for each ``PERSON_READ`` field of a task's detail: the
+    hidden characters of every string it holds, keys included (``[]`` when none)."""
+    return {name: hidden_characters("".join(_strings(detail.get(name)))) for name in PERSON_READ}
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
 
 
 def decisions(t):

@@ -11,67 +11,30 @@ Database and host work runs in the thread pool, off the event loop.
 
 import hmac
 import secrets
-from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import PlainTextResponse, RedirectResponse
-from starlette.templating import Jinja2Templates
 
 from ..errors import Blocked, Refused
 from ..ops.redraft import redraftable
 from ..ops.reviewers import SESSION_TTL_S
 from ..state.lifecycle import TASK_OPEN
-from ..rules.text import visible
 from .bodies import FORM_LIMIT, LOGIN_LIMIT, read_form
 from .refusals import CONFLICT, status_of
+from .rendering import STYLE, TEMPLATES, excerpt, fold
 
 COOKIE = "signoff_session"
 LOGIN_COOKIE = "signoff_login"
 LOGIN_FORM_TTL_S = 3600
 PAGE_LIMIT = 200
 MAX_PATH = 2000  # the longest path login returns to
-# Long text (a record, a draft): this much is shown, the rest up to TEXT_LIMIT
-# behind a <details>; past that the page says how much it leaves out.
-TEXT_SHOWN = 2000
-TEXT_LIMIT = 100_000
-EXCERPT_LINES, EXCERPT_CHARS = 4, 400  # a draft beside its checkbox in the task list
 LIST_LIMIT = 50  # sources, batch records, earlier drafts shown at most
 HEADINGS = {"ready": "Waiting for approval", "approved": "Approved", "uncertain": "Outcome uncertain",
             "done": "Done: submitted and confirmed", "rejected": "Rejected", "blocked": "Blocked",
             "expired": "Expired: not approved in time", "cancelled": "Cancelled", "dead": "Given up"}
 STATUSES = ("ready", "approved", "uncertain", "done", "rejected", "blocked", "expired",
             "cancelled", "dead")
-TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
-STYLE = (Path(__file__).parent / "templates" / "style.css").read_text(encoding="utf-8")
-
-
-def fold(text):
-    """Long text for a page: ``{head, rest, left_out}``, hidden characters made visible.
-
-    ``head`` is shown, ``rest`` goes behind a ``<details>``, and ``left_out``
-    characters are not on the page at all, so no text makes a page unbounded.
-    """
-    text = visible(text) if isinstance(text, str) else ""
-    return {"head": text[:TEXT_SHOWN], "rest": text[TEXT_SHOWN:TEXT_LIMIT],
-            "left_out": max(0, len(text) - TEXT_LIMIT)}
-
-
-def excerpt(text, lines=EXCERPT_LINES, limit=EXCERPT_CHARS):
-    """The first lines of a draft for a list, hidden characters made visible."""
-    text = visible(text) if isinstance(text, str) else ""
-    head = "\n".join(text.split("\n")[:lines])
-    head = head if len(head) <= limit else head[:limit]
-    return head + ("…" if head != text else "")
-
-
-def clip(value, limit=500):
-    """One line of a page, at most ``limit`` characters."""
-    text = "" if value is None else str(value)
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
-TEMPLATES.env.filters.update(fold=fold, clip=clip)
 
 
 class Pages:

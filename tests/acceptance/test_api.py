@@ -306,3 +306,15 @@ def test_redraft_over_the_api(site):
     assert r.json()["digest"] == rt.task(t["key"])["digest"] != t["digest"]
     row = next(a for a in rt.audit() if a["code"] == "redrafted")
     assert (row["actor"], row["channel"], row["task_key"]) == ("alice", "api", t["key"])
+
+
+def test_each_text_a_person_reads_says_which_hidden_characters_it_holds(site):
+    rt, server, tokens, client = site
+    rt.host().put_record("comment-5", document="doc-demo", text="pay \u202e0$ now")
+    rt.enqueue_events([event(5)])
+    rt.run_until_idle()
+    t = client("alice").get(f"/tasks/{task_of(rt, 'default', 'comment-5')['key']}").json()
+    found = t["hidden_characters_by_field"]
+    assert found["record"] == ["U+202E"]
+    assert found["result"] == found["monitor"] == found["draft_meta"] == []
+    assert t["hidden_characters"] == []  # the draft's own list, as before
