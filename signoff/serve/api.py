@@ -3,14 +3,15 @@
 Every request carries ``Authorization: Bearer <reviewer token>`` (the token
 ``signoff reviewer add`` printed); there is no cookie, so no CSRF. Answers and
 error codes are the CLI's ``--json`` ones (``{"error": CODE, "message"}`` for a
-refusal); statuses are the pages': 401 without a valid token, 403 for a
-read-only reviewer's write (``read_only``), 404 for an unknown task (and for
-another monitor's task, to a reviewer limited to others), 409 for a stale digest and the
-other refusals of the life cycle, 400 for a body that is not one JSON object of
-the fields named (a key named twice included). A client address whose tokens
-and logins failed ``[serve] login_client_failures`` times is answered 429
-``throttled``, with ``Retry-After``, until they age out (``logins.py``). State is reached only through the ``Signoff`` methods, in the
-thread pool.
+refusal), each refusal with the status the pages give it (``refusals.py``): 401
+without a valid token, 403 for a read-only reviewer's write (``read_only``),
+404 for an unknown task (and for another monitor's task, to a reviewer limited
+to others), 400 for a body that is not one JSON object of the fields named (a
+key named twice included), 409 for a stale digest and the other refusals of
+the life cycle. A client address whose tokens and logins failed ``[serve]
+login_client_failures`` times is answered 429 ``throttled``, with
+``Retry-After``, until they age out (``logins.py``). State is reached only
+through the ``Signoff`` methods, in the thread pool.
 """
 
 import inspect
