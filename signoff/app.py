@@ -469,14 +469,22 @@ class Signoff:
         return gaps.summary(monitors=monitors)
 
     @_own_database
-    def delivery(self, delivery_id):
-        """One delivery with its event's fields and attempt history."""
-        return views.delivery_detail(delivery_id)
+    def delivery(self, delivery_id, monitors=None):
+        """One delivery with its event's fields and attempt history (of ``monitors``
+        alone, if given: another's is unknown)."""
+        return views.delivery_detail(delivery_id, monitors)
 
     @_own_database
-    def task(self, key):
-        """One task with its record, result, digests and history."""
-        return views.task_detail(key)
+    def task(self, key, monitors=None):
+        """One task with its record, result, digests and history (of ``monitors`` alone,
+        if given: another's is unknown)."""
+        return views.task_detail(key, monitors)
+
+    @_own_database
+    def task_key(self, key, monitors=None):
+        """The full key of the task ``key`` (or a unique prefix) names, among ``monitors``'
+        tasks alone if given; ``unknown_task`` / ``ambiguous_key``."""
+        return approval.resolve_key(key, monitors)
 
     @_own_database
     def dead_letters(self, **kw):

@@ -2,6 +2,7 @@
 
 import importlib
 import inspect
+import ipaddress
 import json
 import math
 import os
@@ -434,13 +435,14 @@ def _accepted(factory):
 #
 #     [serve]
 #     secure_cookies = false        # true behind an HTTPS reverse proxy
-#     trusted_proxies = "127.0.0.1" # whose X-Forwarded-* headers uvicorn believes
-#     login_failures = 5            # failed logins per client address or reviewer ...
+#     trusted_proxies = "127.0.0.1" # whose X-Forwarded-* headers uvicorn believes (default: none)
+#     login_failures = 5            # failed logins per client address and name ...
+#     login_client_failures = 20    # ... or failed logins and tokens per client address ...
 #     login_window_s = 60.0         # ... within this many seconds, then 429 until it passes
 #     public_url = "https://signoff.example"  # where an MCP Events server reaches serve
 
-SERVE_DEFAULTS = {"secure_cookies": False, "trusted_proxies": "127.0.0.1", "login_failures": 5,
-            "login_window_s": 60.0, "public_url": None}
+SERVE_DEFAULTS = {"secure_cookies": False, "trusted_proxies": "", "login_failures": 5,
+            "login_client_failures": 20, "login_window_s": 60.0, "public_url": None}
 
 
 def read_table(home, name):
@@ -466,9 +468,11 @@ def serve_settings(home):
     if not isinstance(out["secure_cookies"], bool) or not isinstance(out["trusted_proxies"], str):
         raise ConfigError("bad_config", "serve.secure_cookies must be a boolean and "
                           "serve.trusted_proxies a string")
-    failures, window = out["login_failures"], out["login_window_s"]
-    if type(failures) is not int or not 1 <= failures <= 1000:
-        raise ConfigError("bad_config", "serve.login_failures must be an integer from 1 to 1000")
+    _check_proxies(out["trusted_proxies"])
+    for name in ("login_failures", "login_client_failures"):
+        if type(out[name]) is not int or not 1 <= out[name] <= 1000:
+            raise ConfigError("bad_config", f"serve.{name} must be an integer from 1 to 1000")
+    window = out["login_window_s"]
     if type(window) not in (int, float) or not 0 < window <= 86400:
         raise ConfigError("bad_config", "serve.login_window_s must be a number of seconds "
                           "above 0, at most 86400")
@@ -477,6 +481,19 @@ def serve_settings(home):
         raise ConfigError("bad_config", "serve.public_url must be an http(s) URL without a "
                           "query, such as \"https://signoff.example\"")
     return out
+
+
+def _check_proxies(text):
+    """Refuse a ``trusted_proxies`` entry that is not an IP address or network (or ``*``):
+    uvicorn would take it as a literal name no client ever has, and trust nobody silently."""
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            if item != "*":
+                raise ConfigError("bad_config", f"serve.trusted_proxies: {item!r} is not an IP "
+                                  "address or network (comma-separated, e.g. "
+                                  "\"127.0.0.1, 10.0.0.0/8\")") from None
 
 
 def _is_base_url(text):

@@ -32,20 +32,31 @@ HEX = frozenset("0123456789abcdef")
 SHOWN_CANDIDATES = 5
 
 
-def get_task(key):
-    """The task row for ``key`` or a unique key prefix; ``unknown_task`` / ``ambiguous_key``."""
-    task = Task.get_or_none(Task.key == key) if isinstance(key, str) else None
-    return task if task is not None else Task.get_by_id(_by_prefix(key))
+def get_task(key, monitors=None):
+    """The task row for ``key`` or a unique key prefix; ``unknown_task`` / ``ambiguous_key``.
+
+    ``monitors`` (a limited reviewer's): only their tasks are found; another
+    monitor's task is unknown exactly as one that does not exist.
+    """
+    within = _within(monitors)
+    task = Task.get_or_none(Task.key == key, *within) if isinstance(key, str) else None
+    return task if task is not None else Task.get_by_id(_by_prefix(key, within))
 
 
-def resolve_key(key):
-    """The full task key for ``key``: itself, or the one key a prefix of >= 8 hex starts."""
-    if isinstance(key, str) and Task.get_or_none(Task.key == key) is not None:
+def resolve_key(key, monitors=None):
+    """The full task key for ``key``: itself, or the one key a prefix of >= 8 hex starts
+    (among ``monitors``' tasks alone, if given)."""
+    within = _within(monitors)
+    if isinstance(key, str) and Task.select().where(Task.key == key, *within).exists():
         return key
-    return _by_prefix(key)
+    return _by_prefix(key, within)
 
 
-def _by_prefix(key):
+def _within(monitors):
+    return () if monitors is None else (Task.monitor.in_(sorted(monitors)),)
+
+
+def _by_prefix(key, within=()):
     if not isinstance(key, str) or not key:
         raise Refused("unknown_task", "a task key is needed (`signoff tasks list` shows them)")
     prefix = key.lower()
@@ -57,7 +68,7 @@ def _by_prefix(key):
     # Keys are lowercase hex, so every key starting with the prefix sorts
     # between it and the prefix followed by "g": one range on the primary key.
     found = [k for (k,) in Task.select(Task.key).where(
-        Task.key >= prefix, Task.key < prefix + "g").order_by(Task.key)
+        Task.key >= prefix, Task.key < prefix + "g", *within).order_by(Task.key)
         .limit(SHOWN_CANDIDATES + 1).tuples()]
     if not found:
         raise Refused("unknown_task", f"no task key starts with {key!r}")
@@ -235,8 +246,8 @@ def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_char
     quorum starts again with the editor's approval as its first.
     """
     actor = Actor.of(by, channel)
-    if actor.channel == "policy":
-        raise Refused("not_allowed", "a policy approves drafts as drafted; it never edits one")
+    if actor.channel == "policy":  # a programming error: policies approve drafts as drafted
+        raise ValueError("a policy never edits a draft")
     now = rt.clock.now()
     task = get_task(key)
     key = task.key

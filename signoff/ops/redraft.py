@@ -60,10 +60,14 @@ def redraft(rt, key, by=None, channel="cli"):
     return _new_version(task, fresh, now, who)
 
 
+def redraftable(status, code, write_possible):
+    """True for a task (its ``status``, ``code``, ``write_possible``) a redraft may draft again."""
+    return status == "ready" or (status == "blocked" and code in REDRAFTABLE_BLOCKS
+                                 and not write_possible)
+
+
 def _check_redraftable(task):
-    if task.status == "blocked" and task.code in REDRAFTABLE_BLOCKS and not task.write_possible:
-        return
-    if task.status == "ready":
+    if redraftable(task.status, task.code, task.write_possible):
         return
     why = f"{task.status} ({task.code})" if task.code else task.status
     raise Refused("not_redraftable", f"task is {why}; only ready tasks and tasks blocked by "

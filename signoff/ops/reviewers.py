@@ -43,6 +43,13 @@ class Viewer:
         """True when this reviewer may list and act on ``monitor``'s tasks."""
         return self.monitors is None or monitor in self.monitors
 
+    def check_monitor(self, monitor):
+        """Refuse a monitor this reviewer may not see as one that does not exist
+        (``unknown_monitor``, worded as ``monitors.py`` words it): a limited reviewer
+        learns nothing of the others."""
+        if not self.may_see(monitor):
+            raise Refused("unknown_monitor", f"no monitor {monitor!r}")
+
     @property
     def csrf(self):
         """This session's CSRF token (hidden in every form)."""

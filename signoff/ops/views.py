@@ -147,8 +147,8 @@ def metric_counts(now):
 def review_list(status, monitor=None, parked=False, monitors=None, limit=200):
     """``(rows, counts)`` for the review pages' task list, oldest first: ``status``
     (or ``"all"``), one ``monitor``, only ``parked`` ones, only ``monitors`` (a limited
-    reviewer's); ``counts`` by status. A ready task's row carries its draft and
-    whether it holds hidden characters (bulk approval refuses those)."""
+    reviewer's); ``counts`` by status. A ready task's row carries its draft, whether it
+    holds hidden characters (bulk approval refuses those) and its ``quorum``."""
     query = Task.select(Task.key, Task.monitor, Task.record_id, Task.version, Task.status,
                         Task.code, Task.parked, Task.outcome_unknown, Task.digest,
                         Task.updated_at, Task.created_at, Task.result, Task.needs_answers)
@@ -162,12 +162,31 @@ def review_list(status, monitor=None, parked=False, monitors=None, limit=200):
     if monitors is not None:
         query = query.where(Task.monitor.in_(sorted(monitors)))
         counted = counted.where(Task.monitor.in_(sorted(monitors)))
+    tasks = list(query.order_by(Task.created_at, Task.key).limit(limit))
+    quorum = _quorum([t for t in tasks if t.status == "ready"])
     rows = [{"key": t.key, "monitor": t.monitor, "record_id": t.record_id, "version": t.version,
              "status": t.status, "state": describe(t), "parked": t.parked, "digest": t.digest,
              "may_be_written": t.status == "uncertain" or t.outcome_unknown,
-             "needs_answers": t.needs_answers, "updated_at": t.updated_at, **_ready_draft(t)}
-            for t in query.order_by(Task.created_at, Task.key).limit(limit)]
+             "needs_answers": t.needs_answers, "updated_at": t.updated_at,
+             "quorum": quorum.get(t.key), **_ready_draft(t)}
+            for t in tasks]
     return rows, dict(counted.tuples())
+
+
+def _quorum(ready):
+    """``{key: {"given", "needed"}}`` for ``ready`` tasks: the approvals of each one's
+    current digest (as ``decisions`` counts them) and its monitor's quorum; two reads
+    for the whole list."""
+    if not ready:
+        return {}
+    needed = dict(Monitor.select(Monitor.id, Monitor.approvals)
+                  .where(Monitor.id.in_(sorted({t.monitor for t in ready}))).tuples())
+    given = dict(Approval.select(Approval.task_key, fn.COUNT(Approval.id))
+                 .join(Task, on=(Task.key == Approval.task_key) & (Task.digest == Approval.digest))
+                 .where(Approval.task_key.in_([t.key for t in ready]))
+                 .group_by(Approval.task_key).tuples())
+    return {t.key: {"given": given.get(t.key, 0), "needed": needed.get(t.monitor) or 1}
+            for t in ready}
 
 
 def _ready_draft(task):
@@ -184,9 +203,11 @@ def dead_letters(limit=None, newest_first=False, monitors=None):
     return rows("dead_letters", None, limit, newest_first, where)
 
 
-def delivery_detail(delivery_id):
-    """One delivery as ``events`` shows it, with its event's fields and attempt history."""
-    d = Delivery.get_or_none(Delivery.id == delivery_id)
+def delivery_detail(delivery_id, monitors=None):
+    """One delivery as ``events`` shows it, with its event's fields and attempt history;
+    ``monitors`` (a limited reviewer's): another monitor's delivery is unknown."""
+    d = Delivery.get_or_none(Delivery.id == delivery_id, *(
+        () if monitors is None else (Delivery.monitor.in_(sorted(monitors)),)))
     if d is None:
         raise Refused("unknown_delivery", f"no delivery {delivery_id}")
     return dict(delivery_row(d.__data__), name=d.name, document=d.document,
@@ -214,13 +235,14 @@ def describe(t):
     return t.status
 
 
-def task_detail(key):
+def task_detail(key, monitors=None):
     """Everything about one task, with its attempt history as a timeline.
 
     ``key`` may be a unique prefix. ``draft_changes`` is a unified diff of the
     last earlier draft against the current one (null when there is none).
+    ``monitors`` (a limited reviewer's): another monitor's task is unknown.
     """
-    t = get_task(key)
+    t = get_task(key, monitors)
     key = t.key
     history = _history("task", key)
     events = [{"at": a.at, "code": a.code, "event_id": a.event_id, "actor": a.actor,
@@ -230,7 +252,8 @@ def task_detail(key):
     purged = purged_at(key)
     if purged is not None:  # retention removed the snapshot and the result
         t.record = t.result = None
-    return dict(task_row(t.__data__), state=describe(t) if purged is None else f"purged ({t.status})",
+    state = describe(t) if purged is None else f"purged ({t.status})"
+    detail = dict(task_row(t.__data__), state=state,
                 open_questions=list((t.result or {}).get("open_questions") or []),
                 record=t.record, result=t.result, draft_meta=t.draft_meta,
                 digest=t.digest, approved_digest=t.approved_digest,
@@ -241,6 +264,34 @@ def task_detail(key):
                 draft_changes=draft_changes(previous[-1] if previous else None, t),
                 purged=purged is not None, purged_at=purged, covers=batching.covers(key),
                 history=history, audit=events, **decisions(t))
+    detail["hidden_characters_by_field"] = hidden_by_field(detail)
+    return detail
+
+
+# The fields of a task's detail that a person reads (drafts, edits, the record, reasons,
+# reviewers' names, the monitor id, the drafter's metadata), whose hidden characters
+# ``hidden_by_field`` lists.
+PERSON_READ = ("monitor", "record_id", "record", "result", "draft_meta", "open_questions",
+               "edits", "previous_drafts", "draft_changes", "approvals", "approved_by",
+               "rejected_by", "reject_reason", "audit")
+
+
+def hidden_by_field(detail):
+    """``{field: ["U+XXXX", …]}`` for each ``PERSON_READ`` field of a task's detail: the
+    hidden characters of every string it holds, keys included (``[]`` when none)."""
+    return {name: hidden_characters("".join(_strings(detail.get(name)))) for name in PERSON_READ}
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
 
 
 def decisions(t):

@@ -3,15 +3,15 @@
 Every request carries ``Authorization: Bearer <reviewer token>`` (the token
 ``signoff reviewer add`` printed); there is no cookie, so no CSRF. Answers and
 error codes are the CLI's ``--json`` ones (``{"error": CODE, "message"}`` for a
-refusal); statuses are the pages': 401 without a valid token, 403 for a
-read-only reviewer's write (``read_only``) or another monitor's task
-(``not_allowed``), 404 for an unknown task, 409 for a stale digest and the
-other refusals of the life cycle, 400 for a body that is not one JSON object of
-the fields named (a key named twice included). A client address whose tokens
-failed as often as failed logins are allowed is answered 429 ``throttled``,
-with ``Retry-After``, until they age out: the login throttle (``logins.py``)
-counts both. State is reached only through the ``Signoff`` methods, in the
-thread pool.
+refusal), each refusal with the status the pages give it (``refusals.py``): 401
+without a valid token, 403 for a read-only reviewer's write (``read_only``),
+404 for an unknown task (and for another monitor's task, to a reviewer limited
+to others), 400 for a body that is not one JSON object of the fields named (a
+key named twice included), 409 for a stale digest and the other refusals of
+the life cycle. A client address whose tokens and logins failed ``[serve]
+login_client_failures`` times is answered 429 ``throttled``, with
+``Retry-After``, until they age out (``logins.py``). State is reached only
+through the ``Signoff`` methods, in the thread pool.
 """
 
 import inspect
@@ -22,14 +22,12 @@ from starlette.routing import Route
 
 from ..errors import Refused
 from ..rules.events import broken_json_reason, decode_json
-from .pages import STATUSES, allowed
+from .bodies import API_LIMIT, read_body
+from .pages import STATUSES
+from .refusals import status_of
 
 PREFIX = "/api/v1"
-MAX_BODY = 256 * 1024  # an edited draft fits
 DEFAULT_LIMIT, MAX_LIMIT = 50, 1000
-STATUS_OF = {"unknown_task": 404, "ambiguous_key": 400, "not_allowed": 403, "read_only": 403,
-             "unauthorized": 401, "invalid_body": 400, "too_large": 413,
-             "host_unavailable": 503, "invalid_name": 400, "throttled": 429}
 # Fields each action's body may hold, and their types; the rest is refused.
 APPROVE_FIELDS = {"digest": str, "edit": str, "ack_hidden_characters": bool}
 REJECT_FIELDS = {"reason": str}
@@ -38,7 +36,7 @@ REJECT_FIELDS = {"reason": str}
 def refusal(code, message):
     """A refusal answered as the CLI's ``--json`` prints it, with the pages' status."""
     return JSONResponse({"error": code, "message": message},
-                        status_code=STATUS_OF.get(code, 409),
+                        status_code=status_of(code),
                         headers={"www-authenticate": "Bearer"} if code == "unauthorized" else None)
 
 
@@ -63,6 +61,8 @@ class Api:
                 Route(PREFIX + "/tasks/{key}/cancel", self.endpoint(self.cancel, write=True),
                       methods=["POST"]),
                 Route(PREFIX + "/tasks/{key}/retry", self.endpoint(self.retry, write=True),
+                      methods=["POST"]),
+                Route(PREFIX + "/tasks/{key}/redraft", self.endpoint(self.redraft, write=True),
                       methods=["POST"])]
 
     def endpoint(self, action, write=False):
@@ -74,8 +74,8 @@ class Api:
                 return denied
             if write and viewer.read_only:
                 return refusal("read_only", "a read-only reviewer cannot change anything")
-            body = await request.body() if write else b""
             try:
+                body = await read_body(request, API_LIMIT) if write else b""
                 answer = await run_in_threadpool(action, request, viewer, body)
             except Refused as exc:
                 return refusal(exc.code, exc.message)
@@ -86,7 +86,7 @@ class Api:
         """``(viewer, None)`` for a valid bearer token, else ``(None, refusal)``;
         a client address with too many failed tokens is not even checked."""
         client = request.client.host if request.client else "-"
-        wait_s = self.logins.wait_s(None, client)
+        wait_s = self.logins.wait_s(client)
         if wait_s:
             answer = refusal("throttled", f"too many failed tokens: try again in {wait_s} s")
             answer.headers["retry-after"] = str(wait_s)
@@ -96,25 +96,26 @@ class Api:
         if scheme.lower() == "bearer" and token.strip():
             viewer = await run_in_threadpool(self.rt.reviewer_for_token, token.strip())
         if viewer is None:
-            self.logins.failed(None, client)
+            self.logins.failed(client)
             return None, refusal("unauthorized", "send Authorization: Bearer <reviewer token>")
         return viewer, None
 
     # -- reading ---------------------------------------------------------------
 
     def list_tasks(self, request, viewer, body):
-        """``GET /api/v1/tasks``: ``status``, ``monitor``, ``parked=1``, ``limit``, ``offset``.
+        """``GET /api/v1/tasks``: ``status`` (or ``all``), ``monitor``, ``parked=1``,
+        ``limit``, ``offset``.
 
         Newest first, as the listings; the rows after this page are counted in
         the answer's ``more`` (as the CLI's "N more" note).
         """
         q = request.query_params
         status = q.get("status") or None
+        if status == "all":  # as on the pages
+            status = None
         if status is not None and status not in STATUSES:
-            raise Refused("invalid_body", f"status: one of {', '.join(STATUSES)}")
-        monitor = q.get("monitor") or None
-        if monitor is not None:
-            allowed(viewer, monitor)
+            raise Refused("invalid_body", f"status: one of {', '.join(STATUSES)} or all")
+        monitor = q.get("monitor") or None  # another's lists nothing, as one with no tasks
         limit = _number(q, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
         offset = _number(q, "offset", 0, 0, 2 ** 62)
         rows, more = self.rt.task_page(status, monitor, q.get("parked") == "1", viewer.monitors,
@@ -123,9 +124,7 @@ class Api:
 
     def show_task(self, request, viewer, body):
         """``GET /api/v1/tasks/{key}``: the task as ``tasks show --json``."""
-        task = self.rt.task(request.path_params["key"])
-        allowed(viewer, task["monitor"])
-        return task
+        return self.rt.task(request.path_params["key"], viewer.monitors)
 
     # -- deciding ----------------------------------------------------------------
 
@@ -158,11 +157,17 @@ class Api:
         key = self._allowed_key(request, viewer)
         return self.rt.retry(key, by=viewer.name, channel="api")
 
+    def redraft(self, request, viewer, body):
+        """``POST …/redraft`` (an empty body or ``{}``): draft the task again from a fresh
+        read, as ``tasks redraft --json`` answers (``key``: the task to review now)."""
+        _body(body, {})
+        key = self._allowed_key(request, viewer)
+        return self.rt.redraft(key, by=viewer.name, channel="api")
+
     def _allowed_key(self, request, viewer):
-        """The task's full key, once this reviewer may act on its monitor."""
-        task = self.rt.task(request.path_params["key"])
-        allowed(viewer, task["monitor"])
-        return task["key"]
+        """The task's full key, among the tasks this reviewer may see (else
+        ``unknown_task``, as for a task that does not exist)."""
+        return self.rt.task_key(request.path_params["key"], viewer.monitors)
 
 
 def _number(query, name, default, low, high):
@@ -180,8 +185,6 @@ def _body(raw, types, required=()):
     An empty body is an empty object. A key named twice, an unknown field or
     one of the wrong type is refused.
     """
-    if len(raw) > MAX_BODY:
-        raise Refused("too_large", f"the body is over {MAX_BODY} bytes")
     if not raw.strip():
         value = {}
     else:

@@ -5,11 +5,11 @@ signoff subscribed to: it is routed by its subscription, not by the monitor in
 the path, and checked in this order: size (413, at most 256 KiB), UTF-8 (400),
 signature against the secrets of the subscriptions whose callback this is
 (401), a subscription unknown or ended, or whose monitor ended (410: the server
-then drops it), the callback verification (200 with the challenge, only for a
-subscription signoff asked for), a subscription still pending whose monitor
-is not written yet (503: the server tries again later), ``webhook-id``
-already answered (200), the map (400 ``invalid_event``), the durable write
-(202). Once mapped, the event is an ordinary one: hooks.py's group commit,
+then drops it), a ``Content-Type`` other than JSON (415, as for a webhook), the
+callback verification (200 with the challenge, only for a subscription signoff
+asked for), a subscription still pending whose monitor is not written yet (503:
+the server tries again later), ``webhook-id`` already answered (200), the map
+(400 ``invalid_event``), the durable write (202). Once mapped, the event is an ordinary one: hooks.py's group commit,
 answers, dedupe and refusal audit.
 """
 
@@ -20,7 +20,8 @@ from ..ops import secrets
 from ..rules.events import broken_json_reason, check_label, decode_json, validate
 from ..state.lifecycle import SubscriptionStatus as S
 from ..ops.webhooks import Noted
-from .hooks import read_text, refuse, store_event
+from .bodies import EVENTS_LIMIT
+from .hooks import is_json, read_text, refuse, store_event
 
 # What marks a request as one of an MCP Events subscription (hooks.py routes by it
 # before anything needs the mcp extra; signoff.mcp.events reads it the same way).
@@ -33,7 +34,7 @@ async def event_hook(rt, commits, reads, request, monitor_id):
     from ..mcp import events as wire  # the mcp extra: a subscription implies it
     rows = await reads.submit(("subscriptions", monitor_id))  # read after it arrived, as hooks
     known = monitor_id if rows else None
-    body, text, refused = await read_text(commits, request, known, wire.MAX_DELIVERY_BYTES)
+    body, text, refused = await read_text(commits, request, known, EVENTS_LIMIT)
     if refused is not None:
         return refused
     row = next((r for r in rows if secrets.signed_by_one_of(text, request.headers, [r["secret"]])),
@@ -45,6 +46,8 @@ async def event_hook(rt, commits, reads, request, monitor_id):
     via = (row["id"], named if row["subscription_id"] is None else None)
     if _gone(row, named, rt.clock.now()):
         return await refuse(commits, monitor_id, "subscription_ended", via=via)
+    if not is_json(request.headers.get("content-type")):
+        return await refuse(commits, monitor_id, "unsupported_media_type", via=via)
     if _is_verification(text):
         answer = wire.verification_answer(body, request.headers, [row["secret"]])
         if answer is None:

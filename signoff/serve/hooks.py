@@ -18,38 +18,24 @@ the first answer, and is counted as the refusal ``webhook_id_reused``.
 from starlette.responses import JSONResponse
 
 from .. import tracing
-from ..errors import InvalidEvent
-from ..rules.events import MAX_LINE_BYTES, check_label, parse_line
+from ..errors import InvalidEvent, Refused
+from ..rules.events import check_label, parse_line
 from ..ops import secrets
 from ..ops.webhooks import REUSED, Accept, Refusal, body_digest
+from .bodies import HOOK_LIMIT, read_body
+from .refusals import status_of
 
-MAX_BODY = MAX_LINE_BYTES  # 64 KiB
-STATUS = {"too_large": 413, "invalid_event": 400, "bad_signature": 401,
-          "unsupported_media_type": 415, "subscription_ended": 410, "subscription_pending": 503}
 # What a monitor without secrets (or one that does not exist) is checked
 # against: a secret nobody has, so its refusal costs what a wrong signature's does.
 _NOBODYS = [secrets.generate()]
 
 
-async def read_body(request, limit=MAX_BODY):
-    """The body, or ``None`` as soon as it is known to be over ``limit`` bytes."""
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        return None
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-async def read_text(commits, request, known, limit=MAX_BODY):
+async def read_text(commits, request, known, limit=HOOK_LIMIT):
     """``(body, text, None)``, or ``(None, None, the refusal)`` of a body over ``limit``
     bytes (413) or not UTF-8 (400). ``known``: the monitor the refusal is recorded for."""
-    body = await read_body(request, limit)
-    if body is None:
+    try:
+        body = await read_body(request, limit)
+    except Refused:  # too_large: the one refusal of reading a body
         return None, None, await refuse(commits, known, "too_large")
     try:
         return body, body.decode("utf-8"), None
@@ -70,7 +56,7 @@ async def refuse(commits, monitor_id, code, reason=None, answer=None, via=None):
     body = {"error": answer or code}
     if reason is not None:
         body["reason"] = reason
-    return JSONResponse(body, status_code=STATUS[answer or code])
+    return JSONResponse(body, status_code=status_of(answer or code))
 
 
 async def store_event(rt, commits, monitor_id, webhook_id, body, parse, via=None, span=None):

@@ -1,24 +1,32 @@
-"""Failed logins: held back per client address and per reviewer, counted, logged.
+"""Failed authentication: held back per client address and per (client, name), counted, logged.
 
-After ``failures`` failed logins within ``window_s`` seconds (``[serve]
-login_failures``, 5, and ``login_window_s``, 60) from one client address, or
-for one reviewer's name, further logins from that address or for that name
-answer 429 with ``Retry-After`` until the oldest of those failures is
-``window_s`` old; their token is not even checked. A success resets no count
-(failures age out), so one client's success never frees another's.
+A login that failed counts for its client address and for the pair of that
+address and the name typed; a bearer token of the JSON API that failed counts
+for its address. After ``failures`` failures of one pair within ``window_s``
+seconds (``[serve] login_failures``, 5, and ``login_window_s``, 60), or
+``client_failures`` of one address (``login_client_failures``, 20), further
+attempts of that pair, or from that address, answer 429 with ``Retry-After``
+until the oldest of those failures is ``window_s`` old; their token is not even
+checked. A success resets no count (failures age out), so one client's success
+never frees another's.
+
+No count is kept per name alone: wrong tokens sent from elsewhere never lock a
+reviewer out. And a pair is counted whatever the name, a reviewer's or not, so
+how the throttle answers never tells which names exist. The name is kept only
+as a digest (a token typed into the name field is never held).
 
 The throttle lives in the memory of one ``signoff serve`` process: a throttled
 request costs nothing on the database the workers share, however many arrive.
 Several servers in front of one home each allow their own ``failures``, and a
-restart forgets. Only known reviewers' names are kept (an unknown name is the
-address's business), and at most ``MAX_KEYS`` keys, the least recently failed
-dropped first, so memory stays bounded whatever a client sends.
+restart forgets. At most ``MAX_KEYS`` keys are kept, the least recently failed
+dropped first, so memory stays bounded whatever clients send.
 
 Counts since the process started are ``signoff_logins_total{outcome}`` (ok,
 failed, throttled). Each failed login and each start of a throttle is one
 warning line; a throttled request is counted, not logged.
 """
 
+import hashlib
 import logging
 import math
 import threading
@@ -34,22 +42,24 @@ log = logging.getLogger("signoff.serve.logins")
 
 
 class Logins:
-    """The login throttle and counts of one ``signoff serve`` (thread-safe)."""
+    """The throttle of failed authentication, and the counts, of one ``signoff serve``
+    (thread-safe)."""
 
-    def __init__(self, failures=5, window_s=60.0, clock=time.monotonic):
-        self.failures, self.window_s, self.clock = failures, window_s, clock
+    def __init__(self, failures=5, window_s=60.0, client_failures=20, clock=time.monotonic):
+        self.failures, self.client_failures = failures, client_failures
+        self.window_s, self.clock = window_s, clock
         self.counts = dict.fromkeys(OUTCOMES, 0)
-        self._failed = OrderedDict()  # ("client" | "reviewer", value) -> deque of times
+        self._failed = OrderedDict()  # ("client", address) | ("pair", address, digest) -> times
         self._lock = threading.Lock()
 
-    def wait_s(self, reviewer_name, client):
-        """Seconds before a login for ``reviewer_name`` from ``client`` may be tried (0: now).
+    def wait_s(self, client, name=None):
+        """Seconds before ``client`` may try again, for ``name`` if one is given (0: now).
 
-        A login that must wait is counted as throttled.
+        An attempt that must wait is counted as throttled.
         """
         now = self.clock()
         with self._lock:
-            wait = max(self._wait(key, now) for key in _keys(reviewer_name, client))
+            wait = max(self._wait(key, now) for key in _keys(client, name))
             if wait:
                 self.counts["throttled"] += 1
         return math.ceil(wait)
@@ -59,24 +69,29 @@ class Logins:
         with self._lock:
             self.counts["ok"] += 1
 
-    def failed(self, reviewer, client):
-        """Count and log a failed login; ``reviewer`` is the name only when it is a reviewer's."""
+    def failed(self, client, name=None, reviewer=None):
+        """Count and log a failure of ``client`` (for ``name``, as typed, if any);
+        ``reviewer`` is the name for the log line, given only when it is a reviewer's."""
         now = self.clock()
         started = []
         with self._lock:
             self.counts["failed"] += 1
-            for key in _keys(reviewer, client):
+            for key in _keys(client, name):
                 times = self._failed.pop(key, None) or deque()
                 times.append(now)
                 self._failed[key] = times  # the most recent failure last
-                if len(times) == self.failures:
+                if len(times) == self._limit(key):
                     started.append(key)
             while len(self._failed) > MAX_KEYS:
                 self._failed.popitem(last=False)
         log.warning("login_failed client=%s reviewer=%s", client, reviewer or "-")
-        for kind, value in started:
-            log.warning("login_throttled %s=%s for %.0fs after %d failed logins", kind, value,
-                        self.window_s, self.failures)
+        for key in started:
+            held = f"client={client}" + (f" reviewer={reviewer or '-'}" if key[0] == "pair" else "")
+            log.warning("login_throttled %s for %.0fs after %d failed logins", held,
+                        self.window_s, self._limit(key))
+
+    def _limit(self, key):
+        return self.client_failures if key[0] == "client" else self.failures
 
     def _wait(self, key, now):
         times = self._failed.get(key)
@@ -87,7 +102,7 @@ class Logins:
         if not times:
             del self._failed[key]
             return 0.0
-        return times[0] + self.window_s - now if len(times) >= self.failures else 0.0
+        return times[0] + self.window_s - now if len(times) >= self._limit(key) else 0.0
 
     def describe(self):
         """Nothing up front (a custom collector)."""
@@ -103,8 +118,9 @@ class Logins:
         yield family
 
 
-def _keys(reviewer, client):
+def _keys(client, name):
     keys = [("client", client)]
-    if reviewer is not None:
-        keys.append(("reviewer", reviewer))
+    if name is not None:
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+        keys.append(("pair", client, digest))
     return keys

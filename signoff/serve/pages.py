@@ -4,74 +4,37 @@ Every page needs a session (else a redirect to ``/login``; a POST answers
 401); every POST carries the session's CSRF token (form field ``csrf_token``
 or header ``X-CSRF-Token``; wrong → 403); read-only reviewers get no action
 buttons and their POSTs answer 403; a reviewer limited to some monitors
-neither lists nor opens nor acts on other monitors' tasks (403
-``not_allowed``). GET never changes state. Database and host
-work runs in the thread pool, off the event loop.
+neither lists nor opens nor acts on other monitors' tasks, deliveries or
+monitors: they answer 404 as ones that do not exist. GET never changes state.
+Database and host work runs in the thread pool, off the event loop.
 """
 
 import hmac
 import secrets
-from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import PlainTextResponse, RedirectResponse
-from starlette.templating import Jinja2Templates
 
 from ..errors import Blocked, Refused
+from ..ops.redraft import redraftable
 from ..ops.reviewers import SESSION_TTL_S
-from ..rules.text import visible
+from ..state.lifecycle import TASK_OPEN
+from .bodies import FORM_LIMIT, LOGIN_LIMIT, read_form
+from .refusals import CONFLICT, status_of
+from .rendering import STYLE, TEMPLATES, excerpt, fold
 
 COOKIE = "signoff_session"
 LOGIN_COOKIE = "signoff_login"
 LOGIN_FORM_TTL_S = 3600
 PAGE_LIMIT = 200
 MAX_PATH = 2000  # the longest path login returns to
-# Long text (a record, a draft): this much is shown, the rest up to TEXT_LIMIT
-# behind a <details>; past that the page says how much it leaves out.
-TEXT_SHOWN = 2000
-TEXT_LIMIT = 100_000
-EXCERPT_LINES, EXCERPT_CHARS = 4, 400  # a draft beside its checkbox in the task list
 LIST_LIMIT = 50  # sources, batch records, earlier drafts shown at most
 HEADINGS = {"ready": "Waiting for approval", "approved": "Approved", "uncertain": "Outcome uncertain",
             "done": "Done: submitted and confirmed", "rejected": "Rejected", "blocked": "Blocked",
             "expired": "Expired: not approved in time", "cancelled": "Cancelled", "dead": "Given up"}
 STATUSES = ("ready", "approved", "uncertain", "done", "rejected", "blocked", "expired",
             "cancelled", "dead")
-REFUSAL_STATUS = {"unknown_task": 404, "unknown_dead_letter": 404, "unknown_delivery": 404,
-                  "unknown_monitor": 404,
-                  "host_unavailable": 503, "not_allowed": 403, "read_only": 403,
-                  "invalid_reason": 400, "invalid_edit": 400, "hidden_characters": 400}
-TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
-STYLE = (Path(__file__).parent / "templates" / "style.css").read_text(encoding="utf-8")
-
-
-def fold(text):
-    """Long text for a page: ``{head, rest, left_out}``, hidden characters made visible.
-
-    ``head`` is shown, ``rest`` goes behind a ``<details>``, and ``left_out``
-    characters are not on the page at all, so no text makes a page unbounded.
-    """
-    text = visible(text) if isinstance(text, str) else ""
-    return {"head": text[:TEXT_SHOWN], "rest": text[TEXT_SHOWN:TEXT_LIMIT],
-            "left_out": max(0, len(text) - TEXT_LIMIT)}
-
-
-def excerpt(text, lines=EXCERPT_LINES, limit=EXCERPT_CHARS):
-    """The first lines of a draft for a list, hidden characters made visible."""
-    text = visible(text) if isinstance(text, str) else ""
-    head = "\n".join(text.split("\n")[:lines])
-    head = head if len(head) <= limit else head[:limit]
-    return head + ("…" if head != text else "")
-
-
-def clip(value, limit=500):
-    """One line of a page, at most ``limit`` characters."""
-    text = "" if value is None else str(value)
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
-TEMPLATES.env.filters.update(fold=fold, clip=clip)
 
 
 class Pages:
@@ -93,10 +56,12 @@ class Pages:
         """A template rendered with the common context."""
         return TEMPLATES.TemplateResponse(request, name, context, status_code=status_code)
 
-    def _login_form(self, request, back, status_code=200, failed=False, wait_s=0):
+    def _login_form(self, request, back, status_code=200, failed=False, wait_s=0, value=None):
         # Before a session exists, CSRF is a double-submit: a random value in
         # a strict cookie and in the form, which another site can set neither of.
-        value = secrets.token_urlsafe(24)
+        # A refused login keeps the value it came with, so its answer depends on
+        # nothing but the request (and never on whether the name is a reviewer's).
+        value = value or secrets.token_urlsafe(24)
         response = self.render(request, "login.html", status_code=status_code, viewer=None,
                                failed=failed, wait_s=wait_s, login_csrf=value, back=back)
         response.set_cookie(LOGIN_COOKIE, value, max_age=LOGIN_FORM_TTL_S, httponly=True,
@@ -112,24 +77,27 @@ class Pages:
     async def login(self, request):
         """``POST /login``: ``name``, ``token``, ``csrf_token`` (and ``next``); sets the session.
 
-        Failed logins are throttled per client address and per reviewer (``logins.py``).
+        Failed logins are throttled per client address and per address and name (``logins.py``).
         """
-        form = await request.form()
+        try:
+            form = await read_form(request, LOGIN_LIMIT)
+        except Refused as exc:
+            return self._refused(request, None, exc)
         back = return_path(form.get("next"))
         expected, given = request.cookies.get(LOGIN_COOKIE) or "", form.get("csrf_token") or ""
         if not expected or not hmac.compare_digest(expected.encode(), str(given).encode()):
-            return self.render(request, "outcome.html", status_code=403, viewer=None,
-                               title="Refused", results=[("", "bad_csrf_token",
-                                                          "open the login page again")])
+            return self._refused(request, None, Refused("bad_csrf_token",
+                                                        "open the login page again"))
         name = form.get("name") if isinstance(form.get("name"), str) else None
         client = request.client.host if request.client else "-"
-        wait_s = self.logins.wait_s(name, client)
+        wait_s = self.logins.wait_s(client, name)
         if wait_s:
-            return self._login_form(request, back, status_code=429, wait_s=wait_s)
+            return self._login_form(request, back, status_code=429, wait_s=wait_s,
+                                    value=expected)
         session, reviewer = await run_in_threadpool(self.rt.log_in, name, form.get("token"))
         if session is None:
-            self.logins.failed(reviewer, client)
-            return self._login_form(request, back, status_code=401, failed=True)
+            self.logins.failed(client, name, reviewer)
+            return self._login_form(request, back, status_code=401, failed=True, value=expected)
         self.logins.succeeded()
         response = RedirectResponse(back or "/", status_code=303)
         response.set_cookie(COOKIE, session, max_age=SESSION_TTL_S, httponly=True,
@@ -138,7 +106,7 @@ class Pages:
 
     async def logout(self, request):
         """``POST /logout``."""
-        viewer, refusal = await self.form_guard(request, write=False)
+        viewer, _, refusal = await self.form_guard(request, write=False)
         if refusal:
             return refusal
         await run_in_threadpool(self.rt.log_out, viewer.session_token)
@@ -147,21 +115,23 @@ class Pages:
         return response
 
     async def form_guard(self, request, write=True):
-        """``(viewer, None)`` for an allowed POST, else ``(None, refusal response)``."""
+        """``(viewer, form, None)`` for an allowed POST, else ``(None, None, refusal
+        response)``. The form is read only once the session is known."""
         viewer = await self.viewer(request)
         if viewer is None:
-            return None, PlainTextResponse("not logged in", status_code=401)
-        form = await request.form()
+            return None, None, PlainTextResponse("not logged in", status_code=401)
+        try:
+            form = await read_form(request, FORM_LIMIT)
+        except Refused as exc:
+            return None, None, self._refused(request, viewer, exc)
         given = request.headers.get("x-csrf-token") or form.get("csrf_token")
         if not viewer.csrf_ok(given):
-            return None, self.render(request, "outcome.html", status_code=403, viewer=viewer,
-                                     title="Refused", results=[("", "bad_csrf_token",
-                                                                "the form's CSRF token is missing or wrong")])
+            return None, None, self._refused(request, viewer, Refused(
+                "bad_csrf_token", "the form's CSRF token is missing or wrong"))
         if write and viewer.read_only:
-            return None, self.render(request, "outcome.html", status_code=403, viewer=viewer,
-                                     title="Refused", results=[("", "read_only",
-                                                                "a read-only reviewer cannot change anything")])
-        return viewer, None
+            return None, None, self._refused(request, viewer, Refused(
+                "read_only", "a read-only reviewer cannot change anything"))
+        return viewer, form, None
 
     # -- pages ---------------------------------------------------------------
 
@@ -195,8 +165,7 @@ class Pages:
         return self.render(request, "task.html", viewer=viewer, **view)
 
     def _task_view(self, key, viewer):
-        t = self.rt.task(key)
-        allowed(viewer, t["monitor"])
+        t = self.rt.task(key, viewer.monitors)
         current, problem = None, None
         try:
             current = self.rt.host().get(t["record_id"])
@@ -224,7 +193,9 @@ class Pages:
                 "records": records[:LIST_LIMIT], "records_left_out": len(records) - LIST_LIMIT,
                 "draft_whole": fold(draft)["left_out"] == 0,
                 "previous_drafts": (t.get("previous_drafts") or [])[-LIST_LIMIT:],
-                "draft_changes": t.get("draft_changes"), "list_limit": LIST_LIMIT}
+                "draft_changes": t.get("draft_changes"), "list_limit": LIST_LIMIT,
+                "may_cancel": t["status"] in TASK_OPEN,
+                "may_redraft": redraftable(t["status"], t["code"], t["write_possible"])}
 
     async def delivery(self, request):
         """``GET /deliveries/{id}``: one delivery, its attempts, and its task if it made one."""
@@ -232,8 +203,8 @@ class Pages:
         if viewer is None:
             return to_login(request)
         try:
-            d = await run_in_threadpool(self.rt.delivery, request.path_params["delivery"])
-            allowed(viewer, d["monitor"])
+            d = await run_in_threadpool(self.rt.delivery, request.path_params["delivery"],
+                                        viewer.monitors)
         except Refused as exc:
             return self._refused(request, viewer, exc)
         return self.render(request, "delivery.html", viewer=viewer, d=d,
@@ -279,45 +250,55 @@ class Pages:
     async def approve(self, request):
         """``POST /tasks/{key}/approve`` with ``digest`` (and ``edit``, the draft as the
         reviewer edited it; ``ack_hidden_characters``); the reviewer's approval."""
-        viewer, refusal = await self.form_guard(request)
+        viewer, form, refusal = await self.form_guard(request)
         if refusal:
             return refusal
-        form = await request.form()
         key, digest = request.path_params["key"], form.get("digest") or ""
         edit = form.get("edit")
         if isinstance(edit, str):
             edit = edit.replace("\r\n", "\n")  # browsers send a textarea's lines with CRLF
         ack = form.get("ack_hidden_characters") in ("1", "on", "true")
-        return await self._act(request, viewer, key, lambda: self.rt.approve(
-            key, digest, by=viewer.name, channel="page", edit=edit, ack_hidden_characters=ack))
+        return await self._act(request, viewer, key, lambda full: self.rt.approve(
+            full, digest, by=viewer.name, channel="page", edit=edit, ack_hidden_characters=ack))
 
     async def reject(self, request):
         """``POST /tasks/{key}/reject`` with the ``digest`` shown on the page."""
-        viewer, refusal = await self.form_guard(request)
+        viewer, form, refusal = await self.form_guard(request)
         if refusal:
             return refusal
-        form = await request.form()
         key, digest = request.path_params["key"], form.get("digest") or ""
         reason = form.get("reason") or None  # an empty field: no reason given
 
-        def reject():
-            if self.rt.task(key)["digest"] != digest:
+        def reject(full):
+            if self.rt.task(full)["digest"] != digest:
                 raise Refused("digest_mismatch", "the digest does not match the task's result")
-            return self.rt.reject(key, reason=reason, by=viewer.name, channel="page")
+            return self.rt.reject(full, reason=reason, by=viewer.name, channel="page")
         return await self._act(request, viewer, key, reject)
 
     async def retry(self, request):
         """``POST /tasks/{key}/retry``: queue a parked, approved or uncertain task again."""
-        viewer, refusal = await self.form_guard(request)
+        return await self._task_form(request, self.rt.retry)
+
+    async def cancel(self, request):
+        """``POST /tasks/{key}/cancel``: the life cycle's cancel of one open task."""
+        return await self._task_form(request, self.rt.cancel_task)
+
+    async def redraft(self, request):
+        """``POST /tasks/{key}/redraft``: draft the task again from a fresh read; the page
+        it leads to is the task to review now (a new one for a new record version)."""
+        return await self._task_form(request, self.rt.redraft)
+
+    async def _task_form(self, request, action):
+        """A form whose whole meaning is ``action(key, by=reviewer, channel="page")``."""
+        viewer, _, refusal = await self.form_guard(request)
         if refusal:
             return refusal
-        key = request.path_params["key"]
-        return await self._act(request, viewer, key,
-                               lambda: self.rt.retry(key, by=viewer.name, channel="page"))
+        return await self._act(request, viewer, request.path_params["key"],
+                               lambda full: action(full, by=viewer.name, channel="page"))
 
     async def replay(self, request):
         """``POST /dead-letters/{id}/replay``."""
-        viewer, refusal = await self.form_guard(request)
+        viewer, _, refusal = await self.form_guard(request)
         if refusal:
             return refusal
         letter = request.path_params["letter"]
@@ -337,13 +318,13 @@ class Pages:
         return await self._monitor_action(request, self.rt.unpause)
 
     async def _monitor_action(self, request, action):
-        viewer, refusal = await self.form_guard(request)
+        viewer, _, refusal = await self.form_guard(request)
         if refusal:
             return refusal
         monitor = request.path_params["monitor"]
 
         def checked():
-            allowed(viewer, monitor)
+            viewer.check_monitor(monitor)
             return action(monitor, by=viewer.name, channel="page")
         try:
             await run_in_threadpool(checked)
@@ -353,10 +334,10 @@ class Pages:
 
     async def approve_many(self, request):
         """``POST /approve``: every checked ``task`` field is ``KEY:DIGEST``."""
-        viewer, refusal = await self.form_guard(request)
+        viewer, form, refusal = await self.form_guard(request)
         if refusal:
             return refusal
-        items = [tuple(v.split(":", 1)) for v in (await request.form()).getlist("task") if ":" in v]
+        items = [tuple(v.split(":", 1)) for v in form.getlist("task") if ":" in v]
         if not items:
             return self.render(request, "outcome.html", status_code=400, viewer=viewer,
                                title="Nothing selected", results=[])
@@ -364,17 +345,18 @@ class Pages:
         results = [(key, o.code, o.message) if isinstance(o, Refused) else (key, o["status"], "")
                    for (key, _), o in zip(items, outcomes)]
         failed = any(isinstance(o, Refused) for o in outcomes)
-        return self.render(request, "outcome.html", status_code=409 if failed else 200,
+        # Each item answers for itself on the page; one refused makes the batch a conflict.
+        return self.render(request, "outcome.html", status_code=CONFLICT if failed else 200,
                            viewer=viewer, title="Bulk approval", results=results)
 
     def _approve_allowed(self, items, viewer):
         """``approve_many`` of the items whose task this reviewer may act on; the
-        others refused ``not_allowed``."""
-        refused = {}
+        others refused ``unknown_task``, as tasks that do not exist."""
+        refused, items = {}, list(items)
         if viewer.monitors is not None:
-            for i, (key, _) in enumerate(items):
+            for i, (key, digest) in enumerate(items):
                 try:
-                    allowed(viewer, self.rt.task(key)["monitor"])
+                    items[i] = (self.rt.task_key(key, viewer.monitors), digest)
                 except Refused as exc:
                     refused[i] = exc
         kept = [item for i, item in enumerate(items) if i not in refused]
@@ -382,23 +364,28 @@ class Pages:
         return [refused[i] if i in refused else next(answers) for i in range(len(items))]
 
     async def _act(self, request, viewer, key, action):
+        """``action(full key)`` on a task this reviewer may see (else ``unknown_task``),
+        then to the page of the task its answer names (a redraft may name a new one)."""
         def checked():
-            allowed(viewer, self.rt.task(key)["monitor"])
-            return action()
+            full = self.rt.task_key(key, viewer.monitors)
+            return action(full).get("key") or full
         try:
-            await run_in_threadpool(checked)
+            shown = await run_in_threadpool(checked)
         except Refused as exc:
             return self._refused(request, viewer, exc, key)
-        return RedirectResponse(f"/tasks/{key}", status_code=303)
+        return RedirectResponse(f"/tasks/{shown}", status_code=303)
 
     def _refused(self, request, viewer, exc, key=""):
-        return self.render(request, "outcome.html", status_code=REFUSAL_STATUS.get(exc.code, 409),
+        return self.render(request, "outcome.html", status_code=status_of(exc.code),
                            viewer=viewer, title="Refused", results=[(key, exc.code, exc.message)])
 
 
 def _who(row):
-    """Who made an audited decision, as the timeline shows it (``""`` for the engine's)."""
-    return f"{row['actor']} ({row['channel']})" if row.get("actor") else ""
+    """Who made an audited decision and what about, as the timeline shows it: the
+    identity, its channel and note, and the subject (a withdrawn approval's policy)."""
+    who = (f"{row['actor']} ({row['channel']}" + (f', note "{row["note"]}")' if row.get("note")
+                                                  else ")")) if row.get("actor") else ""
+    return " ".join(filter(None, [who, row.get("subject")]))
 
 
 def attempt_rows(history):
@@ -426,10 +413,3 @@ def to_login(request):
     if here == "/" or return_path(here) is None:
         return RedirectResponse("/login", status_code=303)
     return RedirectResponse("/login?" + urlencode({"next": here}), status_code=303)
-
-
-def allowed(viewer, monitor):
-    """Refuse (``not_allowed``) a reviewer limited to other monitors than ``monitor``."""
-    if not viewer.may_see(monitor):
-        raise Refused("not_allowed", f"reviewer {viewer.name!r} may not see the tasks of "
-                      f"monitor {monitor!r}")

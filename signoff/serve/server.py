@@ -50,14 +50,18 @@ def run(home=None, host="127.0.0.1", port=8080, secure_cookies=None, access_log=
     rt = Signoff(home)
     settings = serve_settings(rt.home)
     secure = settings["secure_cookies"] if secure_cookies is None else secure_cookies
-    logins = Logins(settings["login_failures"], float(settings["login_window_s"]))
+    logins = Logins(settings["login_failures"], float(settings["login_window_s"]),
+                    settings["login_client_failures"])
     app = build_app(rt, secure_cookies=secure, logins=logins)
     sock = bind_socket(host, port)
     actual = sock.getsockname()[1]
+    # X-Forwarded-* are believed only from the proxies named: by default from
+    # nobody, or any client could pick the address it is throttled under.
+    proxies = settings["trusted_proxies"].strip()
     config = uvicorn.Config(app, lifespan="on", access_log=access_log, log_level="warning",
                             log_config=LOG_CONFIG, server_header=False,
-                            timeout_graceful_shutdown=GRACEFUL_S, proxy_headers=True,
-                            forwarded_allow_ips=settings["trusted_proxies"])
+                            timeout_graceful_shutdown=GRACEFUL_S, proxy_headers=bool(proxies),
+                            forwarded_allow_ips=proxies or None)
     if access_log:  # log_level quiets uvicorn's own lines, not the access lines asked for
         logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     server = uvicorn.Server(config)

@@ -1,7 +1,6 @@
 """The ASGI application of ``signoff serve``: routes, headers, start and stop."""
 
 import contextlib
-import time
 
 from peewee import DatabaseError, InterfaceError
 from starlette.applications import Starlette
@@ -14,7 +13,7 @@ from .api import Api
 from .groupcommit import GroupCommit
 from .hooks import make_endpoint, reader
 from .logins import Logins
-from .pages import TEMPLATES, Pages
+from .pages import Pages
 
 SECURITY_HEADERS = {
     # No scripts, no inline styles, forms post only here, never framed.
@@ -25,15 +24,6 @@ SECURITY_HEADERS = {
     "referrer-policy": "no-referrer",
     "cache-control": "no-store",
 }
-
-
-def _when(at):
-    if at is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at)) + " UTC"
-
-
-TEMPLATES.env.filters["when"] = _when
 
 
 class SecurityHeaders:
@@ -103,6 +93,8 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
         Route("/tasks/{key}/approve", pages.approve, methods=["POST"]),
         Route("/tasks/{key}/reject", pages.reject, methods=["POST"]),
         Route("/tasks/{key}/retry", pages.retry, methods=["POST"]),
+        Route("/tasks/{key}/cancel", pages.cancel, methods=["POST"]),
+        Route("/tasks/{key}/redraft", pages.redraft, methods=["POST"]),
         Route("/deliveries/{delivery:int}", pages.delivery, methods=["GET"]),
         Route("/dead-letters", pages.dead_letters, methods=["GET"]),
         Route("/gaps", pages.gaps, methods=["GET"]),

@@ -1,8 +1,8 @@
 """The JSON API of a real ``signoff serve`` (``/api/v1``), over HTTP with bearer tokens.
 
-Tokens (401), read-only and monitor-limited reviewers (403, on the API and on
-the pages), stale digests (409), bad bodies (400), and an approval that is
-submitted exactly once.
+Tokens (401), read-only reviewers (403) and monitor-limited ones (404 for what
+they may not see, on the API and on the pages), stale digests (409), bad bodies
+(400), and an approval that is submitted exactly once.
 """
 
 import httpx
@@ -17,7 +17,7 @@ from signoff.models import MODELS
 def site(home):
     """A served home: tasks of monitor ``default`` (comment-1, 2) and ``other`` (comment-3);
     reviewers alice (every monitor), rita (read-only) and olga (``other`` only)."""
-    rt = make_home(home)
+    rt = make_home(home, '[serve]\ntrusted_proxies = "127.0.0.1"\n')  # X-Forwarded-For below
     rt.bind("doc-demo", "other", window_s=3600)
     for n in (2, 3):
         rt.host().put_record(f"comment-{n}", document="doc-demo", text=f"comment {n}")
@@ -74,21 +74,35 @@ def test_no_token_or_a_wrong_one_is_401_and_changes_nothing(site):
     assert snapshot(rt) == before
 
 
-def test_a_reviewer_outside_the_monitor_is_403_and_sees_only_its_monitors(site):
+def unknown_twin(key):
+    """A key no task has, differing from ``key`` in its last character."""
+    return key[:-1] + ("0" if key[-1] != "0" else "1")
+
+
+def test_a_reviewer_outside_the_monitor_gets_what_a_task_that_does_not_exist_gets(site):
     rt, server, tokens, client = site
     olga = client("olga")
     mine, theirs = task_of(rt, "other", "comment-3"), task_of(rt, "default")
     listed = olga.get("/tasks").json()
     assert [t["key"] for t in listed["tasks"]] == [mine["key"]] and listed["more"] == 0
     assert olga.get("/tasks", params={"status": "ready"}).json()["tasks"][0]["key"] == mine["key"]
-    r = olga.get("/tasks", params={"monitor": "default"})
-    assert (r.status_code, r.json()["error"]) == (403, "not_allowed")
+    # Another monitor lists as a monitor with no tasks does.
+    assert olga.get("/tasks", params={"monitor": "default"}).json() == olga.get(
+        "/tasks", params={"monitor": "nothing"}).json() == {
+        "tasks": [], "more": 0, "limit": 50, "offset": 0}
     before = snapshot(rt)
-    assert olga.get(f"/tasks/{theirs['key']}").status_code == 403
+    key, none = theirs["key"], unknown_twin(theirs["key"])
+    for shown in (key, key[:12]):  # a full key and a prefix
+        r, unknown = olga.get(f"/tasks/{shown}"), olga.get(f"/tasks/{none[:len(shown)]}")
+        assert (r.status_code, r.json()["error"]) == (404, "unknown_task")
+        assert r.json()["message"].replace(shown, "K") == unknown.json()["message"].replace(
+            none[:len(shown)], "K")
     for action, body in (("approve", {"digest": theirs["digest"]}), ("reject", {"reason": "no"}),
                          ("cancel", {})):
-        r = olga.post(f"/tasks/{theirs['key']}/{action}", json=body)
-        assert (r.status_code, r.json()["error"]) == (403, "not_allowed"), action
+        r = olga.post(f"/tasks/{key}/{action}", json=body)
+        unknown = olga.post(f"/tasks/{none}/{action}", json=body)
+        assert (r.status_code, r.json()["error"]) == (404, "unknown_task"), action
+        assert r.text.replace(key, "K") == unknown.text.replace(none, "K")
     assert snapshot(rt) == before
     # Its own monitor's task it may decide.
     r = olga.post(f"/tasks/{mine['key']}/reject", json={"reason": "not needed"})
@@ -194,22 +208,113 @@ def test_a_limited_reviewer_on_the_pages(site):
         index = c.get("/", params={"status": "all"}).text
         assert mine["key"] in index and theirs["key"] not in index
         assert c.get(f"/tasks/{mine['key']}").status_code == 200
-        r = c.get(f"/tasks/{theirs['key']}")
-        assert r.status_code == 403 and "not_allowed" in r.text
+        key, none = theirs["key"], unknown_twin(theirs["key"])
+        r, unknown = c.get(f"/tasks/{key}"), c.get(f"/tasks/{none}")
+        assert r.status_code == 404 and "unknown_task" in r.text
+        assert r.text.replace(key, "K") == unknown.text.replace(none, "K")
         token = csrf(c.get(f"/tasks/{mine['key']}").text)
         before = snapshot(rt)
-        r = c.post(f"/tasks/{theirs['key']}/approve",
-                   data={"digest": theirs["digest"], "csrf_token": token})
-        assert r.status_code == 403 and "not_allowed" in r.text
-        r = c.post("/approve", data={"task": [f"{theirs['key']}:{theirs['digest']}",
+        for action in ("approve", "reject", "retry"):
+            r = c.post(f"/tasks/{key}/{action}", data={"digest": theirs["digest"],
+                                                       "csrf_token": token})
+            unknown = c.post(f"/tasks/{none}/{action}", data={"digest": theirs["digest"],
+                                                              "csrf_token": token})
+            assert r.status_code == 404 and "unknown_task" in r.text, action
+            assert r.text.replace(key, "K") == unknown.text.replace(none, "K")
+        r = c.post("/approve", data={"task": [f"{key}:{theirs['digest']}",
                                               f"{mine['key']}:{mine['digest']}"],
                                      "csrf_token": token})
-        assert r.status_code == 409 and "not_allowed" in r.text
+        assert r.status_code == 409 and "unknown_task" in r.text
         assert snapshot(rt)[1] == [(k, "approved" if k == mine["key"] else s)
                                    for k, s in before[1]]
         delivery = next(e["delivery"] for e in rt.events() if e["monitor"] == "default")
-        assert c.get(f"/deliveries/{delivery}").status_code == 403
+        r, unknown = c.get(f"/deliveries/{delivery}"), c.get("/deliveries/999999")
+        assert r.status_code == 404 and "unknown_delivery" in r.text
+        assert r.text.replace(f"delivery {delivery}", "D") == unknown.text.replace(
+            "delivery 999999", "D")
         rt.pause("other", by="ops")
         monitors = c.get("/monitors").text
         assert "paused" in monitors and "/?status=all&amp;monitor=other" in monitors
         assert "monitor=default" not in monitors
+
+
+def test_the_api_and_the_pages_answer_each_refusal_with_the_same_status(site):
+    rt, server, tokens, client = site
+    rt.host().put_material("doc-demo", "2026-11-01\u202e")  # the next draft holds a bidi control
+    rt.host().put_record("comment-4", document="doc-demo", text="comment 4")
+    rt.enqueue_events([event(4)])
+    rt.run_until_idle()
+    hidden, plain = task_of(rt, "default", "comment-4"), task_of(rt, "default")
+    api, rita = client("alice"), client("rita")
+    none = "0" * 64
+    # (path, JSON body, form fields, code): one refusal each, sent both ways.
+    cases = [(f"{hidden['key']}/approve", {"digest": hidden["digest"]},
+              {"digest": hidden["digest"]}, "hidden_characters"),
+             (f"{plain['key']}/reject", {"reason": "x\u202ey"},
+              {"digest": plain["digest"], "reason": "x\u202ey"}, "invalid_reason"),
+             (f"{plain['key']}/approve", {"digest": none}, {"digest": none}, "digest_mismatch"),
+             (f"{none}/approve", {"digest": none}, {"digest": none}, "unknown_task")]
+    before = snapshot(rt)
+    with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as pages:
+        assert post_login(pages, "alice", tokens["alice"]).status_code == 303
+        token = csrf(pages.get("/").text)
+        for path, body, form, code in cases:
+            by_api = api.post(f"/tasks/{path}", json=body)
+            by_page = pages.post(f"/tasks/{path}", data=dict(form, csrf_token=token))
+            assert by_api.json()["error"] == code and code in by_page.text, (path, code)
+            assert by_api.status_code == by_page.status_code, (code, by_api.status_code,
+                                                               by_page.status_code)
+        too_big = {"content-type": "application/x-www-form-urlencoded", "x-csrf-token": token}
+        by_page = pages.post(f"/tasks/{plain['key']}/reject", content=b"x" * (2 << 20),
+                             headers=too_big)
+        by_api = api.post(f"/tasks/{plain['key']}/reject", content=b"x" * (2 << 20))
+        assert (by_api.status_code, by_page.status_code) == (413, 413)
+    with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as pages:
+        assert post_login(pages, "rita", tokens["rita"]).status_code == 303
+        by_page = pages.post(f"/tasks/{plain['key']}/approve",
+                             data={"digest": plain["digest"], "csrf_token": csrf(pages.get("/").text)})
+    by_api = rita.post(f"/tasks/{plain['key']}/approve", json={"digest": plain["digest"]})
+    assert (by_api.status_code, by_page.status_code) == (403, 403)
+    after = snapshot(rt)  # logins wrote their sessions and audit rows, and nothing else
+    assert after[1] == before[1] and after[0]["Approval"] == before[0]["Approval"] == 0
+
+
+def test_status_all_lists_every_status_on_the_api_as_on_the_pages(site):
+    rt, server, tokens, client = site
+    alice = client("alice")
+    t = task_of(rt, "default")
+    assert alice.post(f"/tasks/{t['key']}/reject", json={}).status_code == 200
+    every = alice.get("/tasks", params={"status": "all"}).json()
+    assert [r["key"] for r in every["tasks"]] == [r["key"] for r in rt.tasks(newest_first=True)]
+    assert {r["status"] for r in every["tasks"]} == {"ready", "rejected"}
+    assert every == alice.get("/tasks").json()
+
+
+def test_redraft_over_the_api(site):
+    rt, server, tokens, client = site
+    t = task_of(rt, "default")
+    theirs = task_of(rt, "default", "comment-2")
+    rt.host().put_material("doc-demo", "2026-12-24")
+    r = client("rita").post(f"/tasks/{t['key']}/redraft")
+    assert (r.status_code, r.json()["error"]) == (403, "read_only")
+    r = client("olga").post(f"/tasks/{theirs['key']}/redraft")
+    assert (r.status_code, r.json()["error"]) == (404, "unknown_task")
+    assert client("alice").post(f"/tasks/{t['key']}/redraft", json={"x": 1}).status_code == 400
+    assert rt.task(t["key"])["digest"] == t["digest"]
+    r = client("alice").post(f"/tasks/{t['key']}/redraft")
+    assert r.status_code == 200 and r.json()["key"] == t["key"]
+    assert r.json()["digest"] == rt.task(t["key"])["digest"] != t["digest"]
+    row = next(a for a in rt.audit() if a["code"] == "redrafted")
+    assert (row["actor"], row["channel"], row["task_key"]) == ("alice", "api", t["key"])
+
+
+def test_each_text_a_person_reads_says_which_hidden_characters_it_holds(site):
+    rt, server, tokens, client = site
+    rt.host().put_record("comment-5", document="doc-demo", text="pay \u202e0$ now")
+    rt.enqueue_events([event(5)])
+    rt.run_until_idle()
+    t = client("alice").get(f"/tasks/{task_of(rt, 'default', 'comment-5')['key']}").json()
+    found = t["hidden_characters_by_field"]
+    assert found["record"] == ["U+202E"]
+    assert found["result"] == found["monitor"] == found["draft_meta"] == []
+    assert t["hidden_characters"] == []  # the draft's own list, as before

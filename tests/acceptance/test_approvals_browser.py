@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from helpers import log_in, shown_status, start_worker
+from helpers import log_in, read_here, shown_status, start_worker
 from servekit import Server, event, make_home
+from signoff.app import Signoff
 from signoff.cli import main
+from signoff.models import Task
+from signoff.rules.text import visible
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -192,3 +195,54 @@ def test_bulk_approval_shows_each_draft_beside_its_checkbox(browser, sites):
     page.click("#approve-selected")
     assert all(t["status"] == "approved" for t in rt.tasks())
     assert re.search(r"approved", page.content())
+
+
+# A bidi override and a variation selector: each renders otherwise than it reads.
+MODEL = "gpt\u202e-4o-mini\U000e0100"
+RECORD = "Please add the date \u202e0$ refsnarT\U000e0100"
+REASON = "not \u202enow\U000e0100"
+
+
+def drafted_by(home, model):
+    """``home`` initialised with a drafter whose calls record ``model`` as their model."""
+    Signoff.init(home).close()
+    config = home / "signoff.toml"
+    config.write_text(config.read_text(encoding="utf-8").replace(
+        'factory = "signoff.drafting:template"', 'factory = "testdrafters:with_meta"').replace(
+        "[drafter.options]\n", f"[drafter.options]\nmodel = {json.dumps(model, ensure_ascii=False)}\n"),
+        encoding="utf-8")
+    return read_here(Signoff(home))
+
+
+def test_hidden_characters_are_marked_wherever_a_person_reads_them(browser, home):
+    rt = drafted_by(home, MODEL)
+    rt.host().put_material("doc-demo", "2026-11-01")
+    rt.host().put_record("comment-1", document="doc-demo", text=RECORD)
+    rt.host().put_record("comment-2", document="doc-demo", text="comment 2")
+    rt.bind("doc-demo", window_s=3600)
+    rt.enqueue_events([event(1), event(2)])
+    rt.run_until_idle()
+    marked, rejected = (next(t for t in rt.tasks() if t["record_id"] == f"comment-{n}")["key"]
+                        for n in (1, 2))
+    assert rt.task(marked)["draft_meta"]["model"] == MODEL
+    rt.reject(rejected, reason="not now")
+    # A reason kept before reasons were checked (the pages mark whatever is stored).
+    Task.update(reject_reason=REASON).where(Task.key == rejected).execute()
+    token = rt.add_reviewer("alice")["token"]
+    server = Server(home)
+    try:
+        page = log_in(browser, server, "alice", token)
+        page.goto(f"{server.url}/tasks/{marked}")
+        screenshot(page, "hidden-characters-marked")
+        drafted = page.inner_text("#draft-meta")
+        assert drafted.startswith(visible(MODEL) + " · response") and "⟨U+202E⟩" in drafted
+        record = page.inner_text("pre.record")
+        assert record == visible(RECORD) and "\u202e" not in record
+        # The edit box sends the draft back as it is: marks there would change it.
+        assert page.input_value("#edit") == rt.task(marked)["result"]["draft"]
+        page.goto(f"{server.url}/tasks/{rejected}")
+        assert page.inner_text("#reject-reason") == visible(REASON)
+        assert "⟨U+202E⟩" in page.inner_text("#reject-reason")
+    finally:
+        assert server.stop() == 0, server.stderr()
+        rt.close()

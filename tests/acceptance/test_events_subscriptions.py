@@ -235,6 +235,22 @@ def test_a_forged_delivery_or_verification_is_refused_and_nothing_is_stored(serv
     assert Audit.select().count() == before[1] + 2
 
 
+def test_a_delivery_that_is_not_json_answers_415_as_a_webhook_does(served):
+    rt, serve, vendor, _ = served
+    bind(rt)
+    comment = vendor.admin("comment", {"doc": "doc-demo"})["comment"]
+    secret, sub_id = Subscription.get().secret, the_subscription(rt)["subscription_id"]
+    body = delivery_body(comment["id"], event_id="evt_plain")
+    headers = signed_request(secret, body, sub_id, "evt_plain")
+    answer = post(serve, body, dict(headers, **{"content-type": "text/plain"}))
+    assert (answer.status_code, answer.json()) == (415, {"error": "unsupported_media_type"})
+    assert state_tables(rt)["delivery"] == []
+    assert rt.audit(latest=1)[0]["code"] == "unsupported_media_type"
+    # The same delivery as JSON is taken (a refusal is not an answer to its webhook-id).
+    assert post(serve, body, headers).status_code == 202
+    assert [e["event_id"] for e in rt.events()] == ["evt_plain"]
+
+
 def test_a_subscription_signoff_never_asked_for_is_not_verified(served):
     rt, serve, vendor, _ = served
     # Someone else asks the server to send signoff's callback their subscription's events.

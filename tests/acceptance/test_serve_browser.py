@@ -146,3 +146,37 @@ def test_every_page_fits_a_phone_without_sideways_scrolling(browser, home, tmp_p
     finally:
         assert server.stop() == 0, server.stderr()
         rt.close()
+
+
+# The words of the table cells that the layout split over two lines (a word: letters
+# and digits; a line may still end after a hyphen or a dot between words).
+SPLIT_WORDS = """() => {
+  const split = [];
+  for (const cell of document.querySelectorAll("td, th")) {
+    const texts = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = texts.nextNode(); node; node = texts.nextNode()) {
+      for (const word of node.data.matchAll(/\\w+/g)) {
+        const range = document.createRange();
+        range.setStart(node, word.index);
+        range.setEnd(node, word.index + word[0].length);
+        const lines = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+        if (lines.size > 1) split.push(word[0]);
+      }
+    }
+  }
+  return split;
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_monitors_table_keeps_its_words_whole(browser, site, width):
+    rt, server, tokens = site
+    rt.bind("doc-demo", "reviews-of-the-quarterly-report", window_s=3600,
+            event_names=["comment.created", "comment.updated"])
+    rt.pause("default", by="ops")
+    page = log_in(browser, server, "alice", tokens["alice"])
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(server.url + "/monitors")
+    assert page.locator("#unpause-default").count() == 1
+    assert page.evaluate(SPLIT_WORDS) == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= width

@@ -1,7 +1,8 @@
 """Logins to a real ``signoff serve``: the throttle, the audit rows, the counts, the log lines.
 
 Client addresses come from ``X-Forwarded-For``: the test talks from 127.0.0.1,
-which is the default trusted proxy, so each header value is a client of its own.
+which these homes name as their trusted proxy, so each header value is a client of
+its own. Without that setting the header is nobody's to believe.
 """
 
 import json
@@ -24,10 +25,10 @@ def site(home):
     tokens = {name: rt.add_reviewer(name)["token"] for name in ("alice", "bob")}
     servers = []
 
-    def serve(*args, toml=""):
-        if toml:
+    def serve(*args, toml="", trusted='trusted_proxies = "127.0.0.1"\n'):
+        if not servers:  # the home's [serve] table, written once
             with open(home / "signoff.toml", "a", encoding="utf-8") as f:
-                f.write("\n[serve]\n" + toml)
+                f.write("\n[serve]\n" + trusted + toml)
         servers.append(Server(home, *args))
         return servers[-1]
     yield rt, tokens, serve
@@ -52,11 +53,11 @@ def logins_total(server):
             for s in f.samples if s.name == "signoff_logins_total"}
 
 
-def test_failed_logins_from_one_client_are_throttled_and_others_are_not(site):
+def test_failed_logins_from_one_client_for_many_names_throttle_that_client_alone(site):
     rt, tokens, serve = site
-    server = serve()
-    for _ in range(5):
-        assert log_in(server, "nobody", "sor_wrong", "10.0.0.1").status_code == 401
+    server = serve(toml="login_client_failures = 8\n")
+    for n in range(8):  # never five for one name: the client's own count holds it back
+        assert log_in(server, f"name-{n % 4}", "sor_wrong", "10.0.0.1").status_code == 401
     throttled = log_in(server, "alice", tokens["alice"], "10.0.0.1")  # even the right token
     assert throttled.status_code == 429
     assert "signoff_session" not in throttled.headers.get("set-cookie", "")
@@ -65,21 +66,61 @@ def test_failed_logins_from_one_client_are_throttled_and_others_are_not(site):
     # Another client is not held back, and its success resets nobody's count.
     assert log_in(server, "alice", tokens["alice"], "10.0.0.2").status_code == 303
     assert log_in(server, "bob", tokens["bob"], "10.0.0.1").status_code == 429
-    assert logins_total(server) == {"ok": 1, "failed": 5, "throttled": 2}
+    assert logins_total(server) == {"ok": 1, "failed": 8, "throttled": 2}
 
 
-def test_failed_logins_for_one_reviewer_are_throttled_from_any_client(site):
+def test_failed_logins_for_one_name_throttle_that_client_and_name_alone(site):
     rt, tokens, serve = site
     server = serve()
+    for _ in range(5):
+        assert log_in(server, "alice", "sor_wrong", "10.0.1.1").status_code == 401
+    assert log_in(server, "alice", tokens["alice"], "10.0.1.1").status_code == 429
+    assert log_in(server, "bob", tokens["bob"], "10.0.1.1").status_code == 303  # another name
+    assert log_in(server, "alice", tokens["alice"], "10.0.1.2").status_code == 303  # elsewhere
+
+
+def test_wrong_logins_from_many_addresses_never_lock_a_reviewer_out(site):
+    rt, tokens, serve = site
+    server = serve()
+    for n in range(12):
+        assert log_in(server, "alice", "sor_wrong", f"10.0.2.{n}").status_code == 401
+    assert log_in(server, "alice", tokens["alice"], "10.0.3.1").status_code == 303
+
+
+def answers(server, name, client, attempts=6):
+    """``attempts`` wrong logins for ``name`` from ``client`` through one login form:
+    each answer's status, headers (but the date) and body."""
+    headers = {"x-forwarded-for": client}
+    with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
+        page = c.get("/login", headers=headers).text
+        value = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+        seen = []
+        for _ in range(attempts):
+            r = c.post("/login", data={"name": name, "token": "sor_wrong", "csrf_token": value},
+                       headers=headers)
+            shown = [(k, v.replace(value, "V")) for k, v in r.headers.multi_items() if k != "date"]
+            seen.append((r.status_code, sorted(shown), r.text.replace(value, "V")))
+        return seen
+
+
+def test_a_wrong_token_is_answered_alike_whether_the_name_is_a_reviewers_or_not(site):
+    rt, tokens, serve = site
+    server = serve()
+    # Each login form has a random value of its own (V here); the rest is the same
+    # to the byte, the throttle included.
+    alice, nobody = answers(server, "alice", "10.0.4.1"), answers(server, "zed", "10.0.4.2")
+    assert alice == nobody
+    assert [status for status, _, _ in alice] == [401] * 5 + [429]
+    # Wrong tokens for a reviewer's name from many addresses: the next address sees
+    # the 401 any name gets, not a throttle that tells the name is a reviewer's.
     for n in range(5):
-        assert log_in(server, "alice", "sor_wrong", f"10.0.1.{n}").status_code == 401
-    assert log_in(server, "alice", tokens["alice"], "10.0.2.1").status_code == 429
-    assert log_in(server, "bob", tokens["bob"], "10.0.2.1").status_code == 303
+        assert log_in(server, "bob", "sor_wrong", f"10.0.5.{n}").status_code == 401
+    assert log_in(server, "bob", "sor_wrong", "10.0.6.1").status_code == 401
 
 
 def test_failed_api_tokens_from_one_client_are_throttled_as_failed_logins_are(site):
     rt, tokens, serve = site
-    server = serve()
+    server = serve(toml="login_client_failures = 5\n")
 
     def call(token, client):
         return httpx.get(server.url + "/api/v1/tasks", verify=LOCAL_TLS, timeout=30, headers={
@@ -94,6 +135,19 @@ def test_failed_api_tokens_from_one_client_are_throttled_as_failed_logins_are(si
     assert log_in(server, "alice", tokens["alice"], "10.0.3.1").status_code == 429
     assert call(tokens["alice"], "10.0.3.2").status_code == 200  # another client
     assert logins_total(server) == {"ok": 0, "failed": 5, "throttled": 2}
+
+
+def test_x_forwarded_for_is_not_believed_unless_its_sender_is_a_trusted_proxy(site):
+    rt, tokens, serve = site
+    server = serve(toml="login_client_failures = 5\n", trusted="")
+
+    def call(token, client):
+        return httpx.get(server.url + "/api/v1/tasks", verify=LOCAL_TLS, timeout=30, headers={
+            "x-forwarded-for": client, "authorization": f"Bearer {token}"})
+    # A new made-up address for each wrong token: all of them are one client, 127.0.0.1.
+    assert [call("sor_wrong", f"10.0.4.{n}").status_code for n in range(5)] == [401] * 5
+    assert call("sor_wrong", "10.0.4.99").status_code == 429
+    assert call(tokens["alice"], "10.0.5.1").status_code == 429
 
 
 def test_the_throttle_lifts_when_its_window_has_passed(site):

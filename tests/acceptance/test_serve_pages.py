@@ -283,7 +283,8 @@ def test_record_and_draft_text_cannot_script_or_forge_a_form(home):
             [task] = rt.tasks("ready")
             r = c.get(f"/tasks/{task['key']}")
         assert "&lt;script&gt;" in r.text and "<script" not in r.text
-        assert r.text.count("<form") == 4  # log out, approve, reject, edit: none from the record
+        # Log out, approve, reject, edit, redraft, cancel: none from the record.
+        assert r.text.count("<form") == 6
         csp = r.headers["content-security-policy"]
         assert "default-src 'none'" in csp and "script-src" not in csp
         assert r.headers["x-frame-options"] == "DENY"
@@ -466,6 +467,64 @@ def test_a_reviewer_pauses_and_unpauses_a_monitor_from_the_monitors_page(site):
         assert post_login(other, "lee", lee).status_code == 303
         token = csrf(other.get("/monitors").text)
         r = other.post("/monitors/default/pause", data={"csrf_token": token})
-        assert r.status_code == 403 and "not_allowed" in r.text
+        none = other.post("/monitors/defaulx/pause", data={"csrf_token": token})
+        assert (r.status_code, none.status_code) == (404, 404) and "unknown_monitor" in r.text
+        assert r.text.replace("default", "M") == none.text.replace("defaulx", "M")
     assert c.post("/monitors/nothing/pause", data={"csrf_token": csrf(page)}).status_code == 404
     assert not any(m["paused"] for m in rt.monitors())
+
+
+def test_cancel_and_redraft_from_the_task_page_by_the_reviewer(site):
+    rt, server, tokens, login = site
+    first, second = ready_keys(rt)[:2]
+    alice, rita = login("alice"), login("rita")
+    page = alice.get(f"/tasks/{first}").text
+    assert 'id="redraft"' in page and 'id="cancel"' in page
+    shown = rita.get(f"/tasks/{first}").text
+    assert 'id="redraft"' not in shown and 'id="cancel"' not in shown
+    before = snapshot()
+    for action in ("cancel", "redraft"):
+        assert rita.post(f"/tasks/{first}/{action}",
+                         data={"csrf_token": csrf(shown)}).status_code == 403
+        assert alice.post(f"/tasks/{first}/{action}", data={}).status_code == 403  # no CSRF
+    assert snapshot() == before
+    drafted = rt.task(first)["digest"]
+    rt.host().put_material("doc-demo", "2026-12-24")
+    r = alice.post(f"/tasks/{first[:12]}/redraft", data={"csrf_token": csrf(page)})
+    assert r.status_code == 303 and r.headers["location"] == f"/tasks/{first}"
+    redrafted = rt.task(first)
+    assert redrafted["status"] == "ready" and redrafted["digest"] != drafted
+    assert "2026-12-24" in redrafted["result"]["draft"]
+    r = alice.post(f"/tasks/{second}/cancel", data={"csrf_token": csrf(page)})
+    assert r.status_code == 303 and r.headers["location"] == f"/tasks/{second}"
+    assert rt.task(second)["status"] == "cancelled"
+    ended = alice.get(f"/tasks/{second}").text
+    assert 'id="cancel"' not in ended and 'id="redraft"' not in ended
+    assert [(a["code"], a["actor"], a["channel"]) for a in rt.audit()
+            if a["code"] in ("redrafted", "cancelled") and a["task_key"] in (first, second)] == [
+        ("redrafted", "alice", "page"), ("cancelled", "alice", "page")]
+    again = alice.post(f"/tasks/{second}/cancel", data={"csrf_token": csrf(page)})
+    assert again.status_code == 409 and "not_cancellable" in again.text
+    # A newer record version: the redraft makes a new task, and the page goes there.
+    third = next(t for t in rt.tasks("ready") if t["record_id"] == "comment-3")["key"]
+    rt.host().put_record("comment-3", version=2, text="comment 3, edited")
+    r = alice.post(f"/tasks/{third}/redraft", data={"csrf_token": csrf(page)})
+    successor = rt.task(third)["superseded_by"]
+    assert successor and r.status_code == 303 and r.headers["location"] == f"/tasks/{successor}"
+
+
+def test_the_task_list_shows_how_far_each_quorum_has_come(site):
+    rt, server, tokens, login = site
+    rt.bind("doc-demo", "pair", window_s=3600, approvals=2)
+    rt.enqueue_events([event(1, event_id="evt-pair")], monitor_id="pair")
+    rt.run_until_idle()
+    pair = next(t for t in rt.tasks() if t["monitor"] == "pair")
+    single = next(t for t in rt.tasks() if t["monitor"] == "default")
+    alice = login("alice")
+    listed = alice.get("/").text
+    assert f'id="quorum-{pair["key"][:12]}">0 of 2 approvals<' in listed
+    assert f'id="quorum-{single["key"][:12]}"' not in listed  # one approval: nothing to count
+    r = alice.post(f"/tasks/{pair['key']}/approve",
+                   data={"digest": pair["digest"], "csrf_token": csrf(listed)})
+    assert r.status_code == 303 and rt.task(pair["key"])["status"] == "ready"
+    assert f'id="quorum-{pair["key"][:12]}">1 of 2 approvals<' in alice.get("/").text

@@ -67,8 +67,8 @@ def test_a_policy_added_after_an_edit_does_not_fill_a_place(quorum, host):
 def test_a_policy_cannot_edit(quorum):
     rt = quorum
     key, drafted = ready_task(rt, "q")
-    assert refusal(rt.approve, key, drafted, by="policy:1", channel="policy",
-                   edit=WIRE) == "not_allowed"
+    with pytest.raises(ValueError):
+        rt.approve(key, drafted, by="policy:1", channel="policy", edit=WIRE)
     assert rt.task(key)["edits"] == []
 
 

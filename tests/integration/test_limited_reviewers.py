@@ -59,3 +59,40 @@ def test_gaps_are_listed_for_the_monitors_a_reviewer_may_see(rt, two_monitors):
     assert rt.unobserved(frozenset({"other"}))["stale_events"] == 1
     assert rt.unobserved(frozenset({"default", "default-2"}))["stale_events"] == 0
     assert [g["monitor"] for g in theirs["resume_gaps"]] == [everything["resume_gaps"][0]["monitor"]]
+
+
+@pytest.fixture
+def two_tasks(rt):
+    """A ready task of the same record on each of two monitors: ``{monitor: task}``."""
+    rt.bind("doc-demo", "other")
+    rt.enqueue_events([make_event()])
+    rt.enqueue_events([make_event(event_id="evt-2")], "other")
+    rt.run_until_idle()
+    return {t["monitor"]: t for t in rt.tasks()}
+
+
+def refusal(call, *args):
+    with pytest.raises(Refused) as refused:
+        call(*args)
+    return refused.value.code, refused.value.message
+
+
+def test_another_monitors_task_is_unknown_as_one_that_does_not_exist(rt, two_tasks):
+    theirs, mine = two_tasks["default"]["key"], two_tasks["other"]["key"]
+    none = theirs[:-1] + ("0" if theirs[-1] != "0" else "1")
+    limited = frozenset({"other"})
+    for size in (64, 10):  # a full key and a prefix
+        for call in (rt.task, rt.task_key):
+            code, message = refusal(call, theirs[:size], limited)
+            assert code == "unknown_task"
+            assert message.replace(theirs[:size], "K") == refusal(
+                call, none[:size], limited)[1].replace(none[:size], "K")
+    assert rt.task_key(mine[:10], limited) == mine and rt.task(mine, limited)["key"] == mine
+    assert rt.task(theirs)["key"] == theirs  # nobody's limit: every task
+
+
+def test_another_monitors_delivery_is_unknown_as_one_that_does_not_exist(rt, two_tasks):
+    theirs = next(e["delivery"] for e in rt.events() if e["monitor"] == "default")
+    code, message = refusal(rt.delivery, theirs, frozenset({"other"}))
+    assert (code, message) == ("unknown_delivery", f"no delivery {theirs}")
+    assert rt.delivery(theirs)["monitor"] == "default"

@@ -1,4 +1,5 @@
-"""contrib/: the Grafana dashboard and the Prometheus alerts use only names /metrics exports.
+"""contrib/: the Grafana dashboard and the Prometheus alerts use only names /metrics exports;
+the nginx example lets through every body signoff takes, and the docs show it as it is.
 
 `.ci/run` also checks the rules with `promtool check rules` and runs their unit
 tests (`promtool test rules`).
@@ -88,3 +89,19 @@ def test_the_alerts_cover_what_an_operator_must_hear_of():
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
     assert "signoff_worker_heartbeat_age_seconds" in found["SignoffWorkerSilent"]["expr"]
     assert "signoff_drafter_calls_total" in found["SignoffDrafterFailing"]["expr"]
+
+
+NGINX = ROOT / "contrib" / "nginx" / "signoff.conf"
+SIZE_UNITS = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
+
+
+def test_the_nginx_example_lets_every_body_signoff_takes_through():
+    from signoff.serve.bodies import LIMITS
+    size, unit = re.search(r"^\s*client_max_body_size (\d+)([kmg]?);", NGINX.read_text(),
+                           re.M | re.I).groups()
+    assert int(size) * SIZE_UNITS[unit.lower()] >= max(LIMITS)
+
+
+def test_the_docs_show_the_nginx_example_as_it_is():
+    docs = (ROOT / "docs" / "serve.md").read_text(encoding="utf-8")
+    assert "```nginx\n" + NGINX.read_text(encoding="utf-8") + "```\n" in docs
