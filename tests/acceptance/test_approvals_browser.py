@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from helpers import log_in, read_here, shown_status, start_worker
+from helpers import OPERATOR, log_in, read_here, shown_status, start_worker
 from servekit import Server, event, make_home
 from signoff.app import Signoff
 from signoff.cli import main
@@ -136,9 +136,11 @@ def test_a_quorum_of_two_with_a_page_and_a_cli_approver(browser, sites):
     page.reload()
     assert shown_status(page) == "approved"
     approvals = page.inner_text("#approvals")
-    assert "alice" in approvals and "bob" in approvals and "page" in approvals and "cli" in approvals
+    assert "alice" in approvals and "page" in approvals and "cli" in approvals
+    # The command line's approval is its OS account's; its --by word is a note beside it.
+    assert OPERATOR in approvals and "note “bob”" in approvals
     screenshot(page, "quorum-2-of-2")
-    assert rt.task(key)["approved_by"] == "bob"
+    assert rt.task(key)["approved_by"] == OPERATOR
 
 
 def test_reject_with_a_reason_on_the_page(browser, sites):

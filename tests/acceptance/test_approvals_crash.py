@@ -25,9 +25,10 @@ def test_kill_between_the_last_approval_and_the_confirmed_write_gives_one_write(
         assert line.accepted, line.reason
         h.drain()
         [task] = Task.select().where(Task.status == "ready")
-        edited = h.rt.approve(task.key, task.digest, by="bob", edit=EDITED)
+        edited = h.rt.approve(task.key, task.digest, by="bob", channel="api", edit=EDITED)
         assert edited["status"] == "ready" and edited["approvals_missing"] == 1
-        assert h.rt.approve(task.key, edited["digest"], by="ana")["status"] == "approved"
+        assert h.rt.approve(task.key, edited["digest"], by="ana",
+                            channel="api")["status"] == "approved"
         arm_crash(h.path, "after-submit-write")
         victim = h.worker()
         assert victim.wait(timeout=DRAIN_TIMEOUT) == -signal.SIGKILL
