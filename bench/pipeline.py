@@ -1019,7 +1019,7 @@ def _run_events(rt, group, n, counter, pipeline, per_event):
 
 @reads
 def _await_ingest(rt, group, n, first_id, out):
-    from signoff.state.lifecycle import DELIVERY_PENDING
+    from signoff.state.statuses import DELIVERY_PENDING
     from signoff.models import Delivery
     mine = Delivery.id >= first_id
     _wait(lambda: not Delivery.select().where(mine, Delivery.status.in_(list(DELIVERY_PENDING))).exists(),
@@ -1053,7 +1053,7 @@ def _snapshot_covering(group, step, n, timeout=10.0):
 
 @reads
 def _approve_and_submit(rt, group, n, counter, w1, out):
-    from signoff.state.lifecycle import TASK_ACTIVE
+    from signoff.state.statuses import TASK_ACTIVE
     from signoff.models import Task
     items = [(k, d) for k, d in Task.select(Task.key, Task.digest).where(
         Task.status == "ready").tuples()]

@@ -15,6 +15,7 @@ import click
 from .errors import Refused, SignoffError
 from .commands.output import emit, fail, fmt, safe, stream, table
 from .config import LEASE_S, PURGE_DAYS, WORKERS
+from .state.statuses import TaskStatus as T
 
 
 INT64_MAX = 2**63 - 1
@@ -703,7 +704,7 @@ KEY_HINT = ("KEY: the key column, or any unique prefix of 8+ characters; DIGEST:
 
 def statuses(kind):
     """Every delivery or task status, sorted: the ``--status`` choices."""
-    from .state.lifecycle import DELIVERY_EDGES, TASK_EDGES
+    from .state.statuses import DELIVERY_EDGES, TASK_EDGES
     edges = DELIVERY_EDGES if kind == "delivery" else TASK_EDGES
     return sorted({str(getattr(status, "value", status)) for edge in edges for status in edge})
 
@@ -855,7 +856,7 @@ def _edit_text(data):
 
 def _approved_line(a):
     missing = a.get("approvals_missing")
-    waiting = f", {missing} more approval(s) needed" if a["status"] == "ready" and missing else ""
+    waiting = f", {missing} more approval(s) needed" if a["status"] == T.READY and missing else ""
     edited = f", edited (digest {a['digest']})" if a.get("digest") else ""
     return f"{a['key']}: {a['status']}{edited}{waiting}"
 

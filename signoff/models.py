@@ -53,7 +53,7 @@ class Delivery(BaseModel):
     document = Text()
     record_id = Text()
     occurred = BigIntegerField()
-    status = Text()  # lifecycle.DeliveryStatus
+    status = Text()  # state.statuses.DeliveryStatus
     outcome = Text(null=True)
     task_key = CharField(max_length=64, null=True)
     attempts = IntegerField(default=0)
@@ -98,7 +98,7 @@ class Task(BaseModel):
     monitor = Text()
     record_id = Text()
     version = BigIntegerField()
-    status = Text()  # lifecycle.TaskStatus
+    status = Text()  # state.statuses.TaskStatus
     code = Text(null=True)
     parked = BooleanField(default=False)
     outcome_unknown = BooleanField(default=False)
@@ -473,7 +473,7 @@ class Subscription(BaseModel):
     secret = Text()
     ttl_s = DoubleField()
     subscription_id = Text(null=True)  # the server's id, once known
-    status = Text()  # lifecycle.SubscriptionStatus: pending, active, lapsed, ended
+    status = Text()  # state.statuses.SubscriptionStatus: pending, active, lapsed, ended
     refresh_before = DoubleField(null=True)  # when the server drops it unless refreshed
     subscribed_at = DoubleField(null=True)  # the last subscribe the server answered
     last_delivery_at = DoubleField(null=True)

@@ -26,7 +26,7 @@ from .app import Signoff
 from .config import load_config, resolve_home
 from .errors import StorageError
 from .state import heartbeats
-from .state.lifecycle import DELIVERY_WAITING, TASK_ACTIVE, DeliveryStatus as D
+from .state.statuses import DELIVERY_WAITING, DeliveryStatus as D, TASK_ACTIVE
 from .models import Delivery, Monitor, Task
 from .storage.queue import close_queue, one_line_queue_faults
 
@@ -84,7 +84,7 @@ def _waiting_deliveries(due_by, later):
     paused = Monitor.select(Monitor.id).where(Monitor.paused_at.is_null(False))
     # A delivery waiting for its monitor's next hour of drafter tokens waits for
     # the clock, not for work: like a paused monitor's, it does not hold a drain.
-    budget_wait = (Delivery.status == "retrying") & (Delivery.last_code == "budget_exhausted")
+    budget_wait = (Delivery.status == D.RETRYING) & (Delivery.last_code == "budget_exhausted")
     waiting = (Delivery.status.in_(list(DELIVERY_WAITING)) & Delivery.monitor.not_in(paused)
                & ~fn.COALESCE(budget_wait, False))
     return waiting & _due(Delivery.next_at, due_by, later)

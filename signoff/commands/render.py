@@ -4,6 +4,7 @@ import time
 
 from .output import fmt, safe, when
 from ..rules.text import visible
+from ..state.statuses import TaskStatus as T
 
 
 def _clock(at):
@@ -64,7 +65,7 @@ def _decisions(t):
         lines += [f"            {fmt(line)}" for line in (e.get("diff") or "").splitlines()]
     if t["edits"]:
         lines.append(f"drafted   {fmt(t['drafted_digest'])}")
-    if t["status"] == "rejected":
+    if t["status"] == T.REJECTED:
         lines.append(f"rejected  by {fmt(t['rejected_by'])}: {fmt(t['reject_reason'])}")
     if t["hidden_characters"]:
         lines.append(f"WARNING   the draft holds hidden characters ({fmt(', '.join(t['hidden_characters']))}), "

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..config import load_config
 from ..hosts.mcp import batch_tools_toml
 from .story import BASE_DELAY_S, DOCUMENT, WAIT_S, Demo, StepFailed
+from ..state.statuses import TaskStatus as T
 
 MCP_FACTORY = "signoff.hosts.mcp:McpHost"
 SECOND_RECORD = "comment-2"
@@ -95,10 +96,10 @@ class McpDemo(Demo):
 
         def moved():
             status = self.second_task()["status"]
-            return None if status == "approved" else status
+            return None if status == T.APPROVED else status
         status = self.wait_for(moved, "submit outcome", worker)
         written = [r for r in self.ok("host", "results") if r["key"] == self.second_key]
-        if status == "uncertain" and not written:
+        if status == T.UNCERTAIN and not written:
             return "uncertain, but nothing was written"
         self.server_kills += 1
         return status
@@ -108,13 +109,13 @@ class McpDemo(Demo):
 
         def finished():
             status = self.second_task()["status"]
-            return None if status == "uncertain" else status
+            return None if status == T.UNCERTAIN else status
         status = self.wait_for(finished, "the receipt read", worker)
         worker.send_signal(signal.SIGTERM)
         if worker.wait(timeout=WAIT_S) != 0:
             raise StepFailed(f"the worker exited {worker.returncode} on SIGTERM")
         history = self.second_task()["history"]
-        if status == "done" and "ConnectionError" not in [h["code"] for h in history]:
+        if status == T.DONE and "ConnectionError" not in [h["code"] for h in history]:
             return "done, but no attempt saw the server die"
         return status
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import click
 
 from ..config import private_file
+from ..state.statuses import TaskStatus as T
 
 RECORD_ID = "comment-1"
 DOCUMENT = "doc-demo"
@@ -387,7 +388,7 @@ class Demo:
 
         def moved():
             status = self.task()["status"]
-            return None if status == "approved" else status
+            return None if status == T.APPROVED else status
         return self.wait_for(moved, "submit outcome", worker)
 
     def kill(self):
@@ -403,7 +404,7 @@ class Demo:
         self.drain()
         task = self.task()
         confirmed = [h for h in task["history"] if h["step"] == "confirm" and h["code"] == "done"]
-        if task["status"] == "done" and not confirmed:
+        if task["status"] == T.DONE and not confirmed:
             return "done without a confirmed receipt"
         return task["status"]
 

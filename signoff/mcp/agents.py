@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InvalidEvent, Refused, SignoffError
 from ..rules.events import MAX_LINE_BYTES, check_value
-from ..state.lifecycle import TaskStatus
+from ..state.statuses import TaskStatus
 from .strict import StrictServer, error_result, key_refusal, value_result
 
 LIST_LIMIT = 1000

@@ -20,8 +20,11 @@ from ..rules.drafts import needs_answers
 from ..errors import Blocked, InvalidRecord, Refused
 from ..rules.gate import INGEST_ACTIONS, GrantRead, gate
 from ..rules.names import Actor
-from ..state.lifecycle import (Fenced, add_approvals, approval_counts, audit, cancel_tasks,
-                               edit_task, move_task, update_task, TaskStatus as T)
+from ..state.approvals import add_approvals, approval_counts, edit_task
+from ..state.history import audit
+from ..state.moves import Fenced
+from ..state.statuses import TaskStatus as T
+from ..state.tasks import cancel_tasks, move_task, update_task
 from ..storage import key_in, retried, select_instances
 from ..models import Approval, Monitor, Task, db
 from ..rules.retry import TRANSIENT, backoff
@@ -218,8 +221,8 @@ def _answers(keys, needed):
     fresh = select_instances(Task.select(Task.key, Task.status, Task.approved_digest)
                              .where(key_in(Task.key, keys)))
     # Only a task still waiting for its quorum has approvals missing to count.
-    counts = approval_counts([t.key for t in fresh if t.status == "ready"])
-    return {t.key: answer(t, 0 if t.status != "ready" else max(0, needed[t.key] - counts.get(t.key, 0)))
+    counts = approval_counts([t.key for t in fresh if t.status == T.READY])
+    return {t.key: answer(t, 0 if t.status != T.READY else max(0, needed[t.key] - counts.get(t.key, 0)))
             for t in fresh}
 
 
@@ -251,7 +254,7 @@ def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_char
     now = rt.clock.now()
     task = get_task(key)
     key = task.key
-    if task.status != "ready":
+    if task.status != T.READY:
         raise Refused("not_ready", f"task is {task.status}, not ready; only a waiting draft is edited")
     _precheck(task, key, reviewed, now, Who(actor, "approved", True, frozenset()))
     result = dict(task.result, draft=check_edit(text, rt.config.max_record_bytes))
@@ -330,12 +333,12 @@ def _precheck(task, key, reviewed, now, who):
     """Checks that need no host: ``None`` means go on, a dict is the answer."""
     if task is None:
         raise Refused("unknown_task", f"no task with key {key!r}")
-    if task.status in ("approved", "done") and task.approved_digest == reviewed:
+    if task.status in (T.APPROVED, T.DONE) and task.approved_digest == reviewed:
         return answer(task)
-    if task.status == "ready" and task.approval_deadline is not None and now >= task.approval_deadline:
+    if task.status == T.READY and task.approval_deadline is not None and now >= task.approval_deadline:
         _end(task, "expired", now)
         raise Refused("expired", "the approval deadline of this task has passed")
-    if task.status != "ready":
+    if task.status != T.READY:
         raise Refused("not_ready", f"task is {task.status}, not ready")
     if reviewed != task.digest:
         raise Refused("digest_mismatch", "the digest does not match the task's result")
@@ -417,9 +420,9 @@ def retry(rt, key, by=None, channel="cli"):
     now = rt.clock.now()
     task = get_task(key)
     key = task.key
-    if task.status == "ready":
+    if task.status == T.READY:
         raise Refused("needs_approval", "the task waits for approval: nothing is submitted before it")
-    if task.status not in ("approved", "uncertain"):
+    if task.status not in (T.APPROVED, T.UNCERTAIN):
         raise Refused("not_retryable", f"task is {task.status}")
     try:
         with db.atomic():
@@ -432,7 +435,7 @@ def retry(rt, key, by=None, channel="cli"):
 
 
 def cancel(rt, key, by, channel):
-    """Cancel one open task as a monitor's cancel ends its tasks (``lifecycle.cancel_tasks``).
+    """Cancel one open task as a monitor's cancel ends its tasks (``state.tasks.cancel_tasks``).
 
     What no write can have reached is ``cancelled``; a task that may have been
     written ends ``cancelled`` with ``outcome_unknown`` (and one whose write is

@@ -4,8 +4,11 @@ from peewee import fn
 
 from ..errors import Refused
 from ..rules.names import Actor
-from ..state.lifecycle import (Fenced, audit, move_delivery, move_task, TaskStatus as T,
-                               DeliveryStatus as D)
+from ..state.deliveries import move_delivery
+from ..state.history import audit
+from ..state.moves import Fenced
+from ..state.statuses import DeliveryStatus as D, TaskStatus as T
+from ..state.tasks import maybe_written, move_task
 from ..models import DeadLetter, Delivery, Notification, Task, db
 from .retention import purged_at
 
@@ -63,7 +66,7 @@ def replay(rt, letter_id, by=None, channel="cli", monitors=None):
                 audit(now, "replayed", delivery.monitor, delivery.event_id, **who)
             else:
                 task = Task.get_by_id(letter.ref)
-                target = "uncertain" if task.write_possible else "approved"
+                target = T.UNCERTAIN if maybe_written(task) else T.APPROVED
                 move_task(task.key, [T.DEAD], target, now, failures={}, next_at=now, parked=False,
                           suspect=suspect, code=letter.code if suspect else "replayed")
                 audit(now, "replayed", task.monitor, task_key=task.key, **who)

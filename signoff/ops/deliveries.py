@@ -3,7 +3,10 @@
 from ..errors import Refused
 from ..models import Delivery, db
 from ..rules.names import Actor
-from ..state.lifecycle import DeliveryStatus as D, Fenced, audit, update_delivery
+from ..state.deliveries import update_delivery
+from ..state.history import audit
+from ..state.moves import Fenced
+from ..state.statuses import DeliveryStatus as D
 from ..storage import retried
 from .views import delivery_row
 

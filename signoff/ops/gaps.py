@@ -20,7 +20,7 @@ from ..steps.batching import windows
 from ..rules.canonical import digest
 from ..errors import InvalidEvent, Refused
 from ..rules.events import check_label
-from ..state.lifecycle import audit
+from ..state.history import audit
 from ..models import Delivery, Gap, Monitor
 from .monitors import DAY_S, bind, check_id
 from ..rules.retry import TRANSIENT

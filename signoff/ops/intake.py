@@ -13,7 +13,7 @@ from .. import tracing
 from ..errors import InvalidEvent, Refused
 from ..rules.events import read_events
 from ..models import Audit, db, insert_rows
-from ..state.lifecycle import new_deliveries
+from ..state.deliveries import new_deliveries
 
 CHUNK = 2000
 

@@ -7,7 +7,10 @@ from ..errors import Refused
 from ..rules.events import check_label
 from ..rules.names import Actor
 from ..errors import InvalidEvent
-from ..state.lifecycle import DELIVERY_WAITING, audit, cancel_tasks
+from ..state.history import audit
+from ..state.monitors import end_monitor, end_pause, new_monitor, start_pause
+from ..state.statuses import DELIVERY_WAITING
+from ..state.tasks import cancel_tasks
 from ..models import Delivery, Monitor, Task, db
 from ..storage import retried
 
@@ -60,11 +63,10 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
         now = rt.clock.now()
         with db.atomic():
             _refuse_existing(monitor_id)
-            Monitor.create(id=monitor_id, document=document, event_names=list(event_names),
-                           expires_at=now + ttl_s, window_s=window_s,
-                           approval_ttl_s=approval_ttl_s, approvals=approvals,
-                           grant_digest=digest(context),
-                           active=True, created_at=now)
+            new_monitor(monitor_id, now, document=document, event_names=list(event_names),
+                        expires_at=now + ttl_s, window_s=window_s,
+                        approval_ttl_s=approval_ttl_s, approvals=approvals,
+                        grant_digest=digest(context))
             if batch_window_s is not None:
                 batching.set_window(monitor_id, batch_window_s)
             audit(now, "bound", monitor_id, subject=monitor_id)
@@ -101,7 +103,7 @@ def _refuse_existing(monitor_id):
 
 
 def cancel(rt, monitor_id, by=None, channel="cli"):
-    """Stop intake, end the monitor's open tasks (see ``lifecycle.cancel_tasks``) and its
+    """Stop intake, end the monitor's open tasks (see ``state.tasks.cancel_tasks``) and its
     MCP Events subscription (answered 410 from now on; the worker unsubscribes it).
 
     A cancel ends a pause too: the deliveries the pause held, and those that
@@ -125,9 +127,7 @@ def _cancel(monitor_id, now, who):
     with db.atomic():
         if not Monitor.select().where(Monitor.id == monitor_id).exists():
             raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
-        Monitor.update(active=False, cancelled_at=now).where(
-            Monitor.id == monitor_id, Monitor.active == True).execute()  # noqa: E712
-        _end_pause(monitor_id, now)
+        end_monitor(monitor_id, now)
         subscriptions.end_for_monitor(monitor_id, now, "cancelled")
         ended = cancel_tasks(Task.monitor == monitor_id, now)
         audit(now, "cancelled", monitor_id, **who, subject=monitor_id)
@@ -156,15 +156,6 @@ def _wake_held(rt, monitor_id):
         rt.wakers.wake("ingest", waiting)
 
 
-def _end_pause(monitor_id, now):
-    """End the monitor's pause, if it has one, in the caller's transaction; True if
-    this call ended it. The pause ended is kept as the last one (the gate reads it)."""
-    paused_at = Monitor.select(Monitor.paused_at).where(Monitor.id == monitor_id).scalar()
-    return paused_at is not None and bool(Monitor.update(
-        paused_at=None, last_pause_from=paused_at, last_pause_until=now).where(
-        Monitor.id == monitor_id, Monitor.paused_at == paused_at).execute())
-
-
 @retried
 def _set_paused(rt, monitor_id, paused, by, channel):
     actor = Actor.of(by, channel)
@@ -176,15 +167,11 @@ def _set_paused(rt, monitor_id, paused, by, channel):
         if not monitor.active:
             raise Refused("cancelled", f"monitor {monitor_id!r} is cancelled")
         if paused and monitor.paused_at is None:
-            # Guarded on active too: a cancel that committed since the read above
-            # ended the pause for good, and a cancelled monitor is never paused.
-            if Monitor.update(paused_at=now).where(
-                    Monitor.id == monitor_id, Monitor.paused_at.is_null(),
-                    Monitor.active == True).execute():  # noqa: E712
+            if start_pause(monitor_id, now):
                 audit(now, "paused", monitor_id, subject=monitor_id, **actor.audit)
             elif not Monitor.get_by_id(monitor_id).active:
                 raise Refused("cancelled", f"monitor {monitor_id!r} is cancelled")
-        elif not paused and _end_pause(monitor_id, now):
+        elif not paused and end_pause(monitor_id, now):
             audit(now, "unpaused", monitor_id, subject=monitor_id, **actor.audit)
     return row(Monitor.get_by_id(monitor_id))
 

@@ -38,10 +38,12 @@ from peewee import fn
 
 from ..config import ATTEMPTS, CONFIG_NAME, DELAY_S, NUMBER, Range, number_in, read_table
 from ..errors import ConfigError, Refused
-from ..state.lifecycle import (Fenced, NotificationStatus as N, TaskStatus as T, audit, bury,
-                               hold_notification, move_notification,
-                               new_decision_notifications, new_notifications, record_attempts,
-                               update_notification)
+from ..state.history import audit, bury, record_attempts
+from ..state.moves import Fenced
+from ..state.notifications import (hold_notification, move_notification,
+                                   new_decision_notifications, new_notifications,
+                                   update_notification)
+from ..state.statuses import NotificationStatus as N, TaskStatus as T
 from ..models import Approval, Audit, Cursor, DeadLetter, Monitor, Notification, Task, db
 from ..rules.canonical import digest
 from ..rules.retry import backoff

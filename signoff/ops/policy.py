@@ -35,7 +35,10 @@ from ..rules.canonical import digest
 from ..errors import Refused
 from ..rules.gate import gate
 from ..rules.names import Actor
-from ..state.lifecycle import audit, move_tasks, withdraw_approvals, TaskStatus as T
+from ..state.approvals import withdraw_approvals
+from ..state.history import audit
+from ..state.statuses import TaskStatus as T
+from ..state.tasks import move_tasks
 from ..models import Audit, Monitor, Policy, PolicyDecision, Task, db, insert_rows
 from ..storage import key_in, lock_rows, log_failed_pass
 
@@ -81,7 +84,7 @@ def add(rt, monitor_id, ttl_s=None, max_per_hour=None, by=None, include_waiting=
                                expires_at=ends, max_per_hour=max_per_hour,
                                created_by=actor.identity, created_at=now)
         audit(now, "policy_added", monitor.id, subject=tag(policy.id), **actor.audit)
-        waiting = Task.select(Task.key).where(Task.monitor == monitor.id, Task.status == "ready")
+        waiting = Task.select(Task.key).where(Task.monitor == monitor.id, Task.status == T.READY)
         count = waiting.count()
         if not include_waiting:
             PolicyDecision.insert_from(
@@ -208,7 +211,7 @@ def _return_tasks(now, tags):
         return 0
     not_started = (Task.write_possible == False) & Task.lease_token.is_null()  # noqa: E712
     rows = list(Task.select(Task.key, Task.monitor).where(
-        Task.status == "approved", Task.approved_by.in_(tags), not_started).tuples())
+        Task.status == T.APPROVED, Task.approved_by.in_(tags), not_started).tuples())
     if not rows:
         return 0
     with db.atomic():
@@ -247,7 +250,7 @@ def _decide(policy, now, summary):
         mine, PolicyDecision.task_key == Task.key, PolicyDecision.decision != "approved")
     # A task with open questions is a person's to answer: no policy ever approves it.
     waiting_now = Task.select(Task.key).where(
-        Task.monitor == policy.monitor, Task.status == "ready",
+        Task.monitor == policy.monitor, Task.status == T.READY,
         Task.needs_answers == False, ~fn.EXISTS(settled))  # noqa: E712
     if not waiting_now.exists():
         return []  # the idle pass, every second: a read, no write lock

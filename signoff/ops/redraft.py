@@ -25,8 +25,11 @@ from ..rules.gate import INGEST_ACTIONS, gate
 from ..steps import drafting
 from ..steps.ingest import new_task
 from ..rules.names import Actor
-from ..state.lifecycle import (Fenced, audit, clear_approvals, move_task, TaskStatus as T,
-                               new_tasks)
+from ..state.approvals import clear_approvals
+from ..state.history import audit
+from ..state.moves import Fenced
+from ..state.statuses import TaskStatus as T
+from ..state.tasks import move_task, new_tasks
 from ..models import Monitor, Task, db
 from ..rules.records import check_material, check_record
 
@@ -62,7 +65,7 @@ def redraft(rt, key, by=None, channel="cli"):
 
 def redraftable(status, code, write_possible):
     """True for a task (its ``status``, ``code``, ``write_possible``) a redraft may draft again."""
-    return status == "ready" or (status == "blocked" and code in REDRAFTABLE_BLOCKS
+    return status == T.READY or (status == T.BLOCKED and code in REDRAFTABLE_BLOCKS
                                  and not write_possible)
 
 
@@ -112,7 +115,7 @@ def _earlier(task, now):
 
 
 def _same_version(task, fresh, now, who):
-    if task.status == "ready" and fresh["digest"] == task.digest and fresh["record"] == task.record:
+    if task.status == T.READY and fresh["digest"] == task.digest and fresh["record"] == task.record:
         return _answer(task.key, task.status, task.digest, changed=False)
     try:
         with db.atomic():

@@ -21,9 +21,11 @@ import time
 
 from peewee import Tuple, fn
 
-from ..state.lifecycle import audit, strip_tasks
+from ..state.history import audit
+from ..state.tasks import strip_tasks
 from ..models import (Chore, DeadLetter, PurgedTask, Task, WebhookAnswer, WebhookDigest,
                       WebhookRefusal, db, insert_rows)
+from ..state.statuses import TaskStatus as T
 
 # A dead task counts as finished only once it has been replayed and died again:
 # until then ``dlq replay`` may still need its snapshot.
@@ -42,7 +44,7 @@ def _purgeable(cutoff):
     # COALESCE keeps the planner off the status index: read in key order, a
     # chunk is the next ``CHUNK`` rows; by status, every chunk would sort them all.
     status = fn.COALESCE(Task.status, "")
-    return ((status.in_(list(FINISHED)) | ((status == "dead") & fn.EXISTS(replayed)))
+    return ((status.in_(list(FINISHED)) | ((status == T.DEAD) & fn.EXISTS(replayed)))
             & (Task.updated_at < cutoff) & ~fn.EXISTS(purged))
 
 

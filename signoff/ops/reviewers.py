@@ -15,7 +15,7 @@ from peewee import IntegrityError
 
 from ..errors import Refused
 from ..rules.names import Actor, clash, normal_name, skeleton
-from ..state.lifecycle import audit
+from ..state.history import audit
 from ..models import AuditReviewer, Monitor, Reviewer, ReviewerMonitor, ReviewSession, db
 
 SESSION_TTL_S = 12 * 3600

@@ -12,7 +12,7 @@ import os
 
 from ..errors import Refused
 from ..rules.names import Actor
-from ..state.lifecycle import audit
+from ..state.history import audit
 from ..models import Monitor, WebhookSecret, db
 
 PREFIX = "whsec_"

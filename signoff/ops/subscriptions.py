@@ -34,8 +34,10 @@ from ..errors import ConfigError, McpCallError, Refused, SignoffError
 from ..models import EventDeliveryCount, Monitor, Subscription, db
 from ..rules.gate import gate
 from ..rules.retry import TRANSIENT, backoff
-from ..state.lifecycle import (SUBSCRIPTION_LIVE, Fenced, SubscriptionStatus as S, audit,
-                               move_subscription, new_subscription)
+from ..state.history import audit
+from ..state.moves import Fenced
+from ..state.statuses import SUBSCRIPTION_LIVE, SubscriptionStatus as S
+from ..state.subscriptions import move_subscription, new_subscription
 from .. import storage
 from ..storage import log_failed_pass
 from .secrets import generate as new_secret

@@ -17,6 +17,7 @@ from ..models import (Approval, Attempt, Audit, AuditReviewer, DeadLetter, Deliv
 from ..rules.text import hidden_characters
 from .retention import purged_at
 from ..state import heartbeats
+from ..state.statuses import DeliveryStatus as D, TaskStatus as T
 
 
 def delivery_row(d):
@@ -131,7 +132,7 @@ def task_page(status=None, monitor=None, parked=False, monitors=None, limit=50, 
 def metric_counts(now):
     """What ``/metrics`` adds to ``stats``: attempts by step and code, webhook refusals
     and notifications by code and status, and the oldest ready task's age."""
-    oldest = Task.select(fn.MIN(Task.created_at)).where(Task.status == "ready").scalar()
+    oldest = Task.select(fn.MIN(Task.created_at)).where(Task.status == T.READY).scalar()
     return {
         "attempts": list(Attempt.select(Attempt.step, Attempt.code, fn.COUNT(Attempt.id))
                          .group_by(Attempt.step, Attempt.code).tuples()),
@@ -163,10 +164,10 @@ def review_list(status, monitor=None, parked=False, monitors=None, limit=200):
         query = query.where(Task.monitor.in_(sorted(monitors)))
         counted = counted.where(Task.monitor.in_(sorted(monitors)))
     tasks = list(query.order_by(Task.created_at, Task.key).limit(limit))
-    quorum = _quorum([t for t in tasks if t.status == "ready"])
+    quorum = _quorum([t for t in tasks if t.status == T.READY])
     rows = [{"key": t.key, "monitor": t.monitor, "record_id": t.record_id, "version": t.version,
              "status": t.status, "state": describe(t), "parked": t.parked, "digest": t.digest,
-             "may_be_written": t.status == "uncertain" or t.outcome_unknown,
+             "may_be_written": t.status == T.UNCERTAIN or t.outcome_unknown,
              "needs_answers": t.needs_answers, "updated_at": t.updated_at,
              "quorum": quorum.get(t.key), **_ready_draft(t)}
             for t in tasks]
@@ -190,7 +191,7 @@ def _quorum(ready):
 
 
 def _ready_draft(task):
-    result = task.result if task.status == "ready" and isinstance(task.result, dict) else {}
+    result = task.result if task.status == T.READY and isinstance(task.result, dict) else {}
     draft = result.get("draft")
     if not isinstance(draft, str):
         return {"draft": None, "hidden": False}
@@ -224,11 +225,11 @@ def _history(kind, ref):
 
 def describe(t):
     """A plain-words reading of a task's state, for people."""
-    if t.status == "uncertain" and t.parked:
+    if t.status == T.UNCERTAIN and t.parked:
         return f"uncertain, may have been written; parked ({t.code}): not resolved automatically"
     if t.parked:
         return f"parked by the gate ({t.code}): fix the cause, then `signoff tasks retry`"
-    if t.status == "uncertain":
+    if t.status == T.UNCERTAIN:
         return "uncertain: the receipt is read under the same key before any new write"
     if t.outcome_unknown:
         return f"{t.status}, outcome unknown: the host may have written the result"
@@ -304,7 +305,7 @@ def decisions(t):
     edits = list(t.edits or [])
     draft = t.result.get("draft") if isinstance(t.result, dict) else None
     return {"approvals": given, "approvals_needed": needed,
-            "approvals_missing": max(0, needed - len(given)) if t.status == "ready" else 0,
+            "approvals_missing": max(0, needed - len(given)) if t.status == T.READY else 0,
             "edits": edits, "drafted_digest": edits[0]["from_digest"] if edits else t.digest,
             "rejected_by": t.rejected_by, "reject_reason": t.reject_reason,
             "hidden_characters": hidden_characters(draft)}
@@ -340,9 +341,9 @@ def stats(now, tokens_per_hour=None):
     deliveries, outcomes = _delivery_tallies()
     tasks_, flags = _task_tallies()
     retrying = Delivery.select(fn.COUNT(Delivery.id), fn.MIN(Delivery.next_at)).where(
-        Delivery.status == "retrying").tuples().get()
+        Delivery.status == D.RETRYING).tuples().get()
     task_retries = Task.select(fn.COUNT(Task.key), fn.MIN(Task.next_at)).where(
-        Task.status.in_(["approved", "uncertain"]), Task.parked == False,  # noqa: E712
+        Task.status.in_([T.APPROVED, T.UNCERTAIN]), Task.parked == False,  # noqa: E712
         Task.next_at > now).tuples().get()
     stale = outcomes.get("stale_event", 0)
     return {
@@ -397,9 +398,9 @@ def _delivery_tallies():
 
 _TASK_FLAGS = {
     "leased": Task.lease_token.is_null(False),
-    "parked_uncertain": (Task.status == "uncertain") & (Task.parked == True),  # noqa: E712
+    "parked_uncertain": (Task.status == T.UNCERTAIN) & (Task.parked == True),  # noqa: E712
     "outcome_unknown": Task.outcome_unknown == True,  # noqa: E712
-    "recovered": (Task.status == "done") & (Task.write_possible == True)  # noqa: E712
+    "recovered": (Task.status == T.DONE) & (Task.write_possible == True)  # noqa: E712
                  & (Task.attempts > 1),
     "parked": Task.parked == True,  # noqa: E712
 }

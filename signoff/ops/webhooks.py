@@ -11,7 +11,7 @@ from peewee import JOIN, InterfaceError, OperationalError, fn
 from . import intake, subscriptions
 from ..rules.events import Event
 from ..models import Audit, WebhookAnswer, WebhookDigest, WebhookRefusal, db, insert_rows
-from ..state.lifecycle import drop_deliveries
+from ..state.deliveries import drop_deliveries
 
 AUDITED_PER_MINUTE = 60
 REUSED = "webhook_id_reused"

@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse
 from ..errors import InvalidEvent
 from ..ops import secrets
 from ..rules.events import broken_json_reason, check_label, decode_json, validate
-from ..state.lifecycle import SubscriptionStatus as S
+from ..state.statuses import SubscriptionStatus as S
 from ..ops.webhooks import Noted
 from .bodies import EVENTS_LIMIT
 from .hooks import is_json, read_text, refuse, store_event

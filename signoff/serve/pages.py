@@ -19,7 +19,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse
 from ..errors import Blocked, Refused
 from ..ops.redraft import redraftable
 from ..ops.reviewers import SESSION_TTL_S
-from ..state.lifecycle import TASK_OPEN
+from ..state.statuses import TASK_OPEN, TaskStatus as T
 from .bodies import FORM_LIMIT, LOGIN_LIMIT, read_form
 from .refusals import CONFLICT, status_of
 from .rendering import STYLE, TEMPLATES, excerpt, fold
@@ -185,10 +185,10 @@ class Pages:
                 "heading": HEADINGS.get(t["status"], t["status"]),
                 "timeline": timeline[-PAGE_LIMIT:], "timeline_left_out": len(timeline) - PAGE_LIMIT,
                 "host_factory": self.rt.config.host_factory,
-                "may_be_written": t["status"] == "uncertain" or t["outcome_unknown"],
+                "may_be_written": t["status"] == T.UNCERTAIN or t["outcome_unknown"],
                 # An approved task waiting for a later try (after a failed one) may be
                 # hurried; one due now is the worker's already.
-                "retry_later": t["status"] == "approved" and not t["parked"]
+                "retry_later": t["status"] == T.APPROVED and not t["parked"]
                 and (t["next_at"] or 0) > self.rt.clock.now(),
                 "records": records[:LIST_LIMIT], "records_left_out": len(records) - LIST_LIMIT,
                 "draft_whole": fold(draft)["left_out"] == 0,

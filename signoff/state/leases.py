@@ -11,7 +11,8 @@ import uuid
 from .. import storage
 from ..storage import key_in
 from ..storage.claims import claimable
-from .lifecycle import RELEASED, DeliveryStatus, claim_rows
+from .moves import RELEASED, claim_rows
+from .statuses import DeliveryStatus
 from ..models import Delivery, Task, db
 
 

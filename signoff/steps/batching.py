@@ -28,11 +28,14 @@ from ..rules.drafts import result_fields, task_fields
 from ..rules.canonical import digest
 from ..errors import AttemptFailed, Blocked, InvalidRecord
 from ..rules.gate import gate
-from ..state.lifecycle import audit, link_batched, new_tasks
+from ..state.batches import close_batch, hold_batch, new_batch, retry_batch
+from ..state.deliveries import link_batched
+from ..state.history import audit
+from ..state.tasks import new_tasks
 from ..models import (BatchMember, Delivery, Monitor, MonitorBatching, RecordBatch, db,
                       insert_rows)
 from ..rules.records import check_material, check_record
-from ..rules.retry import decide
+from ..rules.retry import failed_try
 from ..storage import lock_name, lock_rows
 
 CLOSE_LIMIT = 10  # batches one pass closes; the next pass takes the rest
@@ -82,8 +85,7 @@ def _open_batch(monitor_id, document, now, window_s):
     found = query.first()
     if found is not None:
         return found.id
-    return RecordBatch.create(monitor=monitor_id, document=document, opened_at=now,
-                              closes_at=now + window_s).id
+    return new_batch(monitor_id, document, now, window_s)
 
 
 def closed_batch_of(monitor_id, record_id, version):
@@ -152,8 +154,7 @@ def _close(rt, batch, trace):
         return _commit(batch, members, now, code=exc.code)
     waiting = drafting.wait_until(rt, monitor.id, now)
     if waiting is not None:  # the hour's tokens are spent: no attempt, tried next hour
-        RecordBatch.update(next_at=waiting, code="budget_exhausted").where(
-            RecordBatch.id == batch.id, RecordBatch.closed_at.is_null()).execute()
+        hold_batch(batch.id, waiting, "budget_exhausted")
         return 0
     drafted = drafting.draft(rt, monitor.id, records, material)
     covers = sorted([r["id"], r["version"]] for r in records)
@@ -193,13 +194,7 @@ def _commit(batch, members, now, task=None, kept=(), code=None):
         if now_members != {(m.record_id, m.version) for m in members}:
             return 0  # a member joined since the read-back: the next pass drafts again
         key = task["key"] if task else None
-        RecordBatch.update(closed_at=now, task_key=key, code=code).where(
-            RecordBatch.id == batch.id).execute()
-        kept_ids = {(m.record_id, m.version) for m in kept}
-        for m in members:
-            BatchMember.update(kept=(m.record_id, m.version) in kept_ids).where(
-                BatchMember.monitor == m.monitor, BatchMember.record_id == m.record_id,
-                BatchMember.version == m.version).execute()
+        close_batch(batch.id, now, members, kept, key, code)
         if task:
             new_tasks([task]).run()
             link_batched(batch.monitor, [m.event_id for m in kept], key)
@@ -210,13 +205,11 @@ def _commit(batch, members, now, task=None, kept=(), code=None):
 def _failed(rt, batch, code, final=False, retry_after=None):
     """Count a failed close: retried with backoff; past the read budget (or at once
     when ``final``) it closes without a task, saying why."""
-    attempts = batch.attempts + 1
+    counted, delay = failed_try({"read": batch.attempts}, "read", rt.config.retry, final,
+                                retry_after)
     now = rt.clock.now()
-    delay = None if final else decide(attempts, "read", rt.config.retry)
     if delay is not None:
-        next_at = now + max(delay, retry_after or 0)
-        RecordBatch.update(attempts=attempts, code=code, next_at=next_at).where(
-            RecordBatch.id == batch.id, RecordBatch.closed_at.is_null()).execute()
+        retry_batch(batch.id, counted["read"], code, now + delay)
         return
     members = list(BatchMember.select().where(BatchMember.batch == batch.id))
     _commit(batch, members, now, code=code)

@@ -18,13 +18,15 @@ from .batch import open_batch
 from .hostbatch import BatchReads
 from .outcomes import Step, failures_key
 from .outcomes import write as outcomes_write
-from ..state.lifecycle import (RELEASED, DeliveryStatus as D, Fenced, TaskStatus as T, bury, move_delivery,
-                               new_tasks, relabel_duplicate,
-                               prepare_move_deliveries, run_moves)
+from ..state.deliveries import move_delivery, prepare_move_deliveries, relabel_duplicate
+from ..state.history import bury
+from ..state.moves import Fenced, RELEASED, run_moves
+from ..state.statuses import DeliveryStatus as D, TaskStatus as T
+from ..state.tasks import new_tasks
 from ..models import Inbox, Task
 from ..rules.drafts import result_fields, task_fields
 from ..rules.records import check_record
-from ..rules.retry import decide
+from ..rules.retry import failed_try
 from ..rules.text import visible
 from ..storage import PreparedInsert, key_in, lock_rows, unstorable
 
@@ -177,15 +179,13 @@ def failed(rt, row, step, exc, now, monitor=None):
     The worker's log says so at warning level, with the reason (``reason_of``).
     """
     code = exc.code if isinstance(exc, SignoffError) else type(exc).__name__
-    failures = dict(row.failures or {})
-    failures[step] = failures.get(step, 0) + 1
-    delay = decide(failures[step], step, rt.config.retry)
+    failures, delay = failed_try(row.failures, step, rt.config.retry, getattr(exc, "final", False),
+                                 getattr(exc, "retry_after", None))
     reason = reason_of(exc)
-    if delay is None or getattr(exc, "final", False):  # final: no try can succeed until fixed
+    if delay is None:
         outcome = Outcome("dead", code, step, failures=failures, reason=reason)
     else:
-        # A server that said when to come back (429 Retry-After) is not asked sooner.
-        next_at = now + max(delay, getattr(exc, "retry_after", None) or 0)
+        next_at = now + delay
         outcome = Outcome("retry", code, step, next_at=next_at, failures=failures, reason=reason)
         if step == "read" and monitor is not None and (
                 next_at - held_s(monitor, row.accepted_at) - row.occurred > monitor.window_s):

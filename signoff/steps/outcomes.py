@@ -14,7 +14,7 @@ from typing import Callable
 
 from ..models import Audit, db, insert_rows
 from ..rules.canonical import canonical
-from ..state.lifecycle import record_attempts
+from ..state.history import record_attempts
 from ..storage import retried
 
 

@@ -6,11 +6,13 @@ processes at once: every change is a guarded UPDATE.
 """
 
 from ..state.leases import claimable_counts, expired_deliveries, expired_tasks
-from ..state.lifecycle import (EXPIRED, RELEASED, TASK_OPEN, Fenced, audit, bury, may_be_written,
-                               move_delivery, move_task, record_attempts, update_task, TaskStatus
-                               as T, DeliveryStatus as D)
+from ..state.deliveries import move_delivery
+from ..state.history import audit, bury, record_attempts
+from ..state.moves import EXPIRED, Fenced, RELEASED
+from ..state.statuses import TASK_ACTIVE, TASK_OPEN, DeliveryStatus as D, TaskStatus as T
+from ..state.tasks import may_be_written, maybe_written, move_task, update_task
 from ..models import Delivery, Monitor, Task, db
-from ..rules.retry import decide
+from ..rules.retry import failed_try
 
 # The reason a delivery's attempt failed when its lease ran out before its outcome.
 LEASE_EXPIRED = "its worker's lease ran out before the attempt had an outcome (the worker " \
@@ -33,9 +35,7 @@ def reap(rt):
 
 def _release_delivery(rt, row, now):
     # The worker that held this lease died or hung: that was an attempt.
-    failures = dict(row.failures or {})
-    failures["read"] = failures.get("read", 0) + 1
-    delay = decide(failures["read"], "read", rt.config.retry)
+    failures, delay = failed_try(row.failures, "read", rt.config.retry)
     try:
         with db.atomic():
             _still_expired(Delivery, Delivery.id == row.id, row.lease_token, now)
@@ -58,14 +58,11 @@ def _release_delivery(rt, row, now):
 
 
 def _release_task(rt, task, now):
-    failures = dict(task.failures or {})
-    failures["submit"] = failures.get("submit", 0) + 1
-    delay = decide(failures["submit"], "submit", rt.config.retry)
-    active = ["approved", "uncertain"]
+    failures, delay = failed_try(task.failures, "submit", rt.config.retry)
     try:
         with db.atomic():
             _still_expired(Task, Task.key == task.key, task.lease_token, now)
-            if task.status not in active:
+            if task.status not in TASK_ACTIVE:
                 # Ended while leased (a cancel keeps the lease of a write in
                 # flight, for the worker to confirm): only the lease is left to drop.
                 update_task(task.key, now, [task.status], task.lease_token, **RELEASED)
@@ -76,7 +73,7 @@ def _release_task(rt, task, now):
                 bury("task", task.key, "submit", "lease_expired", task.attempts, now)
                 audit(now, "dead_letter", task.monitor, task_key=task.key)
             else:
-                target = "uncertain" if task.write_possible else task.status
+                target = T.UNCERTAIN if maybe_written(task) else task.status
                 move_task(task.key, [task.status], target, now, task.lease_token,
                           next_at=now + delay, code="lease_expired", failures=failures,
                           **EXPIRED)
@@ -98,7 +95,7 @@ def _expire(now):
     # Read first, write only when something is due: an idle pass every second
     # must not queue for the write lock behind the workers' batches.
     deadline_passed = Task.select(Task.key, Task.monitor).where(
-        Task.status == "ready", Task.approval_deadline <= now)
+        Task.status == T.READY, Task.approval_deadline <= now)
     gone = [m.id for m in Monitor.select(Monitor.id).where(Monitor.expires_at <= now,
                                                            Monitor.active == True)]  # noqa: E712
     orphans = _orphans(gone) if gone else None
@@ -111,7 +108,7 @@ def _expire(now):
                 expired += 1
                 audit(now, "expired", task.monitor, task_key=task.key)
         for task in (orphans if orphans is not None else []):
-            if task.status == "uncertain" or task.write_possible:
+            if maybe_written(task):
                 # It may have been written: say so and leave it to a human.
                 parked += _try(lambda: update_task(task.key, now, [task.status],
                                                    parked=True, code="expired"))

@@ -19,12 +19,14 @@ from .hostbatch import receipts, submit
 from .outcomes import Step, failures_key
 from .outcomes import write as outcomes_write
 from ..state.leases import release
-from ..state.lifecycle import (RELEASED, TASK_ACTIVE, Fenced, bury, move_task, prepare_move_tasks,
-                               run_moves, update_task, TaskStatus as T,
-                               mark_write_possible, still_ours)
+from ..state.history import bury
+from ..state.moves import Fenced, RELEASED, run_moves
+from ..state.statuses import TASK_ACTIVE, TaskStatus as T
+from ..state.tasks import (mark_write_possible, maybe_written, move_task, prepare_move_tasks,
+                           still_ours, update_task)
 from ..models import Task, db
 from ..storage import select_tuples
-from ..rules.retry import decide
+from ..rules.retry import failed_try
 
 
 # What the audit log says for outcomes whose code is an exception's name.
@@ -146,12 +148,10 @@ def confirm(receipt, task):
 def failed(rt, task, exc, now, code=None):
     """A failed attempt: uncertain if a write may have happened, else a plain retry."""
     code = code or type(exc).__name__
-    failures = dict(task.failures or {})
-    failures["submit"] = failures.get("submit", 0) + 1
-    delay = decide(failures["submit"], "submit", rt.config.retry)
+    failures, delay = failed_try(task.failures, "submit", rt.config.retry)
     if delay is None:
         return Outcome("dead", code, failures=failures)
-    kind = "uncertain" if task.write_possible else "retry"
+    kind = "uncertain" if maybe_written(task) else "retry"
     return Outcome(kind, code, next_at=now + delay, failures=failures)
 
 
@@ -198,7 +198,7 @@ def _prepare_finish(pairs, token, now):
             failures = out.failures if out.failures is not None else task.failures
             groups.setdefault(failures_key(failures), (failures, []))[1].append(task.key)
     # A task a cancel reached while its write was in flight is done too: the
-    # token says it is that write (see lifecycle.cancel_tasks).
+    # token says it is that write (see state.tasks.cancel_tasks).
     moves = [prepare_move_tasks(keys, [*TASK_ACTIVE, T.CANCELLED], T.DONE, now, token,
                                 code=None, outcome_unknown=False, failures=failures, **RELEASED)
              for failures, keys in groups.values()]

@@ -20,7 +20,7 @@ from helpers import child_env, read_here, signoff_cmd, wait_for
 from signoff.app import Signoff
 from signoff.rules.canonical import canonical
 from signoff.errors import Refused
-from signoff.state.lifecycle import DELIVERY_PENDING, TASK_ACTIVE
+from signoff.state.statuses import DELIVERY_PENDING, TASK_ACTIVE
 from signoff.models import Attempt, Delivery, Inbox, Task
 
 SEED = int(os.environ.get("CHAOS_SEED", "20261101"))

@@ -12,7 +12,9 @@ from signoff.steps import ingest, submit
 from signoff.steps.hostbatch import BatchReads
 from signoff.errors import Refused
 from signoff.state.leases import claim_deliveries, claim_tasks
-from signoff.state.lifecycle import DeliveryStatus, prepare_move_deliveries, run_moves
+from signoff.state.deliveries import prepare_move_deliveries
+from signoff.state.moves import run_moves
+from signoff.state.statuses import DeliveryStatus
 from peewee import IntegerField, TextField, fn
 
 from signoff.models import (Approval, Attempt, Audit, BaseModel, Delivery, Inbox, Task, db,

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from helpers import child_env, make_event, open_home, read_here, signoff_cmd, stop_worker, wait_for
-from signoff.state.lifecycle import TASK_OPEN
+from signoff.state.statuses import TASK_OPEN
 from signoff.models import Attempt, Task
 
 import testhosts  # noqa: E402

@@ -14,7 +14,9 @@ from signoff.steps.hostbatch import BatchReads
 from signoff.app import Signoff
 from signoff.config import RetryPolicy
 from signoff.state.leases import claim_deliveries, claim_tasks
-from signoff.state.lifecycle import Fenced, move_delivery, move_task
+from signoff.state.deliveries import move_delivery
+from signoff.state.moves import Fenced
+from signoff.state.tasks import move_task
 from signoff.models import Attempt, Delivery, Inbox, Monitor, Task
 from signoff.rules.retry import backoff, decide
 

@@ -25,7 +25,7 @@ from signoff.app import Signoff
 from signoff.cli import main
 from signoff.clock import FakeClock
 from signoff.errors import Refused
-from signoff.state.lifecycle import update_task
+from signoff.state.tasks import update_task
 from signoff.models import Audit, Policy, PolicyDecision, Task
 
 HOUR = 3600

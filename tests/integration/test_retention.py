@@ -16,7 +16,8 @@ from signoff.app import Signoff
 from signoff.rules.canonical import digest
 from signoff.cli import main
 from signoff.errors import Refused
-from signoff.state.lifecycle import bury, move_task
+from signoff.state.history import bury
+from signoff.state.tasks import move_task
 from signoff.models import Inbox, PurgedTask, Task, WebhookAnswer, WebhookDigest, WebhookRefusal
 
 DAY = 24 * 60 * 60

@@ -28,7 +28,8 @@ from signoff.errors import Blocked, StorageError
 from signoff.state.leases import claim_deliveries, claim_tasks, claimable_counts
 from signoff.storage import Fetched
 from signoff.storage.claims import claimable
-from signoff.state.lifecycle import DeliveryStatus, TaskStatus, move_task
+from signoff.state.statuses import DeliveryStatus, TaskStatus
+from signoff.state.tasks import move_task
 from signoff.models import Delivery, Task, insert_rows
 from signoff.storage.queue import close_queue, one_line_queue_faults
 
