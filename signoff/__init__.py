@@ -2,7 +2,7 @@
 
 The map, from the faces down (each layer imports only the layers below it):
 
-- faces: ``cli`` (the ``signoff`` command; its printing in ``commands/``),
+- faces: ``cli/`` (the ``signoff`` command, its plumbing and its printing),
   ``worker`` (running the consumer), ``serve/`` (webhooks, review pages,
   metrics over HTTP), ``mcp/`` (signoff's MCP servers and client session),
   ``demo/`` (the story, end to end);

@@ -12,7 +12,7 @@ from signoff.rules.canonical import digest
 from signoff.cli import main
 from signoff.errors import Refused
 from signoff.models import Delivery, Gap, Monitor, Task
-from signoff.commands.render import render_gaps, render_stats
+from signoff.cli.render import render_gaps, render_stats
 
 HOUR = 3600
 

@@ -21,7 +21,7 @@ from signoff.rules.canonical import task_key
 from signoff.errors import ConfigError, InvalidEvent, Refused
 from signoff.rules.events import check_label, parse_line
 from signoff.models import Audit, Delivery, Inbox, Monitor, Task, insert_rows
-from signoff.commands.render import render_task
+from signoff.cli.render import render_task
 
 BIDI_AND_SEPARATORS = ["\u202e", "\u202a", "\u2066", "\u2069", "\u200f", "\u061c", "\u2028"]
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import child_env, make_event, read_here, signoff_cmd, start_worker, wait_for
 from modelserver import KEY, KEY_ENV, configure, error_body, model  # noqa: F401 (a fixture)
 from signoff.app import Signoff
-from signoff.commands.render import render_stats, render_task
+from signoff.cli.render import render_stats, render_task
 from signoff.drafters.chat import INSTRUCTIONS, response_schema
 from signoff.models import Attempt, Delivery, PolicyDecision, Task
 from signoff.rules.canonical import digest
