@@ -24,10 +24,10 @@ import click
 
 from . import events, monitors, serving, setup, tasks, watching
 from .logs import LOG_LEVELS, WARNING_LOGGERS, warning_lines
-from .plumbing import ENV_PREFIX, Ctx, JsonAwareGroup, Seconds, Within
+from .plumbing import ENV_PREFIX, Ctx, JsonAwareGroup, Launch, Seconds, Within
 from .watching import AUDIT_COLUMNS
 
-__all__ = ["main", "Seconds", "Within", "AUDIT_COLUMNS", "WARNING_LOGGERS"]
+__all__ = ["main", "Launch", "Seconds", "Within", "AUDIT_COLUMNS", "WARNING_LOGGERS"]
 
 
 def _home_option(ctx, param, value):
@@ -47,7 +47,8 @@ def _home_option(ctx, param, value):
 @click.pass_context
 def main(ctx, home, log_level):
     """signoff: durable, human-approved, exactly-once actions on change events."""
-    ctx.obj = Ctx(home, logging.getLevelName(log_level.upper()))
+    launch = ctx.obj if isinstance(ctx.obj, Launch) else Launch()  # main(obj=Launch(...))
+    ctx.obj = Ctx(home, launch, logging.getLevelName(log_level.upper()))
     ctx.with_resource(warning_lines(ctx.obj.log_level))
     from .. import tracing
     tracing.start()  # when the OTEL_* variables ask for traces

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+from dataclasses import dataclass
 
 import click
 
@@ -60,18 +61,37 @@ class Within(click.ParamType):
         return rv
 
 
+@dataclass(frozen=True)
+class Launch:
+    """How the program that runs ``main`` wants it run: ``main(obj=Launch(...))``.
+
+    ``runtime``: the class that opens the home, ``Signoff`` unless a subclass is
+    given (the demo's dying serve).
+    """
+
+    runtime: type | None = None
+
+
 class Ctx:
     """What every command needs: the home, opened only when a command uses it."""
 
-    def __init__(self, home, log_level=logging.INFO):
+    def __init__(self, home, launch, log_level=logging.INFO):
         self.home = home
+        self.launch = launch
         self.log_level = log_level
         self.database = None  # once opened: named in a database error's message
 
+    @property
+    def runtime(self):
+        """The class that opens the home: ``Signoff``, or the subclass ``Launch`` gave."""
+        if self.launch.runtime is not None:
+            return self.launch.runtime
+        from ..app import Signoff
+        return Signoff
+
     def open(self):
         """The home as a ``Signoff`` (refuses with ``no_home`` if it is missing)."""
-        from ..app import Signoff
-        rt = Signoff(self.home)
+        rt = self.runtime(self.home)
         click.get_current_context().call_on_close(rt.close)
         self.database = rt.database
         return rt

@@ -20,7 +20,8 @@ def serve(obj, as_json, bind_host, port, secure_cookies, access_log):
     """Serve webhooks, the review pages, /healthz and /metrics until SIGTERM."""
     click.get_current_context().with_resource(log_lines(obj.log_level))
     summary = serve_module().run(obj.home, host=bind_host, port=port,
-                                 secure_cookies=secure_cookies, access_log=access_log)
+                                 secure_cookies=secure_cookies, access_log=access_log,
+                                 runtime=obj.runtime)
     emit(summary, as_json, lambda s: f"serve stopped ({s['stopped']})")
 
 
