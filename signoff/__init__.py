@@ -27,8 +27,8 @@ __all__ = ["Signoff", "Blocked", "Refused", "SignoffError"]
 
 
 def __getattr__(name):
-    # Imported on first use, so the ``signoff`` command (``__main__``) can import
-    # Peewee and Huey itself first, with their server drivers held back.
+    # Imported on first use: the ``signoff`` command imports Peewee and Huey only
+    # once it knows what its home needs of them (``cli.libraries``).
     if name == "Signoff":
         from .app import Signoff
         return Signoff

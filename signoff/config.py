@@ -336,6 +336,27 @@ def _build(home, raw, path):
     )
 
 
+# The servers a [database] or [queue] url may name, by their schemes.
+SCHEMES = {"postgresql": ("postgresql://", "postgres://"),
+           "redis": ("redis://", "rediss://", "unix://")}
+# The extra a server needs: (extra, the module it installs).
+EXTRAS = {"postgresql": ("postgres", "psycopg"), "redis": ("redis", "redis")}
+
+
+def kind_of(url):
+    """``"sqlite"`` for no url (the files in the home), else ``"postgresql"`` or ``"redis"``.
+
+    Any other scheme is a ``bad_config``.
+    """
+    if url is None:
+        return "sqlite"
+    for kind, schemes in SCHEMES.items():
+        if url.startswith(schemes):
+            return kind
+    raise ConfigError("bad_config", f"unsupported url {url!r} (postgresql://, redis:// or "
+                      "rediss://)")
+
+
 # The environment overrides signoff.toml for these (an empty value counts as unset).
 BACKEND_ENV = {"database_url": "SIGNOFF_DATABASE_URL", "queue_url": "SIGNOFF_QUEUE_URL",
                "queue_name": "SIGNOFF_QUEUE_NAME"}

@@ -5,7 +5,8 @@
   command-line only, the parameter types, the listings' ``--limit`` and
   ``--all``, and ``Ctx``, the home opened on use;
 - ``logs``: the warning lines of every command and the log lines of ``worker``
-  and ``serve``, set per invocation;
+  and ``serve``, set per invocation; ``libraries``: Peewee and Huey imported as
+  the home needs them, when the command owns its process;
 - ``output``, ``render``, ``watch``: how it prints (tables and JSON, tasks and
   stats for people, the live view);
 - the commands, a module per section of docs/cli.md: ``setup`` (``init``,
@@ -23,6 +24,7 @@ import logging
 import click
 
 from . import events, monitors, serving, setup, tasks, watching
+from .libraries import import_libraries
 from .logs import LOG_LEVELS, WARNING_LOGGERS, warning_lines
 from .plumbing import ENV_PREFIX, Ctx, JsonAwareGroup, Launch, Seconds, Within
 from .watching import AUDIT_COLUMNS
@@ -48,6 +50,8 @@ def _home_option(ctx, param, value):
 def main(ctx, home, log_level):
     """signoff: durable, human-approved, exactly-once actions on change events."""
     launch = ctx.obj if isinstance(ctx.obj, Launch) else Launch()  # main(obj=Launch(...))
+    if launch.own_process:
+        import_libraries(home)
     ctx.obj = Ctx(home, launch, logging.getLevelName(log_level.upper()))
     ctx.with_resource(warning_lines(ctx.obj.log_level))
     from .. import tracing

@@ -12,8 +12,8 @@ import click
 from ..config import LEASE_S, WORKERS
 from .logs import log_lines
 from .output import emit, fmt, safe
-from .plumbing import (INT64_MAX, KEY_HINT, EnvGroup, Seconds, Within, bounded, by_option,
-                       command, group, listing, statuses)
+from .plumbing import (INT64_MAX, KEY_HINT, EnvGroup, Seconds, Status, Within, bounded,
+                       by_option, command, group, listing)
 
 
 @command()
@@ -148,7 +148,7 @@ def _stopped_line(summary):
 
 
 @command(cls=EnvGroup, invoke_without_command=True)
-@click.option("--status", type=click.Choice(statuses("delivery")), default=None)
+@click.option("--status", type=Status("delivery"), default=None)
 @bounded
 def events(obj, as_json, status, limit):
     """Deliveries and what became of them, newest first (`events retry ID`: hurry one)."""

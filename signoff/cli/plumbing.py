@@ -61,14 +61,39 @@ class Within(click.ParamType):
         return rv
 
 
+class Status(click.Choice):
+    """A delivery or task status (``--status``), as the life cycle names them.
+
+    The names are read when first needed (a value to check, a ``--help`` to
+    print): the life cycle imports the models, and with them Peewee, which the
+    ``signoff`` command imports only once it knows its home (``libraries``).
+    """
+
+    def __init__(self, kind):
+        self.kind = kind
+        self.case_sensitive = True
+
+    @functools.cached_property
+    def choices(self):
+        """Every status of ``kind`` (``delivery`` or ``task``), sorted."""
+        from ..state.lifecycle import DELIVERY_EDGES, TASK_EDGES
+        edges = DELIVERY_EDGES if self.kind == "delivery" else TASK_EDGES
+        return tuple(sorted({str(getattr(status, "value", status))
+                             for edge in edges for status in edge}))
+
+
 @dataclass(frozen=True)
 class Launch:
     """How the program that runs ``main`` wants it run: ``main(obj=Launch(...))``.
 
-    ``runtime``: the class that opens the home, ``Signoff`` unless a subclass is
-    given (the demo's dying serve).
+    ``own_process``: the command owns its process (``signoff.__main__``), so it
+    imports Peewee and Huey as its home needs them (``libraries``); a program
+    that calls ``main`` without it keeps its imports as they are. ``runtime``:
+    the class that opens the home, ``Signoff`` unless a subclass is given (the
+    demo's dying serve).
     """
 
+    own_process: bool = False
     runtime: type | None = None
 
 
@@ -273,13 +298,6 @@ class JsonAwareGroup(EnvGroup):
 DEFAULT_LIMIT = 50
 KEY_HINT = ("KEY: the key column, or any unique prefix of 8+ characters; DIGEST: "
             "`signoff tasks show KEY` prints it")
-
-
-def statuses(kind):
-    """Every delivery or task status, sorted: the ``--status`` choices."""
-    from ..state.lifecycle import DELIVERY_EDGES, TASK_EDGES
-    edges = DELIVERY_EDGES if kind == "delivery" else TASK_EDGES
-    return sorted({str(getattr(status, "value", status)) for edge in edges for status in edge})
 
 
 def bounded(f):

@@ -4,8 +4,8 @@ import click
 
 from ..errors import Refused
 from .output import emit, table
-from .plumbing import (INT64_MAX, KEY_HINT, SECONDS, bounded, by_option, command,
-                       command_line_only, group, listing, statuses)
+from .plumbing import (INT64_MAX, KEY_HINT, SECONDS, Status, bounded, by_option, command,
+                       command_line_only, group, listing)
 
 
 @group()
@@ -18,7 +18,7 @@ TASK_COLUMNS = ["key", "monitor", "record_id", "version", "status", "code",
 
 
 @command("list", group=tasks)
-@click.option("--status", type=click.Choice(statuses("task")), default=None)
+@click.option("--status", type=Status("task"), default=None)
 @bounded
 def tasks_list(obj, as_json, status, limit):
     """List tasks, newest first, optionally of one status."""
