@@ -23,7 +23,10 @@ The map, from the faces down (each layer imports only the layers below it):
 """
 
 
-__all__ = ["Signoff", "Blocked", "Refused", "SignoffError"]
+# The public API (docs/api.md): the home, and the exceptions it raises and that
+# plug-ins raise to it.
+__all__ = ["Signoff", "SignoffError", "Refused", "Blocked", "AttemptFailed", "ConfigError",
+           "NoHome", "StorageError"]
 
 
 def __getattr__(name):
@@ -36,3 +39,7 @@ def __getattr__(name):
         from . import errors
         return getattr(errors, name)
     raise AttributeError(f"module 'signoff' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})

@@ -50,6 +50,12 @@ class Signoff:
     """
 
     def __init__(self, home=None, clock=None, create=False):
+        """Open the home at ``home`` (default ``$SIGNOFF_HOME``, else ``./.signoff``).
+
+        ``no_home`` when it holds no signoff home; ``clock`` is where its time
+        comes from (tests move a fake one); ``create`` makes its missing
+        databases, as ``init`` does.
+        """
         self.home = resolve_home(home)
         self.config = load_config(self.home)
         require_extras(self.config)
