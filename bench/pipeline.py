@@ -291,8 +291,8 @@ def _child(argv):
     reporter = _Reporter(stats_path, counter)
     signal.signal(signal.SIGUSR1, lambda signum, frame: reporter.write())
     if mode == "worker":
-        from signoff.__main__ import load_libraries
-        load_libraries()  # the worker starts as the command starts it
+        from signoff.commands.libraries import import_libraries
+        import_libraries(args[args.index("--home") + 1])  # as the command starts a worker
         _time_batches(reporter)
         atexit.register(reporter.write, True)
         from signoff.cli import main

@@ -2,7 +2,7 @@
 
 The map, from the faces down (each layer imports only the layers below it):
 
-- faces: ``cli`` (the ``signoff`` command; its printing in ``commands/``),
+- faces: ``cli`` (the ``signoff`` command; its commands, plumbing and printing in ``commands/``),
   ``worker`` (running the consumer), ``serve/`` (webhooks, review pages,
   metrics over HTTP), ``mcp/`` (signoff's MCP servers and client session),
   ``demo/`` (the story, end to end);
@@ -23,12 +23,15 @@ The map, from the faces down (each layer imports only the layers below it):
 """
 
 
-__all__ = ["Signoff", "Blocked", "Refused", "SignoffError"]
+# The public API (docs/api.md): the home, and the exceptions it raises and that
+# plug-ins raise to it.
+__all__ = ["Signoff", "SignoffError", "Refused", "Blocked", "AttemptFailed", "ConfigError",
+           "NoHome", "StorageError"]
 
 
 def __getattr__(name):
-    # Imported on first use, so the ``signoff`` command (``__main__``) can import
-    # Peewee and Huey itself first, with their server drivers held back.
+    # Imported on first use: the ``signoff`` command imports Peewee and Huey only
+    # once it knows what its home needs of them (``commands.libraries``).
     if name == "Signoff":
         from .app import Signoff
         return Signoff
@@ -36,3 +39,7 @@ def __getattr__(name):
         from . import errors
         return getattr(errors, name)
     raise AttributeError(f"module 'signoff' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})

@@ -50,6 +50,12 @@ class Signoff:
     """
 
     def __init__(self, home=None, clock=None, create=False):
+        """Open the home at ``home`` (default ``$SIGNOFF_HOME``, else ``./.signoff``).
+
+        ``no_home`` when it holds no signoff home; ``clock`` is where its time
+        comes from (tests move a fake one); ``create`` makes its missing
+        databases, as ``init`` does.
+        """
         self.home = resolve_home(home)
         self.config = load_config(self.home)
         require_extras(self.config)
@@ -125,7 +131,7 @@ class Signoff:
         host = getattr(self._local, "host", None)
         if host is None:
             if self._host_factory is None:
-                self._host_factory = _plugin(self.config.host_factory, "host")
+                self._host_factory = load_plugin(self.config.host_factory, "host")
             host = tracing.traced_host(call_factory(
                 self._host_factory, self.config.host_factory, "host", self.home,
                 self.config.host_options))
@@ -143,7 +149,7 @@ class Signoff:
 
     def _new_drafter(self):
         """The configured drafter, made now (``bad_config`` when it cannot be), untraced."""
-        factory = _plugin(self.config.drafter_factory, "drafter")
+        factory = load_plugin(self.config.drafter_factory, "drafter")
         draft = call_factory(factory, self.config.drafter_factory, "drafter", self.home,
                              self.config.drafter_options)
         _check_drafter_timeout(draft, self.config.lease_ttl_s)
@@ -509,17 +515,6 @@ class Signoff:
             now = self.clock.now()
             return dict(views.stats(now, drafting.tokens_per_hour(self)),
                         **views.metric_counts(now))
-
-
-def _plugin(spec, what):
-    """The plug-in factory ``spec``, with the server drivers in place for a foreign one.
-
-    The ``signoff`` command imports Peewee and Huey without psycopg and redis
-    (``storage.drivers``); a plug-in of the user's may use either library itself.
-    """
-    if not spec.startswith("signoff."):
-        storage.restore_drivers()
-    return load_plugin(spec, what)
 
 
 def _check_drafter_timeout(draft, lease_ttl_s):

@@ -28,7 +28,7 @@ max_material_bytes = 262144    # the same for a document's material
 [host.options]
 
 [drafter]
-factory = "signoff.drafting:template"
+factory = "signoff.drafters.template:template"
 
 [drafter.options]
 
@@ -85,7 +85,7 @@ class Config:
     home: Path
     host_factory: str = "signoff.hosts.reference:ReferenceHost"
     host_options: dict = field(default_factory=dict)
-    drafter_factory: str = "signoff.drafting:template"
+    drafter_factory: str = "signoff.drafters.template:template"
     drafter_options: dict = field(default_factory=dict)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     lease_ttl_s: float = 30.0
@@ -336,6 +336,27 @@ def _build(home, raw, path):
     )
 
 
+# The servers a [database] or [queue] url may name, by their schemes.
+SCHEMES = {"postgresql": ("postgresql://", "postgres://"),
+           "redis": ("redis://", "rediss://", "unix://")}
+# The extra a server needs: (extra, the module it installs).
+EXTRAS = {"postgresql": ("postgres", "psycopg"), "redis": ("redis", "redis")}
+
+
+def kind_of(url):
+    """``"sqlite"`` for no url (the files in the home), else ``"postgresql"`` or ``"redis"``.
+
+    Any other scheme is a ``bad_config``.
+    """
+    if url is None:
+        return "sqlite"
+    for kind, schemes in SCHEMES.items():
+        if url.startswith(schemes):
+            return kind
+    raise ConfigError("bad_config", f"unsupported url {url!r} (postgresql://, redis:// or "
+                      "rediss://)")
+
+
 # The environment overrides signoff.toml for these (an empty value counts as unset).
 BACKEND_ENV = {"database_url": "SIGNOFF_DATABASE_URL", "queue_url": "SIGNOFF_QUEUE_URL",
                "queue_name": "SIGNOFF_QUEUE_NAME"}
@@ -355,9 +376,17 @@ def _backends(raw, path):
     return values
 
 
+# Factories named in the signoff.toml of earlier versions, by what they name now:
+# those homes keep working with their config unchanged.
+RENAMED_FACTORIES = {"signoff.drafting:template": "signoff.drafters.template:template"}
+
+
 def load_plugin(spec, what):
-    """Import ``"module:callable"``; a one-line ``plugin_import`` error if that fails."""
-    module_name, sep, attr = spec.partition(":")
+    """Import ``"module:callable"``; a one-line ``plugin_import`` error if that fails.
+
+    A name in ``RENAMED_FACTORIES`` is imported under its current name.
+    """
+    module_name, sep, attr = RENAMED_FACTORIES.get(spec, spec).partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError("plugin_import", f"{what} factory {spec!r} must look like 'module:callable'")
     try:

@@ -1,10 +1,16 @@
-"""Peewee models: every durable fact signoff keeps.
+"""Peewee models: every durable fact signoff keeps, grouped by concept.
 
 The rows are the truth; a queue message is only a wake-up. Times are UTC epoch
 seconds stored as floats, so SQLite and PostgreSQL read back the same values.
 Ids are 64-bit; strings from hosts, drafters and people are ``Text`` (no length
 limit, stored losslessly on every engine). Opening the database, and every
-difference between engines, is ``storage.py``'s.
+difference between engines, is ``storage``'s.
+
+The concepts, in this order: intake (monitors, deliveries, the event-id inbox,
+gaps), tasks (and their attempts, dead letters, purges, batches), approvals
+(and standing policies), the audit log, webhooks, reviewers, notifications,
+MCP Events subscriptions, the drafter's usage, and workers. ``MODELS`` is every
+table of the one schema each home has.
 """
 
 from peewee import (
@@ -16,10 +22,25 @@ from .storage import JSON, Text, db, insert_rows  # noqa: F401 (insert_rows: re-
 
 
 class BaseModel(Model):
+    """A table of the one schema every home has, on the database its ``Signoff`` binds."""
+
     class Meta:
         database = db
         legacy_table_names = False
 
+
+def _index_suspects(model, name):
+    """Index ``model``'s suspects by when they are due, as ``name``.
+
+    A row whose last lease expired without an outcome (a suspect, see
+    state/leases.py) is looked for first at every claim: a small partial index
+    finds the few there are without reading the waiting rows. Its condition is
+    written as the claim writes it (storage/engines.py), so SQLite matches them.
+    """
+    model.add_index(model.index(model.next_at, name=name, where=SQL("suspect")))
+
+
+# -- intake: monitors, the deliveries they accept, the event-id inbox, gaps ------------
 
 class Monitor(BaseModel):
     """A standing subscription bound from the host's grant context at bind time."""
@@ -78,6 +99,9 @@ class Delivery(BaseModel):
         indexes = ((("status", "next_at", "id"), False),)
 
 
+_index_suspects(Delivery, "delivery_suspects")
+
+
 class Inbox(BaseModel):
     """The first outcome per (monitor, event id): the event-id dedupe layer."""
 
@@ -90,6 +114,24 @@ class Inbox(BaseModel):
     class Meta:
         primary_key = CompositeKey("monitor", "event_id")
 
+
+class Gap(BaseModel):
+    """A span in which a document was not observed: a monitor ended, another resumed it."""
+
+    id = BigAutoField()
+    monitor = CharField()  # the monitor bound at the resume
+    previous = CharField()  # the monitor that had ended
+    document = CharField()
+    started_at = DoubleField()  # the end of ``previous`` (cancel or expiry)
+    ended_at = DoubleField()  # the resume
+    mode = CharField()  # new_only or replay
+    replayed = IntegerField(default=0)  # records the host named as changed, queued as events
+    # resume: ``previous`` ended and ``monitor`` resumed it; lapse: the MCP Events
+    # subscription of ``monitor`` (= ``previous``) lapsed and was subscribed again.
+    kind = CharField(default="resume")
+
+
+# -- tasks: their attempts, dead letters, purges, and the batches that make them -------
 
 class Task(BaseModel):
     """The unit of work for one (monitor, record id, record version)."""
@@ -143,6 +185,9 @@ class Task(BaseModel):
                    (("lease_until",), False))
 
 
+_index_suspects(Task, "task_suspects")
+
+
 class Attempt(BaseModel):
     """One try at one step of a delivery or a task: the history operators read."""
 
@@ -156,26 +201,6 @@ class Attempt(BaseModel):
 
     class Meta:
         indexes = ((("kind", "ref"), False),)
-
-
-class Audit(BaseModel):
-    """What happened, by identifiers and code only: never bodies, text or secrets."""
-
-    seq = BigAutoField()
-    at = DoubleField()
-    monitor = Text(null=True)
-    event_id = Text(null=True)
-    task_key = CharField(max_length=64, null=True)
-    code = Text()
-    # Who made a human decision and through which face (cli, page, api, policy);
-    # null for what the engine did by itself. The actor is an identity: an
-    # authenticated reviewer, ``operator:<OS account>`` on the CLI, ``policy:<id>``.
-    actor = Text(null=True)
-    channel = Text(null=True)
-    # The CLI's ``--by`` word, kept beside the identity it does not replace.
-    note = Text(null=True)
-    # What a change of a reviewer, secret, policy or monitor was about (its name or id).
-    subject = Text(null=True)
 
 
 class DeadLetter(BaseModel):
@@ -199,56 +224,6 @@ class PurgedTask(BaseModel):
 
     key = CharField(max_length=64, primary_key=True)
     purged_at = DoubleField()
-
-
-class Chore(BaseModel):
-    """A periodic job shared by every worker: the last start is claimed on this row."""
-
-    name = CharField(primary_key=True)
-    last_run_at = DoubleField(default=0.0)
-    last_summary = JSON(null=True)
-
-
-class Policy(BaseModel):
-    """A standing approval: approves its monitor's ready tasks that pass acceptance."""
-
-    id = BigAutoField()
-    monitor = CharField()
-    grant_digest = CharField(max_length=64)  # the grant it is bound to; a change ends it
-    expires_at = DoubleField()
-    max_per_hour = IntegerField(null=True)
-    created_by = Text()
-    created_at = DoubleField()
-    ended_at = DoubleField(null=True)
-    end_code = CharField(null=True)  # revoked, expired, cancelled, scope_changed, action
-
-
-class PolicyDecision(BaseModel):
-    """What one policy decided about one task, once: approved, capped or refused."""
-
-    policy = BigIntegerField()
-    task_key = CharField(max_length=64)
-    decision = CharField()
-    at = DoubleField()
-
-    class Meta:
-        primary_key = CompositeKey("policy", "task_key")
-
-
-class Gap(BaseModel):
-    """A span in which a document was not observed: a monitor ended, another resumed it."""
-
-    id = BigAutoField()
-    monitor = CharField()  # the monitor bound at the resume
-    previous = CharField()  # the monitor that had ended
-    document = CharField()
-    started_at = DoubleField()  # the end of ``previous`` (cancel or expiry)
-    ended_at = DoubleField()  # the resume
-    mode = CharField()  # new_only or replay
-    replayed = IntegerField(default=0)  # records the host named as changed, queued as events
-    # resume: ``previous`` ended and ``monitor`` resumed it; lapse: the MCP Events
-    # subscription of ``monitor`` (= ``previous``) lapsed and was subscribed again.
-    kind = CharField(default="resume")
 
 
 class MonitorBatching(BaseModel):
@@ -291,30 +266,79 @@ class BatchMember(BaseModel):
         primary_key = CompositeKey("monitor", "record_id", "version")
 
 
-# A row whose last lease expired without an outcome (a suspect, see
-# state/leases.py) is looked for first at every claim: a small partial index
-# finds the few there are without reading the waiting rows. Its condition is
-# written as the claim writes it (storage/engines.py), so SQLite matches them.
-Delivery.add_index(Delivery.index(Delivery.next_at, name="delivery_suspects",
-                                  where=SQL("suspect")))
-Task.add_index(Task.index(Task.next_at, name="task_suspects", where=SQL("suspect")))
+# -- approvals: each approver's, and standing policies' --------------------------------
 
-class WorkerBeat(BaseModel):
-    """A running worker process: where it runs, since when, and its loop's last beat."""
+class Approval(BaseModel):
+    """One approver's approval of one digest of a task: the quorum is counted from these."""
 
-    id = CharField(max_length=32, primary_key=True)  # one per run of a process
-    host = Text()
-    pid = BigIntegerField()
-    threads = IntegerField()
-    started_at = DoubleField()
-    beat_at = DoubleField()
+    id = BigAutoField()
+    task_key = CharField(max_length=64)
+    digest = CharField(max_length=64)
+    by = Text()  # an identity (rules/identity.py): the quorum counts distinct ones
+    channel = Text()  # cli, page, api or policy
+    at = DoubleField()
+    note = Text(null=True)  # the CLI's ``--by`` word: shown, never counted
+
+    class Meta:
+        indexes = ((("task_key", "digest", "by"), True),)
 
 
-MODELS = [Monitor, Delivery, Inbox, Task, Attempt, Audit, DeadLetter, PurgedTask, Chore,
-          Policy, PolicyDecision, Gap, MonitorBatching, RecordBatch, BatchMember, WorkerBeat]
+class Policy(BaseModel):
+    """A standing approval: approves its monitor's ready tasks that pass acceptance."""
+
+    id = BigAutoField()
+    monitor = CharField()
+    grant_digest = CharField(max_length=64)  # the grant it is bound to; a change ends it
+    expires_at = DoubleField()
+    max_per_hour = IntegerField(null=True)
+    created_by = Text()
+    created_at = DoubleField()
+    ended_at = DoubleField(null=True)
+    end_code = CharField(null=True)  # revoked, expired, cancelled, scope_changed, action
 
 
-# -- signoff serve: webhook secrets and answers, reviewers, notifications -----
+class PolicyDecision(BaseModel):
+    """What one policy decided about one task, once: approved, capped or refused."""
+
+    policy = BigIntegerField()
+    task_key = CharField(max_length=64)
+    decision = CharField()
+    at = DoubleField()
+
+    class Meta:
+        primary_key = CompositeKey("policy", "task_key")
+
+
+# -- the audit log ---------------------------------------------------------------------
+
+class Audit(BaseModel):
+    """What happened, by identifiers and code only: never bodies, text or secrets."""
+
+    seq = BigAutoField()
+    at = DoubleField()
+    monitor = Text(null=True)
+    event_id = Text(null=True)
+    task_key = CharField(max_length=64, null=True)
+    code = Text()
+    # Who made a human decision and through which face (cli, page, api, policy);
+    # null for what the engine did by itself. The actor is an identity: an
+    # authenticated reviewer, ``operator:<OS account>`` on the CLI, ``policy:<id>``.
+    actor = Text(null=True)
+    channel = Text(null=True)
+    # The CLI's ``--by`` word, kept beside the identity it does not replace.
+    note = Text(null=True)
+    # What a change of a reviewer, secret, policy or monitor was about (its name or id).
+    subject = Text(null=True)
+
+
+class AuditReviewer(BaseModel):
+    """The reviewer an audit row is about (a login): only ever a known reviewer's name."""
+
+    seq = BigIntegerField(primary_key=True)  # the audit row's
+    reviewer = CharField()
+
+
+# -- webhooks (signoff serve): secrets, first answers, refusals ------------------------
 
 class WebhookSecret(BaseModel):
     """A Standard Webhooks signing secret of a monitor (several at once = rotation)."""
@@ -376,6 +400,8 @@ class WebhookRefusal(BaseModel):
          .execute())
 
 
+# -- reviewers (signoff serve): who may review, which monitors, sessions ---------------
+
 class Reviewer(BaseModel):
     """A person who may use the review pages; the token is kept as its sha256."""
 
@@ -401,13 +427,6 @@ class ReviewerMonitor(BaseModel):
         primary_key = CompositeKey("reviewer", "monitor")
 
 
-class AuditReviewer(BaseModel):
-    """The reviewer an audit row is about (a login): only ever a known reviewer's name."""
-
-    seq = BigIntegerField(primary_key=True)  # the audit row's
-    reviewer = CharField()
-
-
 class ReviewSession(BaseModel):
     """A logged-in browser: the sha256 of its cookie, whose session it is, until when."""
 
@@ -416,6 +435,8 @@ class ReviewSession(BaseModel):
     created_at = DoubleField()
     expires_at = DoubleField()
 
+
+# -- notifications: the outbox and how far the audit log was read ----------------------
 
 class Notification(BaseModel):
     """One notification to send (the outbox).
@@ -447,12 +468,7 @@ class Cursor(BaseModel):
     seq = BigIntegerField(default=0)
 
 
-# signoff serve's tables are part of the one schema every home has.
-MODELS += [WebhookSecret, WebhookAnswer, WebhookDigest, WebhookRefusal, Reviewer, AuditReviewer,
-           ReviewSession, Notification, Cursor, ReviewerMonitor]
-
-
-# -- MCP Events: subscriptions signoff asked a host's MCP server for ------------
+# -- MCP Events: subscriptions signoff asked a host's MCP server for -------------------
 
 class Subscription(BaseModel):
     """One ``events/subscribe`` signoff made for a monitor (ops/subscriptions.py).
@@ -509,28 +525,7 @@ class EventDeliveryCount(BaseModel):
              .execute())
 
 
-MODELS += [Subscription, EventDeliveryCount]
-
-
-class Approval(BaseModel):
-    """One approver's approval of one digest of a task: the quorum is counted from these."""
-
-    id = BigAutoField()
-    task_key = CharField(max_length=64)
-    digest = CharField(max_length=64)
-    by = Text()  # an identity (rules/identity.py): the quorum counts distinct ones
-    channel = Text()  # cli, page, api or policy
-    at = DoubleField()
-    note = Text(null=True)  # the CLI's ``--by`` word: shown, never counted
-
-    class Meta:
-        indexes = ((("task_key", "digest", "by"), True),)
-
-
-MODELS += [Approval]
-
-
-# -- the model drafter: tokens per monitor and hour, calls by outcome ----------
+# -- the model drafter: tokens per monitor and hour, calls by outcome ------------------
 
 class DrafterUsage(BaseModel):
     """Tokens the drafter spent for one monitor in one clock hour (``tokens_per_hour``)."""
@@ -552,4 +547,37 @@ class DrafterCallCount(BaseModel):
     count = BigIntegerField(default=0)
 
 
-MODELS += [DrafterUsage, DrafterCallCount]
+# -- workers: running processes and the chores they share ------------------------------
+
+class WorkerBeat(BaseModel):
+    """A running worker process: where it runs, since when, and its loop's last beat."""
+
+    id = CharField(max_length=32, primary_key=True)  # one per run of a process
+    host = Text()
+    pid = BigIntegerField()
+    threads = IntegerField()
+    started_at = DoubleField()
+    beat_at = DoubleField()
+
+
+class Chore(BaseModel):
+    """A periodic job shared by every worker: the last start is claimed on this row."""
+
+    name = CharField(primary_key=True)
+    last_run_at = DoubleField(default=0.0)
+    last_summary = JSON(null=True)
+
+
+# Every table, by concept as above: `signoff init` creates them all.
+MODELS = [
+    Monitor, Delivery, Inbox, Gap,
+    Task, Attempt, DeadLetter, PurgedTask, MonitorBatching, RecordBatch, BatchMember,
+    Approval, Policy, PolicyDecision,
+    Audit, AuditReviewer,
+    WebhookSecret, WebhookAnswer, WebhookDigest, WebhookRefusal,
+    Reviewer, ReviewerMonitor, ReviewSession,
+    Notification, Cursor,
+    Subscription, EventDeliveryCount,
+    DrafterUsage, DrafterCallCount,
+    WorkerBeat, Chore,
+]

@@ -2,32 +2,36 @@
 
     python -m signoff.demo.dying_serve --home HOME serve --port PORT
 
-It is ``signoff serve`` in every way, except that the first group commit that
-stored an accepted event is followed by ``kill -9`` of this process: the
-delivery row and its ``webhook-id`` answer are durable, and the sender never
-gets its 202. The demo (and the tests) use it to show that the sender's retry
-is then answered as a duplicate, with nothing stored twice.
+It is ``signoff serve`` in every way, except that the home is opened as a
+``DyingSignoff``: the first group commit that stored an accepted event is
+followed by ``kill -9`` of this process, so the delivery row and its
+``webhook-id`` answer are durable and the sender never gets its 202. The demo
+(and the tests) use it to show that the sender's retry is then answered as a
+duplicate, with nothing stored twice.
 """
 
 import os
 import signal
 
+from ..app import Signoff
+from ..cli import Launch, main as cli
+from ..ops.webhooks import Accept
 
-def main():
-    """Run the ``signoff`` command line with the dying commit in place."""
-    from ..app import Signoff
-    from ..cli import main as cli
-    from ..ops.webhooks import Accept
-    write = Signoff.write_webhooks
 
-    def write_then_die(rt, jobs):
-        answers = write(rt, jobs)
+class DyingSignoff(Signoff):
+    """A home whose process dies right after it stored a webhook's accepted event."""
+
+    def write_webhooks(self, jobs):
+        """Write the jobs as ``Signoff`` does; once an accepted event is stored, die."""
+        answers = super().write_webhooks(jobs)
         if any(isinstance(job, Accept) for job in jobs):
             os.kill(os.getpid(), signal.SIGKILL)
         return answers
 
-    Signoff.write_webhooks = write_then_die  # before serve builds its commit writer
-    cli(prog_name="signoff")
+
+def main():
+    """Run the ``signoff`` command line with the home opened as a ``DyingSignoff``."""
+    cli(prog_name="signoff", obj=Launch(runtime=DyingSignoff))
 
 
 if __name__ == "__main__":

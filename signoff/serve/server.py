@@ -41,13 +41,15 @@ def bind_socket(host, port):
     return sock
 
 
-def run(home=None, host="127.0.0.1", port=8080, secure_cookies=None, access_log=False):
+def run(home=None, host="127.0.0.1", port=8080, secure_cookies=None, access_log=False,
+        runtime=Signoff):
     """Serve ``home`` until SIGTERM/SIGINT; prints one JSON line once listening.
 
     With ``access_log`` uvicorn logs one line per request on stderr (standard
-    output carries only the JSON lines).
+    output carries only the JSON lines). ``runtime`` opens the home: ``Signoff``,
+    or a subclass of it (the demo's dying serve).
     """
-    rt = Signoff(home)
+    rt = runtime(home)
     settings = serve_settings(rt.home)
     secure = settings["secure_cookies"] if secure_cookies is None else secure_cookies
     logins = Logins(settings["login_failures"], float(settings["login_window_s"]),

@@ -10,13 +10,12 @@ queues, lives in this package.
 - ``bulk``: inserts in few statements, rows read in bulk as instances or tuples;
 - ``faults``: what a database failure means, retries on a fresh connection;
 - ``queue``: the Huey queue on SQLite, Redis or PostgreSQL;
-- ``urls``: backend URLs, classified once.
+- ``urls``: backend URLs as the drivers take them, and the extras they need.
 
 The functions below are the seam's face for the rest of signoff: each runs
 against the database the calling ``Signoff`` bound (``db``) or the one given.
 """
 
-from .drivers import load as load_driver, restore as restore_drivers
 from .bulk import Fetched, PreparedInsert, insert_rows, select_instances, select_tuples, to_param
 from .database import Unbound, bind, db, engine_of, resolve  # noqa: F401 (the package face)
 from .engines import open_database, label
@@ -26,7 +25,7 @@ from .fields import JSON, Text, escape_text, lossless_dumps, unescape_text
 from .schema import SCHEMA_TABLE, SCHEMA_VERSION, check_schema, create_schema
 
 __all__ = [
-    "load_driver", "restore_drivers", "Fetched", "PreparedInsert", "insert_rows", "select_instances", "select_tuples", "to_param", "bind", "db", "engine_of", "open_database",
+    "Fetched", "PreparedInsert", "insert_rows", "select_instances", "select_tuples", "to_param", "bind", "db", "engine_of", "open_database",
     "label", "describe", "describe_server", "unstorable", "drop_connection", "log_failed_pass", "retried", "retrying", "session",
     "transient", "wait_until_reachable", "JSON", "Text", "escape_text", "lossless_dumps",
     "unescape_text", "SCHEMA_TABLE", "SCHEMA_VERSION", "check_schema", "create_schema",

@@ -20,8 +20,8 @@ from ..errors import ConfigError, NoHome
 from . import claims
 from .bulk import Fetched
 from .database import resolve
-from .drivers import load
-from .urls import kind_of, postgres_dsn
+from ..config import kind_of
+from .urls import postgres_dsn
 
 # The advisory lock concurrent `init`s queue on (state schema and queue tables).
 SCHEMA_LOCK = 0x5169_0ff
@@ -396,7 +396,6 @@ class PostgresEngine(Engine):
     @classmethod
     def open(cls, url):
         """The server database at ``url``."""
-        load("psycopg")
         options = " ".join(f"-c {name}={value}" for name, value in SESSION.items())
         database = PostgresqlDatabase(postgres_dsn(url), prefer_psycopg3=True,
                                       connect_timeout=CONNECT_TIMEOUT_S,

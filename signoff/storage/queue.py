@@ -14,14 +14,14 @@ import threading
 from huey import PostgresHuey, RedisHuey, SqliteHuey
 
 from ..errors import ConfigError, StorageError
-from .drivers import load
+from ..config import kind_of
 from .engines import CONNECT_TIMEOUT_S, SCHEMA_LOCK
-from .urls import kind_of, postgres_dsn
+from .urls import postgres_dsn
 
 
 def queue_errors():
     """What a send or a look at the queue may raise when the queue cannot be reached."""
-    # A driver not imported yet (see drivers) has raised nothing.
+    # A driver that is not imported has raised nothing.
     errors = [OSError, sqlite3.Error]
     if sys.modules.get("redis") is not None:
         errors.append(sys.modules["redis"].exceptions.RedisError)
@@ -92,10 +92,10 @@ def make_queue(config, create=False):
                           timeout=30, create_tables=fresh)
     if kind == "redis":
         # Connects bounded as PostgreSQL's are: a server that is down fails a call, never hangs it.
-        pool = load("redis").ConnectionPool.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT_S)
+        from redis import ConnectionPool  # here: only a Redis queue needs the driver
+        pool = ConnectionPool.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT_S)
         return RedisHuey(name=name, connection_pool=pool, results=False)
     if kind == "postgresql":
-        load("psycopg")
         queue = PostgresHuey(name=name, dsn=postgres_dsn(url), results=False,
                              create_tables=False, connection=QueueConnections(postgres_dsn(url)))
         if create:

@@ -1,26 +1,10 @@
-"""Backend URLs, classified in one place."""
+"""Backend URLs as the drivers take them, and the extras they need (their kinds are
+``config.kind_of``'s)."""
 
+import importlib
+
+from ..config import EXTRAS, kind_of
 from ..errors import ConfigError
-from .drivers import load
-
-SCHEMES = {"postgresql": ("postgresql://", "postgres://"),
-           "redis": ("redis://", "rediss://", "unix://")}
-# The extra a server needs: (extra, the module it installs).
-EXTRAS = {"postgresql": ("postgres", "psycopg"), "redis": ("redis", "redis")}
-
-
-def kind_of(url):
-    """``"sqlite"`` for no url (the files in the home), else ``"postgresql"`` or ``"redis"``.
-
-    Any other scheme is a ``bad_config``.
-    """
-    if url is None:
-        return "sqlite"
-    for kind, schemes in SCHEMES.items():
-        if url.startswith(schemes):
-            return kind
-    raise ConfigError("bad_config", f"unsupported url {url!r} (postgresql://, redis:// or "
-                      "rediss://)")
 
 
 def postgres_dsn(url):
@@ -42,7 +26,7 @@ def require_extras(config):
             continue
         extra, module = EXTRAS[kind]
         try:
-            load(module)
+            importlib.import_module(module)
         except ImportError as exc:
             missing.setdefault(extra, f"the [{what}] url needs {module} ({exc})")
     if missing:

@@ -210,7 +210,7 @@ def drafted_by(home, model):
     Signoff.init(home).close()
     config = home / "signoff.toml"
     config.write_text(config.read_text(encoding="utf-8").replace(
-        'factory = "signoff.drafting:template"', 'factory = "testdrafters:with_meta"').replace(
+        'factory = "signoff.drafters.template:template"', 'factory = "testdrafters:with_meta"').replace(
         "[drafter.options]\n", f"[drafter.options]\nmodel = {json.dumps(model, ensure_ascii=False)}\n"),
         encoding="utf-8")
     return read_here(Signoff(home))

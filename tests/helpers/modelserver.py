@@ -274,7 +274,7 @@ def configure(home, server, **options):
     values = {"base_url": server.url, "model": "test-model", "api_key_env": KEY_ENV,
               "timeout_s": 5, **options}
     lines = "\n".join(f"{name} = {json.dumps(value)}" for name, value in values.items())
-    text = text.replace('factory = "signoff.drafting:template"',
+    text = text.replace('factory = "signoff.drafters.template:template"',
                         'factory = "signoff.drafters.chat:ChatDrafter"')
     config.write_text(text.replace("[drafter.options]\n", f"[drafter.options]\n{lines}\n", 1),
                       encoding="utf-8")

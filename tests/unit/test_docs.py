@@ -7,6 +7,7 @@ import click
 import pytest
 from helpers import ROOT
 
+import signoff
 from signoff.cli import main
 from signoff.config import KEYS, SERVE_DEFAULTS
 from signoff.ops.notify import NotifySettings
@@ -89,3 +90,12 @@ def test_every_key_the_config_accepts_is_on_the_configuration_page():
 
     missing = [f"[{section}] {key}" for section, key in keys if not named(section, key)]
     assert not missing, f"keys missing from docs/configuration.md: {missing}"
+
+
+def test_every_name_the_package_exports_is_on_the_api_reference_page():
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    rendered = set(re.findall(r"^::: ([\w.]+)$", page, re.M))
+    assert "signoff.app.Signoff" in rendered
+    missing = [name for name in signoff.__all__
+               if f"{getattr(signoff, name).__module__}.{name}" not in rendered]
+    assert not missing, f"exported but not on docs/api.md: {missing}"

@@ -1,0 +1,103 @@
+"""Serving: ``serve``, the ``reviewer`` commands, ``mcp`` for agents, and ``demo``."""
+
+import json
+import sys
+
+import click
+
+from .logs import log_lines
+from .output import emit, table
+from .plumbing import by_option, command, command_line_only, group, mcp_module, serve_module
+
+
+@command()
+@click.option("--host", "bind_host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=8080, show_default=True)
+@click.option("--secure-cookies/--no-secure-cookies", default=None,
+              help="Mark the session cookie Secure (behind HTTPS; default from [serve]).")
+@click.option("--access-log", is_flag=True, help="Log one line per request on stderr.")
+def serve(obj, as_json, bind_host, port, secure_cookies, access_log):
+    """Serve webhooks, the review pages, /healthz and /metrics until SIGTERM."""
+    click.get_current_context().with_resource(log_lines(obj.log_level))
+    summary = serve_module().run(obj.home, host=bind_host, port=port,
+                                 secure_cookies=secure_cookies, access_log=access_log,
+                                 runtime=obj.runtime)
+    emit(summary, as_json, lambda s: f"serve stopped ({s['stopped']})")
+
+
+@group()
+def reviewer():
+    """People who may use the review pages of `signoff serve`."""
+
+
+@command("add", group=reviewer)
+@click.argument("name")
+@command_line_only("--read-only", is_flag=True, help="May look, may not approve or change anything.")
+@command_line_only("--monitor", "monitors", multiple=True,
+          help="Limit the reviewer to this monitor's tasks (repeatable; default: every monitor).")
+@by_option
+def reviewer_add(obj, as_json, name, read_only, monitors, by):
+    """Create a reviewer; their login and API token is printed this once."""
+    emit(obj.open().add_reviewer(name, read_only, monitors, by=by, channel="cli"), as_json,
+         lambda r: f"reviewer {r['name']}{' (read-only)' if r['read_only'] else ''}, "
+                   f"token (shown once): {r['token']}")
+
+
+@command("remove", group=reviewer)
+@click.argument("name")
+@by_option
+def reviewer_remove(obj, as_json, name, by):
+    """Delete a reviewer and end their sessions."""
+    emit(obj.open().remove_reviewer(name, by=by), as_json,
+         lambda r: f"reviewer {r['name']} removed; {r['sessions_ended']} session(s) ended")
+
+
+@command("list", group=reviewer)
+def reviewer_list(obj, as_json):
+    """Reviewers (never their tokens)."""
+    emit(obj.open().reviewers(), as_json,
+         lambda rows: table(rows, ["name", "read_only", "monitors", "created_at"]))
+
+
+@command("mcp")
+@click.option("--monitor", "monitor_id", required=True, help="The monitor events are reported to.")
+def mcp_agents(obj, as_json, monitor_id):
+    """Serve signoff to agents over MCP stdio: report_event, list_tasks, show_task.
+
+    There is no tool that approves, rejects or cancels: approval stays with people.
+    """
+    rt = obj.open()  # no home: refused before the SDK is imported
+    mcp_module("agents").serve(rt, monitor_id)
+
+
+@command()
+@command_line_only("--keep", type=click.Path(file_okay=False), default=None,
+                   help="Run in this folder (kept) instead of a temporary one.")
+@click.option("--mcp", "over_mcp", is_flag=True,
+              help="Reach the host over MCP (`signoff host mcp`), and kill its server once.")
+@click.option("--events", "pushed", is_flag=True,
+              help="The host pushes events over MCP Events to `signoff serve` (needs the serve "
+                   "and mcp extras); serve is killed once after a write.")
+def demo(obj, as_json, keep, over_mcp, pushed):
+    """The whole story in a fresh home, with a real worker killed and restarted.
+
+    It ignores every SIGNOFF_* variable: it never reaches a configured home, database
+    or queue.
+    """
+    from ..demo import run_demo, run_sealed, sealed
+    if over_mcp and pushed:
+        raise click.UsageError("give at most one of --mcp and --events")
+    if over_mcp or pushed:
+        mcp_module("session")  # a one-line refusal when the extra is missing
+    if pushed:
+        serve_module()
+    if not sealed():
+        sys.exit(run_sealed(keep, as_json, mcp=over_mcp, events=pushed))
+    main = click.get_current_context().find_root().command  # the steps run the same CLI
+    report = run_demo(main, keep, as_json, mcp=over_mcp, events=pushed)
+    if as_json:
+        click.echo(json.dumps(report, ensure_ascii=False, indent=2))
+    sys.exit(0 if report["passed"] else 1)
+
+
+COMMANDS = [serve, reviewer, mcp_agents, demo]
