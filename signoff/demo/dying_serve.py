@@ -17,7 +17,7 @@ def main():
     """Run the ``signoff`` command line with the dying commit in place."""
     from ..app import Signoff
     from ..cli import main as cli
-    from ..ops.webhooks import Accept
+    from ..intake.webhooks import Accept
     write = Signoff.write_webhooks
 
     def write_then_die(rt, jobs):

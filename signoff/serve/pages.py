@@ -17,8 +17,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import PlainTextResponse, RedirectResponse
 
 from ..errors import Blocked, Refused
-from ..ops.redraft import redraftable
-from ..ops.reviewers import SESSION_TTL_S
+from ..decisions.redraft import redraftable
+from ..admin.reviewers import SESSION_TTL_S
 from ..state.statuses import TASK_OPEN, TaskStatus as T
 from .bodies import FORM_LIMIT, LOGIN_LIMIT, read_form
 from .refusals import CONFLICT, status_of

@@ -8,14 +8,15 @@ CLI prints row by row so even ``--all`` runs in constant memory.
 
 from peewee import Case, fn
 
-from ..steps import batching, drafting
-from . import deadletters, gaps, subscriptions
-from .approval import draft_diff, get_task
+from ..steps import drafting, recordbatches
+from ..admin import gaps, subscriptions
+from ..rules.drafts import draft_diff
+from .lookup import get_task
 from ..errors import Refused
 from ..models import (Approval, Attempt, Audit, AuditReviewer, DeadLetter, Delivery, Monitor,
                       Notification, Task, WebhookRefusal)
 from ..rules.text import hidden_characters
-from .retention import purged_at
+from ..chores.retention import purged_at
 from ..state import heartbeats
 from ..state.statuses import DeliveryStatus as D, TaskStatus as T
 
@@ -200,7 +201,7 @@ def _ready_draft(task):
 
 def dead_letters(limit=None, newest_first=False, monitors=None):
     """Dead letters, oldest first unless ``newest_first``; ``monitors``' alone if given."""
-    where = () if monitors is None else (deadletters.of_monitors(monitors),)
+    where = () if monitors is None else (dead_letters_of(monitors),)
     return rows("dead_letters", None, limit, newest_first, where)
 
 
@@ -263,7 +264,7 @@ def task_detail(key, monitors=None):
                 next_at=t.next_at, lease_owner=t.lease_owner, lease_until=t.lease_until,
                 superseded_by=t.superseded_by, previous_drafts=previous,
                 draft_changes=draft_changes(previous[-1] if previous else None, t),
-                purged=purged is not None, purged_at=purged, covers=batching.covers(key),
+                purged=purged is not None, purged_at=purged, covers=recordbatches.covers(key),
                 history=history, audit=events, **decisions(t))
     detail["hidden_characters_by_field"] = hidden_by_field(detail)
     return detail
@@ -420,3 +421,23 @@ def _task_tallies():
 def _due(now, *times):
     times = [t for t in times if t is not None]
     return max(0.0, min(times) - now) if times else None
+
+
+def dead_letter_row(letter):
+    """A dead letter as the CLI shows it."""
+    return {"id": letter.id, "kind": letter.kind, "ref": letter.ref, "step": letter.step,
+            "code": letter.code, "attempts": letter.attempts, "first_at": letter.first_at,
+            "last_at": letter.last_at, "replayed": letter.replayed, "reason": letter.reason}
+
+
+def dead_letters_of(monitors):
+    """The condition on ``DeadLetter`` that keeps the letters of ``monitors``' deliveries,
+    tasks and notifications (what a reviewer limited to them may see)."""
+    monitors = sorted(monitors)
+    tasks = Task.select(Task.key).where(Task.monitor.in_(monitors))
+    deliveries = Delivery.select(Delivery.id.cast("TEXT")).where(Delivery.monitor.in_(monitors))
+    notes = Notification.select(Notification.task_key).where(
+        fn.COALESCE(Notification.task, Notification.task_key).in_(tasks))
+    return (((DeadLetter.kind == "delivery") & DeadLetter.ref.in_(deliveries))
+            | ((DeadLetter.kind == "task") & DeadLetter.ref.in_(tasks))
+            | ((DeadLetter.kind == "notification") & DeadLetter.ref.in_(notes)))
