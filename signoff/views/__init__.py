@@ -11,8 +11,9 @@ from peewee import Case, fn
 from ..steps import drafting, recordbatches
 from ..admin import gaps, subscriptions
 from ..rules.drafts import draft_diff
+from ..rules.retry import TRANSIENT
 from .lookup import get_task
-from ..errors import Refused
+from ..errors import Blocked, Refused
 from ..models import (Approval, Attempt, Audit, AuditReviewer, DeadLetter, Delivery, Monitor,
                       Notification, Task, WebhookRefusal)
 from ..rules.text import hidden_characters
@@ -267,7 +268,46 @@ def task_detail(key, monitors=None):
                 purged=purged is not None, purged_at=purged, covers=recordbatches.covers(key),
                 history=history, audit=events, **decisions(t))
     detail["hidden_characters_by_field"] = hidden_by_field(detail)
+    detail["timeline"] = timeline(events, history)
+    detail["may_be_written"] = bool(t.status == T.UNCERTAIN or t.outcome_unknown)
     return detail
+
+
+def who(identity, channel, note=None):
+    """An identity as every face shows a decision's: ``operator:ana (cli, note "on call")``."""
+    return f"{identity} ({channel}" + (f', note "{note}")' if note else ")")
+
+
+def timeline(audit, history):
+    """A task's or a delivery's history as every face shows it, oldest first: rows of
+    ``{at, kind, code, who}`` (``kind``: ``audit`` or ``attempt STEP``; ``who``: the
+    decision's identity and subject, the event, or the worker)."""
+    rows = [{"at": a["at"], "kind": "audit", "code": a["code"],
+             "who": " ".join(filter(None, [who(a["actor"], a["channel"], a.get("note"))
+                                           if a.get("actor") else a.get("event_id"),
+                                           a.get("subject")]))} for a in audit]
+    rows += attempt_rows(history)
+    # Sorted by time alone: rows of one instant keep the audit log's order.
+    return sorted(rows, key=lambda r: r["at"])
+
+
+def attempt_rows(history):
+    """Attempt history as timeline rows (see ``timeline``)."""
+    return [{"at": h["at"], "kind": "attempt " + h["step"], "code": h["code"],
+             "who": h["worker"] or ""} for h in history]
+
+
+def current_source(rt, task):
+    """``(record now, problem)`` of a task's source, read from the host for a person
+    deciding: the record (``None`` when it could not be read) and why not (a code)."""
+    try:
+        return rt.host().get(task["record_id"]), None
+    except Blocked as exc:
+        return None, exc.code
+    except TRANSIENT:
+        return None, "host_unavailable"
+    except Exception as exc:  # a host bug shows to the person instead of failing the view
+        return None, type(exc).__name__
 
 
 # The fields of a task's detail that a person reads (drafts, edits, the record, reasons,
