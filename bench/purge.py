@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from signoff import storage  # noqa: E402
-from signoff.ops import retention  # noqa: E402
+from signoff.chores import retention  # noqa: E402
 from signoff.app import Signoff  # noqa: E402
 from signoff.models import Task, db, insert_rows  # noqa: E402
 

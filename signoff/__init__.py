@@ -1,25 +1,32 @@
 """signoff: a durable background worker for human-approved, exactly-once actions.
 
-The map, from the faces down (each layer imports only the layers below it):
+The map, from the faces down (each layer imports only the layers below it, and
+nothing imports in a circle: ``lint-imports`` checks both, with the contracts in
+``pyproject.toml``):
 
-- faces: ``cli`` (the ``signoff`` command; its commands, plumbing and printing in ``commands/``),
-  ``worker`` (running the consumer), ``serve/`` (webhooks, review pages,
-  metrics over HTTP), ``mcp/`` (signoff's MCP servers and client session),
-  ``demo/`` (the story, end to end);
+- faces: ``cli`` (the ``signoff`` command; its commands, plumbing and printing in
+  ``commands/``),
+  ``demo/`` (the story, end to end), ``worker`` (running the consumer and the
+  chores), ``serve/`` (webhooks, review pages, the JSON API, metrics over HTTP),
+  ``mcp/`` (signoff's own MCP servers);
 - ``app``: ``Signoff``, one home opened for use; the one door every face uses;
-- ``ops/``: what people, operators and scripts do (intake, approval, redraft,
-  policies, monitors, gaps, dead letters, retention, notifications, secrets,
-  reviewers, health checks, the read-only views);
-- ``steps/``: what a worker does with the rows it claims (ingest, submit,
-  the reaper, record batches); ``tasks``: the Huey tasks that wake it;
+- the rooms of what people, operators and the fleet do: ``intake/`` (events
+  arriving), ``decisions/`` (approve, edit, reject, cancel, retry, redraft,
+  policies), ``views/`` (what every face shows), ``admin/`` (monitors, gaps,
+  subscriptions, reviewers, secrets), ``chores/`` (background jobs: the notify
+  outbox, retention);
+- ``steps/``: what a worker does with the rows it claims (claiming, ingest,
+  submit, the reaper, record batches); ``tasks``: the Huey tasks that wake it,
+  and when wake-ups are sent;
 - ``state/``: the life cycles (the one place a status is written), leases and
   worker heartbeats;
 - ``models``: the Peewee models, every durable fact;
 - ``storage/``: the backend seam (SQLite, PostgreSQL, the queues);
-- ``rules/``: pure decisions (digests, event validation, the gate, retries);
-- plug-ins: ``hosts/`` (the systems signoff acts on) and ``drafters/``;
-- ``config``, ``errors``, ``clock``: settings, exceptions and time; ``tracing``:
-  OpenTelemetry spans (the one module that imports it).
+- plug-ins: ``hosts/`` (the systems signoff acts on; ``hosts.mcp`` with its MCP
+  client) and ``drafters/``;
+- ``config``, ``rules/`` (pure decisions: digests, event validation, the gate,
+  retries, names, hidden characters, signatures), ``tracing`` (OpenTelemetry
+  spans, the one module that imports it), ``clock``; ``errors`` at the bottom.
 """
 
 

@@ -5,10 +5,13 @@ import threading
 
 from peewee import DatabaseError
 
-from .ops import (approval, deadletters, deliveries, gaps, intake, monitors, policy, redraft,
-                  retention, reviewers, secrets, subscriptions, views, webhooks)
+from . import views
+from .admin import gaps, monitors, resume, reviewers, secrets, subscriptions
+from .chores import retention
+from .decisions import approval, deadletters, deliveries, policy, redraft
+from .intake import enqueue, webhooks
 from .steps import drafting, ingest, reaper, submit
-from .steps.batch import ClaimSizes
+from .steps.claiming import ClaimSizes
 from . import storage, tracing
 from .clock import Clock
 from .errors import ConfigError, StorageError
@@ -187,8 +190,8 @@ class Signoff:
 
     @_own_database
     def resume(self, monitor_id, new_id, mode, **options):
-        """Bind ``new_id`` like the ended ``monitor_id`` and record the gap (``gaps.resume``)."""
-        return gaps.resume(self, monitor_id, new_id, mode, **options)
+        """Bind ``new_id`` like the ended ``monitor_id`` and record the gap (``resume``)."""
+        return resume.resume(self, monitor_id, new_id, mode, **options)
 
     @_own_database
     def gaps(self, monitors=None):
@@ -222,7 +225,7 @@ class Signoff:
     def enqueue_stream(self, stream, monitor_id="default", progress=None):
         """Like ``enqueue``, yielding each line's result once its chunk is committed,
         so a stream of any length runs in constant memory."""
-        chunks = intake.enqueue(self, stream, monitor_id, progress)
+        chunks = enqueue.enqueue(self, stream, monitor_id, progress)
         while True:
             # Each chunk is read and stored against this home's database; between
             # chunks the caller's code runs unbound, as it would between two calls.
@@ -244,13 +247,13 @@ class Signoff:
 
         An ``InvalidEvent`` is refused as a bad line is: one audit row, nothing else.
         """
-        return [result for chunk in intake.enqueue_items(self, list(enumerate(outcomes, 1)),
+        return [result for chunk in enqueue.enqueue_items(self, list(enumerate(outcomes, 1)),
                                                          monitor_id) for result in chunk]
 
     @_own_database
     def _store_chunks(self, jobs):
         # The writer of ``commits``: in the writer thread, or a caller's own.
-        return intake.store_chunks(self, jobs)
+        return enqueue.store_chunks(self, jobs)
 
     # -- the worker's steps (Huey tasks call these) ---------------------------
 

@@ -56,7 +56,7 @@ class Monitor(BaseModel):
     active = BooleanField(default=True)
     created_at = DoubleField()
     cancelled_at = DoubleField(null=True)
-    # Paused (ops/monitors.py): its deliveries wait unclaimed from paused_at on.
+    # Paused (admin/monitors.py): its deliveries wait unclaimed from paused_at on.
     # The last pause that ended is kept, so events that waited through it are
     # judged fresh as of when they arrived (steps/ingest.py).
     paused_at = DoubleField(null=True)
@@ -471,7 +471,7 @@ class Cursor(BaseModel):
 # -- MCP Events: subscriptions signoff asked a host's MCP server for -------------------
 
 class Subscription(BaseModel):
-    """One ``events/subscribe`` signoff made for a monitor (ops/subscriptions.py).
+    """One ``events/subscribe`` signoff made for a monitor (admin/subscriptions.py).
 
     Written as ``pending`` before the server is asked (its callback
     verification arrives before the answer), ``active`` once it answered.

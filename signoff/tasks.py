@@ -3,14 +3,157 @@
 A message carries nothing but "there is work": the rows say what. Huey deletes
 a message before running it, so a task that dies mid-way loses nothing but the
 wake-up, and the reaper sends another.
+
+How many wake-ups to send, when, and what a failed send means, is one policy
+(``WakePolicy``). A wake-up is a Huey message saying "rows of this kind are waiting"; the rows
+say which. Every sender (intake, approval, retry, dead-letter replay, the
+reaper, a worker handing on a long backlog) goes through ``WakePolicy``, which
+tops the queue up to what the backlog calls for and no further. That is safe
+because a wake-up still waiting in the queue runs after the sender's commit,
+and its claim then sees the sender's rows. The reaper is the safety net: it
+tops the queue up for every claimable row every second, so a wake-up that is
+skipped or lost only costs latency.
+
+Looking at the queue is not enough on its own: a worker blocked on a Redis or
+PostgreSQL queue takes each wake-up the moment it lands, so none is ever seen
+waiting, and events enqueued one call at a time would send one wake-up each.
+So a process also paces itself (``wake``): the first announcement of a kind
+tops the queue up at once, and those that follow within ``WINDOW_S`` are held
+and sent as one top-up when the window ends (a throttle with a leading and a
+trailing edge). A burst therefore costs one wake-up per window per kind on
+every backend, an idle worker still hears of the first event at once, and a
+steady stream is never held back for more than one window, which a pure
+trailing debounce (wait for a quiet spell) would do for as long as the stream
+lasts. What is held is always sent after the commit it announces, by a timer
+in long-running processes and by ``flush`` when a runtime closes (the CLI
+closes it before exiting). The reaper and a worker handing on call
+``top_up``, which sends at once: they are paced by their own clocks.
+
+Sending happens after the commit. If the queue cannot be reached then, what
+was committed stands: the caller's answer does not change, one
+``queue_unreachable`` warning is logged for the outage, and the reaper of any
+running worker sends the wake-ups once the queue is back.
 """
 
+import logging
 import os
 import socket
 import threading
 import time
 
-from .wakeups import WakePolicy
+from .storage.queue import queue_errors
+
+KINDS = ("ingest", "submit")
+CAP = 4  # wake-ups of one kind waiting at once: each drains batches for a while
+# How far into the queue to look for waiting wake-ups. Under this policy the
+# queue holds at most about CAP per kind, so this sees all of them.
+LOOK_AHEAD = 4 * CAP
+# After a failed send, leave the queue alone this long: every caller would
+# otherwise pay the connect timeout again, and the reaper covers the gap.
+RETRY_AFTER_S = 5.0
+# How long announcements of one kind are held after a top-up before the next:
+# a bound on the wake-ups a burst sends (one per window per kind and process),
+# and the most a held one waits.
+WINDOW_S = 0.1
+
+log = logging.getLogger("signoff.wakeups")
+
+
+def needed(rows, per_claim):
+    """Wake-ups that ``rows`` claimable rows call for: one per claim of ``per_claim``
+    rows, at most ``CAP``."""
+    if rows <= 0:
+        return 0
+    return min(-(-rows // per_claim), CAP)
+
+
+class WakePolicy:
+    """Decides and sends wake-ups for one ``Wakers``; never raises a queue error."""
+
+    def __init__(self, wakers, claim_limit):
+        self.wakers = wakers
+        # kind -> rows a claim takes: the runtime's config may be replaced, and its
+        # claims shrink when rows are slow (steps.claiming.ClaimSizes).
+        self.claim_limit = claim_limit
+        self.unreachable = None  # the failure, while the queue cannot be reached
+        self._retry_at = 0.0
+        self._lock = threading.Lock()
+        self._window_end = {}  # kind -> when announcements of it may top up again
+        self._held = {}  # kind -> rows of the largest announcement held in the window
+        self._timer = None
+
+    def wake(self, kind, rows=1):
+        """Announce ``rows`` rows of ``kind`` made claimable by a commit that has happened.
+
+        Tops the queue up at once unless this process topped ``kind`` up less than
+        ``WINDOW_S`` ago; then the announcement is held for the window's end.
+        Returns the wake-ups sent now.
+        """
+        if rows <= 0:
+            return 0
+        with self._lock:
+            now = time.monotonic()
+            end = self._window_end.get(kind, 0.0)
+            if now < end:
+                # The largest, not the sum: one waiting wake-up drains full batches
+                # for a while and hands on, so a stream of small commits needs one.
+                self._held[kind] = max(self._held.get(kind, 0), rows)
+                if self._timer is None:
+                    self._timer = threading.Timer(end - now, self.flush)
+                    self._timer.daemon = True  # close() flushes; the reaper covers the rest
+                    self._timer.start()
+                return 0
+            # A timer that has not run yet at the window's end: this top-up covers it.
+            rows = max(rows, self._held.pop(kind, 0))
+            self._window_end[kind] = now + WINDOW_S
+        return self.top_up({kind: rows})
+
+    def flush(self):
+        """Top the queue up now for every held announcement; returns wake-ups sent.
+
+        Run by the timer at a window's end, and by a runtime before it closes the
+        queue, so that a short-lived process does not take its last one with it.
+        """
+        with self._lock:
+            held, self._held = self._held, {}
+            timer, self._timer = self._timer, None
+            end = time.monotonic() + WINDOW_S
+            self._window_end.update(dict.fromkeys(held, end))
+        if timer is not None:
+            timer.cancel()  # a no-op when the timer is what runs this
+        return self.top_up(held) if held else 0
+
+    def top_up(self, backlog):
+        """Top the queue up for ``{kind: claimable rows}`` now; returns how many were sent."""
+        wanted = {kind: needed(rows, self.claim_limit(kind)) for kind, rows in backlog.items()}
+        wanted = {kind: n for kind, n in wanted.items() if n}
+        if not wanted or time.monotonic() < self._retry_at:
+            return 0
+        try:
+            waiting = self.wakers.pending_by_kind(LOOK_AHEAD)
+            sent = 0
+            for kind, want in wanted.items():
+                missing = want - waiting.get(kind, 0)
+                if missing > 0:
+                    self.wakers.send(kind, missing)
+                    sent += missing
+        except queue_errors() as exc:
+            self._failed(exc)
+            return 0
+        self.unreachable = None
+        return sent
+
+    def _failed(self, exc):
+        with self._lock:
+            first = self.unreachable is None
+            self.unreachable = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+            self._retry_at = time.monotonic() + RETRY_AFTER_S
+        if first:  # one line per outage, not one per call
+            log.warning("queue_unreachable: no wake-up sent (%s); what was committed stands, "
+                        "a worker's reaper sends the wake-ups once the queue is back",
+                        self.unreachable)
+
+
 
 # How long one wake-up keeps claiming batches before yielding its thread.
 SLICE_S = 1.0
@@ -24,7 +167,7 @@ def worker_name():
 class Wakers:
     """The two Huey tasks bound to one runtime, and the wake-up policy that sends them.
 
-    Callers ask for wake-ups with ``wake`` / ``top_up`` (see ``signoff.wakeups``)
+    Callers ask for wake-ups with ``wake`` / ``top_up`` (``WakePolicy``)
     and ``flush`` what is held before closing; ``ingest`` and ``submit`` send
     unconditionally and are the policy's own.
     """

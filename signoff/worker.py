@@ -19,8 +19,10 @@ from dataclasses import replace
 
 from peewee import fn
 
-from .steps import batching
-from .ops import notify, policy, retention, subscriptions
+from .steps import recordbatches
+from .admin import subscriptions
+from .chores import Chore, Schedule, notify, retention
+from .decisions import policy
 from . import storage
 from .app import Signoff
 from .config import load_config, resolve_home
@@ -32,7 +34,6 @@ from .storage.queue import close_queue, one_line_queue_faults
 
 REAP_INTERVAL_S = 1.0
 HEALTH_INTERVAL_S = 10.0
-CHORES_INTERVAL_S = 60.0  # how often the loop asks whether the hourly purge is due
 IDLE_POLL_S = 0.5  # Huey's idle polling cap; its default of 10 s is too slow a wake-up
 # How often `--drain` asks whether anything can progress: a query each time, and
 # the moment the work ends it exits within two of them.
@@ -44,6 +45,14 @@ UNREACHABLE_S = 30.0  # how long `--drain` waits for a database it cannot reach
 DRAIN_WAIT_S = 60.0
 
 log = logging.getLogger("signoff.worker")
+
+# What the loop runs beside the pipeline, on every pass or as due (``chores``).
+CHORES = (
+    Chore("close record batches", recordbatches.close_due),
+    Chore("standing policies", policy.run_pass),
+    retention.RETENTION,
+    Chore("prune heartbeats", lambda rt: heartbeats.prune(rt.clock.now()), every_s=60.0),
+)
 
 
 def can_progress(notifying=False, tending_at=None, due_by=None):
@@ -61,7 +70,7 @@ def can_progress(notifying=False, tending_at=None, due_by=None):
     return (Delivery.select().where(moving).exists()
             or Task.select().where(_unleased_tasks(due_by, later=False)
                                    | (_active_tasks() & Task.lease_token.is_null(False))).exists()
-            or batching.holds_drain()
+            or recordbatches.holds_drain()
             or (notifying and notify.outbox_busy())
             or (tending_at is not None and subscriptions.due_now(tending_at)))
 
@@ -170,14 +179,15 @@ def _loop(rt, workers, drain, drain_wait):
              rt.config.lease_ttl_s, rt.config.batch_size, rt.home)
     health_at = time.monotonic() + HEALTH_INTERVAL_S
     drained = _Drain(rt, notifier is not None, tender is not None, drain_wait)
-    chores_at = pass_at = time.monotonic()
+    chores = Schedule(CHORES)
+    pass_at = time.monotonic()
     try:
         while not stop.wait(DRAIN_POLL_S if drain else REAP_INTERVAL_S):
             if time.monotonic() >= pass_at:
                 # First in the pass: a slow reap must not make a live worker look silent.
                 _safe(heartbeat.beat, None)
                 reaped += _reap(rt)
-                chores_at = _chores(rt, chores_at)
+                chores.run_due(rt)
                 _safe(lambda: storage.checkpoint(rt.database), None)
                 pass_at = time.monotonic() + (IDLE_POLL_S if drain else REAP_INTERVAL_S)
             if drain and drained.now():
@@ -278,17 +288,6 @@ def _write_stacks(signum, frame):
     data, fd = "".join(lines).encode("utf-8", "replace"), sys.stderr.fileno()
     while data:
         data = data[os.write(fd, data):]
-
-
-def _chores(rt, chores_at):
-    """The loop's own passes next to the reaper; returns when the hourly purge is asked next."""
-    _safe(lambda: batching.close_due(rt), None)
-    _safe(lambda: policy.run_pass(rt), None)
-    if time.monotonic() < chores_at:
-        return chores_at
-    _safe(lambda: retention.tick(rt), None)
-    _safe(lambda: heartbeats.prune(rt.clock.now()), None)
-    return time.monotonic() + CHORES_INTERVAL_S
 
 
 class _Drain:

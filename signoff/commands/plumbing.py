@@ -88,13 +88,10 @@ class Launch:
 
     ``own_process``: the command owns its process (``signoff.__main__``), so it
     imports Peewee and Huey as its home needs them (``libraries``); a program
-    that calls ``main`` without it keeps its imports as they are. ``runtime``:
-    the class that opens the home, ``Signoff`` unless a subclass is given (the
-    demo's dying serve).
+    that calls ``main`` without it keeps its imports as they are.
     """
 
     own_process: bool = False
-    runtime: type | None = None
 
 
 class Ctx:
@@ -106,17 +103,10 @@ class Ctx:
         self.log_level = log_level
         self.database = None  # once opened: named in a database error's message
 
-    @property
-    def runtime(self):
-        """The class that opens the home: ``Signoff``, or the subclass ``Launch`` gave."""
-        if self.launch.runtime is not None:
-            return self.launch.runtime
-        from ..app import Signoff
-        return Signoff
-
     def open(self):
         """The home as a ``Signoff`` (refuses with ``no_home`` if it is missing)."""
-        rt = self.runtime(self.home)
+        from ..app import Signoff
+        rt = Signoff(self.home)
         click.get_current_context().call_on_close(rt.close)
         self.database = rt.database
         return rt

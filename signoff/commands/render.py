@@ -5,6 +5,7 @@ import time
 from .output import fmt, safe, when
 from ..rules.text import visible
 from ..state.statuses import TaskStatus as T
+from ..views import who
 
 
 def _clock(at):
@@ -37,30 +38,21 @@ def render_task(t):
     lines += _texts(t, result)
     lines += _draft_history(t)
     lines += ["", "timeline:"]
-    entries = [(a["at"], f"audit    {fmt(a['code'])}" + (
-        f" by {who(a['actor'], a['channel'], a.get('note'))}" if a.get("actor") else "")
-        + (f" ({fmt(a['subject'])})" if a.get("subject") else "")) for a in t["audit"]]
-    entries += [(h["at"], f"attempt  {fmt(h['step']):<8} {fmt(h['code']):<16} "
-                 f"{fmt(h['worker']) if h['worker'] else ''}") for h in t["history"]]
-    for at, text in sorted(entries, key=lambda e: e[0]):
-        lines.append(f"  {_clock(at)}  {text}")
-    if not entries:
+    for row in t["timeline"]:
+        lines.append(f"  {_clock(row['at'])}  {fmt(row['kind']):<16} {fmt(row['code']):<16} "
+                     f"{fmt(row['who']) if row['who'] else ''}".rstrip())
+    if not t["timeline"]:
         lines.append("  (nothing yet)")
     return "\n".join(lines)
 
 
-def who(identity, channel, note=None):
-    """An identity as decisions show it: ``operator:ana (cli, note "on call")``."""
-    return f"{fmt(identity)} ({fmt(channel)}" + (f', note "{fmt(note)}")' if note else ")")
-
-
 def _decisions(t):
     """The quorum, edits, rejection and hidden characters of ``tasks show``."""
-    given = ", ".join(who(a["by"], a["channel"], a.get("note")) for a in t["approvals"]) or "none"
+    given = ", ".join(who(fmt(a["by"]), fmt(a["channel"]), a.get("note") and fmt(a["note"])) for a in t["approvals"]) or "none"
     lines = [f"approvals {given}; {t['approvals_needed']} needed"
              + (f", {t['approvals_missing']} missing" if t["approvals_missing"] else "")]
     for e in t["edits"]:
-        lines.append(f"edited    {_clock(e['at'])} by {who(e['by'], e['channel'], e.get('note'))}: "
+        lines.append(f"edited    {_clock(e['at'])} by {who(fmt(e['by']), fmt(e['channel']), e.get('note') and fmt(e['note']))}: "
                      f"{fmt(e['from_digest'][:12])} -> {fmt(e['to_digest'][:12])}")
         lines += [f"            {fmt(line)}" for line in (e.get("diff") or "").splitlines()]
     if t["edits"]:

@@ -20,8 +20,7 @@ def serve(obj, as_json, bind_host, port, secure_cookies, access_log):
     """Serve webhooks, the review pages, /healthz and /metrics until SIGTERM."""
     click.get_current_context().with_resource(log_lines(obj.log_level))
     summary = serve_module().run(obj.home, host=bind_host, port=port,
-                                 secure_cookies=secure_cookies, access_log=access_log,
-                                 runtime=obj.runtime)
+                                 secure_cookies=secure_cookies, access_log=access_log)
     emit(summary, as_json, lambda s: f"serve stopped ({s['stopped']})")
 
 
@@ -88,7 +87,7 @@ def demo(obj, as_json, keep, over_mcp, pushed):
     if over_mcp and pushed:
         raise click.UsageError("give at most one of --mcp and --events")
     if over_mcp or pushed:
-        mcp_module("session")  # a one-line refusal when the extra is missing
+        mcp_module("hostserver")  # a one-line refusal when the extra is missing
     if pushed:
         serve_module()
     if not sealed():

@@ -9,7 +9,8 @@ from .plumbing import INT64, INT64_MAX, command, group, mcp_module
 @command()
 def init(obj, as_json):
     """Create the home, its config and databases (idempotent; never resets data)."""
-    rt = obj.runtime.init(obj.home)
+    from ..app import Signoff
+    rt = Signoff.init(obj.home)
     click.get_current_context().call_on_close(rt.close)
     emit({"home": str(rt.home), "config": str(rt.home / "signoff.toml")}, as_json,
          lambda d: f"signoff home ready at {d['home']}")

@@ -56,7 +56,7 @@ def healthcheck(obj, as_json, max_age):
     Answers within a few seconds even when a server does not.
     """
     from .render import render_health
-    from ..ops.health import check, first_failure
+    from ..views.health import check, first_failure
     report = check(obj.home, max_age)
     emit(report, as_json, render_health)
     failed = first_failure(report)

@@ -2,20 +2,21 @@
 
     python -m signoff.demo.dying_serve --home HOME serve --port PORT
 
-It is ``signoff serve`` in every way, except that the home is opened as a
-``DyingSignoff``: the first group commit that stored an accepted event is
+It is ``signoff serve`` (``serve.server.run``, the command's own call), except
+that the home is opened as a ``DyingSignoff``: the first group commit that stored an accepted event is
 followed by ``kill -9`` of this process, so the delivery row and its
 ``webhook-id`` answer are durable and the sender never gets its 202. The demo
 (and the tests) use it to show that the sender's retry is then answered as a
 duplicate, with nothing stored twice.
 """
 
+import argparse
 import os
 import signal
 
 from ..app import Signoff
-from ..cli import Launch, main as cli
-from ..ops.webhooks import Accept
+from ..intake.webhooks import Accept
+from ..serve import server
 
 
 class DyingSignoff(Signoff):
@@ -29,9 +30,14 @@ class DyingSignoff(Signoff):
         return answers
 
 
-def main():
-    """Run the ``signoff`` command line with the home opened as a ``DyingSignoff``."""
-    cli(prog_name="signoff", obj=Launch(runtime=DyingSignoff))
+def main(argv=None):
+    """``--home HOME serve [--port PORT]``: serve the home opened as a ``DyingSignoff``."""
+    parser = argparse.ArgumentParser(prog="python -m signoff.demo.dying_serve")
+    parser.add_argument("--home", required=True)
+    parser.add_argument("command", choices=["serve"])
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    server.run(args.home, port=args.port, runtime=DyingSignoff)
 
 
 if __name__ == "__main__":

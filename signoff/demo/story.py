@@ -50,7 +50,7 @@ class StepFailed(Exception):
         self.got = got
 
 
-def run_demo(cli, keep=None, as_json=False, mcp=False, events=False):
+def run_demo(cli, keep=None, as_json=False, story_class=None):
     """Run the demo; return the report (``report["passed"]`` is the verdict).
 
     ``cli``: the click group the steps run (``signoff.cli.main``).
@@ -60,8 +60,8 @@ def run_demo(cli, keep=None, as_json=False, mcp=False, events=False):
     printed at the end and is in the report (``report``).
     ``as_json``: step lines go to standard error, so the caller can print the
     report as the only document on standard output.
-    ``mcp``: the host is reached over MCP (see ``signoff.demo.mcp``).
-    ``events``: the host pushes its events over MCP Events (``signoff.demo.events``).
+    ``story_class``: the story told (``Demo``, the default; ``signoff.demo`` picks
+    the MCP and MCP Events variants).
 
     The steps read this process's environment as any command does, and its
     processes get ``sealed_env()``: call it where ``sealed()`` holds (the ``demo``
@@ -72,13 +72,7 @@ def run_demo(cli, keep=None, as_json=False, mcp=False, events=False):
         home, temporary = Path(keep).absolute(), False
     else:
         home, temporary = Path(tempfile.mkdtemp(prefix="signoff-demo-")), True
-    if mcp:
-        from .mcp import McpDemo as story_class
-    elif events:
-        from .events import EventsDemo as story_class
-    else:
-        story_class = Demo
-    demo = story_class(cli, home, as_json)
+    demo = (story_class or Demo)(cli, home, as_json)
     demo.say(f"signoff demo in {home}" + (" (kept)" if keep is not None else ""))
     try:
         demo.run()

@@ -1,7 +1,6 @@
-"""MCP: the client session hosts use, and signoff's own MCP servers.
-
-``session`` keeps one MCP client session alive for synchronous code;
-``hostserver`` serves the reference host (``signoff host mcp``); ``agents``
-lets agents report events (``signoff mcp``). Everything here needs the
-``signoff[mcp]`` extra.
+"""signoff's own MCP servers: ``hostserver`` serves the reference host (``signoff host
+mcp``), ``agents`` lets agents report events (``signoff mcp``); ``strict`` and
+``stdio`` are what both share (strict argument checks, a bounded stdio transport).
+The client side, a host reached over MCP and its MCP Events subscriptions, is
+``hosts.mcp``. Everything here needs the ``signoff[mcp]`` extra.
 """

@@ -6,7 +6,10 @@ result kept on a task carries the questions, so the digest a person approves
 covers them; the metadata stays beside the result, never in it or in audit.
 """
 
+import difflib
+
 from ..errors import AttemptFailed
+from .text import visible
 
 # The metadata a task keeps about the call that drafted it; anything else a
 # drafter puts in ``meta`` is dropped (it may be content).
@@ -75,3 +78,15 @@ def failure_meta(exc):
 
 def _strings(value):
     return isinstance(value, list) and all(isinstance(s, str) for s in value)
+
+
+def draft_diff(before, after, from_digest, to_digest):
+    """A unified diff of two draft texts, labelled by their digests.
+
+    Diffed as a person sees them (hidden characters marked): two lines that
+    differ only in an invisible character show where, never as two equal lines.
+    """
+    before = visible(before) if isinstance(before, str) else ""
+    return "\n".join(difflib.unified_diff(
+        before.splitlines(), visible(after).splitlines(), fromfile=f"draft {from_digest[:12]}",
+        tofile=f"draft {to_digest[:12]}", lineterm=""))

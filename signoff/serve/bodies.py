@@ -12,7 +12,7 @@ from starlette.datastructures import FormData
 from starlette.formparsers import FormParser, MultiPartException, MultiPartParser
 
 from ..errors import Refused
-from ..mcp.events import MAX_DELIVERY_BYTES
+from ..hosts.mcp.events import MAX_DELIVERY_BYTES
 from ..rules.events import MAX_LINE_BYTES
 
 HOOK_LIMIT = MAX_LINE_BYTES  # one event object, 64 KiB

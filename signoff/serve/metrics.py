@@ -8,7 +8,7 @@ are those ``signoff stats --json`` prints.
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 
-from ..ops.health import probe_database, probe_queue
+from ..views.health import probe_database, probe_queue
 from ..state.heartbeats import LIVE_S
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

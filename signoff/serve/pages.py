@@ -16,10 +16,11 @@ from urllib.parse import urlencode, urlsplit
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import PlainTextResponse, RedirectResponse
 
-from ..errors import Blocked, Refused
-from ..ops.redraft import redraftable
-from ..ops.reviewers import SESSION_TTL_S
+from ..errors import Refused
+from ..decisions.redraft import redraftable
+from ..admin.reviewers import SESSION_TTL_S
 from ..state.statuses import TASK_OPEN, TaskStatus as T
+from ..views import attempt_rows, current_source
 from .bodies import FORM_LIMIT, LOGIN_LIMIT, read_form
 from .refusals import CONFLICT, status_of
 from .rendering import STYLE, TEMPLATES, excerpt, fold
@@ -33,8 +34,7 @@ LIST_LIMIT = 50  # sources, batch records, earlier drafts shown at most
 HEADINGS = {"ready": "Waiting for approval", "approved": "Approved", "uncertain": "Outcome uncertain",
             "done": "Done: submitted and confirmed", "rejected": "Rejected", "blocked": "Blocked",
             "expired": "Expired: not approved in time", "cancelled": "Cancelled", "dead": "Given up"}
-STATUSES = ("ready", "approved", "uncertain", "done", "rejected", "blocked", "expired",
-            "cancelled", "dead")
+STATUSES = tuple(T)  # the filters the list offers, in the life cycle's order
 
 
 class Pages:
@@ -166,18 +166,8 @@ class Pages:
 
     def _task_view(self, key, viewer):
         t = self.rt.task(key, viewer.monitors)
-        current, problem = None, None
-        try:
-            current = self.rt.host().get(t["record_id"])
-        except Blocked as exc:
-            problem = exc.code
-        except (TimeoutError, ConnectionError):
-            problem = "host_unavailable"
-        except Exception as exc:  # a host bug shows on the page instead of failing it
-            problem = type(exc).__name__
-        # Sorted by time alone: rows of one instant keep the audit log's order.
-        timeline = sorted([(a["at"], "audit", a["code"], a.get("event_id") or _who(a))
-                           for a in t["audit"]] + attempt_rows(t["history"]), key=lambda e: e[0])
+        current, problem = current_source(self.rt, t)
+        timeline = [(r["at"], r["kind"], r["code"], r["who"]) for r in t["timeline"]]
         records = t["record"] if isinstance(t["record"], list) else [t["record"] or {}]
         draft = (t["result"] or {}).get("draft")
         return {"t": t, "current": current, "current_problem": problem,
@@ -185,7 +175,7 @@ class Pages:
                 "heading": HEADINGS.get(t["status"], t["status"]),
                 "timeline": timeline[-PAGE_LIMIT:], "timeline_left_out": len(timeline) - PAGE_LIMIT,
                 "host_factory": self.rt.config.host_factory,
-                "may_be_written": t["status"] == T.UNCERTAIN or t["outcome_unknown"],
+                "may_be_written": t["may_be_written"],
                 # An approved task waiting for a later try (after a failed one) may be
                 # hurried; one due now is the worker's already.
                 "retry_later": t["status"] == T.APPROVED and not t["parked"]
@@ -208,7 +198,8 @@ class Pages:
         except Refused as exc:
             return self._refused(request, viewer, exc)
         return self.render(request, "delivery.html", viewer=viewer, d=d,
-                           timeline=attempt_rows(d["history"][-PAGE_LIMIT:]))
+                           timeline=[(r["at"], r["kind"], r["code"], r["who"])
+                                     for r in attempt_rows(d["history"][-PAGE_LIMIT:])])
 
     async def dead_letters(self, request):
         """``GET /dead-letters``."""
@@ -378,19 +369,6 @@ class Pages:
     def _refused(self, request, viewer, exc, key=""):
         return self.render(request, "outcome.html", status_code=status_of(exc.code),
                            viewer=viewer, title="Refused", results=[(key, exc.code, exc.message)])
-
-
-def _who(row):
-    """Who made an audited decision and what about, as the timeline shows it: the
-    identity, its channel and note, and the subject (a withdrawn approval's policy)."""
-    who = (f"{row['actor']} ({row['channel']}" + (f', note "{row["note"]}")' if row.get("note")
-                                                  else ")")) if row.get("actor") else ""
-    return " ".join(filter(None, [who, row.get("subject")]))
-
-
-def attempt_rows(history):
-    """Attempt history as timeline rows: ``(at, "attempt STEP", code, worker)``."""
-    return [(h["at"], "attempt " + h["step"], h["code"], h["worker"] or "") for h in history]
 
 
 def return_path(value):

@@ -1,4 +1,4 @@
-"""The notify outbox's rows: born ``pending``, sent or dead (ops/notify.py sends them)."""
+"""The notify outbox's rows: born ``pending``, sent or dead (chores/notify.py sends them)."""
 
 from ..models import Notification
 from ..storage import insert_rows

@@ -41,7 +41,7 @@ class NotificationStatus(StrEnum):
 
 
 class SubscriptionStatus(StrEnum):
-    """Where an MCP Events subscription is (ops/subscriptions.py)."""
+    """Where an MCP Events subscription is (admin/subscriptions.py)."""
 
     PENDING = "pending"  # asked for; the server has not answered yet
     ACTIVE = "active"

@@ -1,4 +1,4 @@
-"""An MCP Events subscription's rows: pending, active, lapsed, ended (ops/subscriptions.py)."""
+"""An MCP Events subscription's rows: pending, active, lapsed, ended (admin/subscriptions.py)."""
 
 from ..models import Subscription
 from .moves import check_edge, guarded

@@ -8,14 +8,14 @@ batch is written in one transaction, each write fenced by the lease token.
 import logging
 from dataclasses import dataclass, field
 
-from . import batching, drafting
+from . import drafting, recordbatches
 from .. import tracing
 from ..rules.canonical import digest, task_key
 from ..errors import Blocked, InvalidEvent, SignoffError
 from ..rules.events import validate
 from ..rules.gate import gate, held_s
-from .batch import open_batch
-from .hostbatch import BatchReads
+from .claiming import open_batch
+from .hostreads import BatchReads
 from .outcomes import Step, failures_key
 from .outcomes import write as outcomes_write
 from ..state.deliveries import move_delivery, prepare_move_deliveries, relabel_duplicate
@@ -62,7 +62,7 @@ def ingest_batch(rt, owner):
     batch = open_batch(rt, "ingest", owner, cautious=rt.drafter_timeout_s() > 0)
     if batch is None:
         return 0, False, set()
-    for monitor_id, window_s in batching.windows(batch.monitors).items():
+    for monitor_id, window_s in recordbatches.windows(batch.monitors).items():
         batch.monitors[monitor_id].batch_window_s = window_s
     # Both key columns, so the lookup stays on the primary key as the inbox grows.
     consumed = {(i.monitor, i.event_id): i.task_key for i in Inbox.select().where(
@@ -142,11 +142,11 @@ def examine(rt, host, row, monitor, context, consumed, now):
             or record["kind"] != "review" or record["status"] != "open"):
         return Outcome("final", "source_nonmatch", "source", consume=True)
     if getattr(monitor, "batch_window_s", None):
-        closed = batching.closed_batch_of(monitor.id, record["id"], record["version"])
+        closed = recordbatches.closed_batch_of(monitor.id, record["id"], record["version"])
         if closed is not None:  # the record's batch is drafted already: nothing joins it
             return Outcome("final", "duplicate", "dedupe", consume=True, task_key=closed.task_key)
         return Outcome("final", "batched", "batch", consume=True,
-                       member=batching.member(monitor, record, row.event_id))
+                       member=recordbatches.member(monitor, record, row.event_id))
     waiting = drafting.wait_until(rt, monitor.id, now)
     if waiting is not None:  # the hour's tokens are spent: wait for the next, no attempt
         return Outcome("wait", "budget_exhausted", "draft", next_at=waiting)
@@ -313,7 +313,7 @@ def _finish(finish, now):
     created = {key for (key,) in finish.tasks.run(tasks)}
     _moved_on([finish.consumed[i] for i in ours], created)
     if members:  # in the transaction of their inbox rows: never lost, never twice
-        batching.join(members, now)
+        recordbatches.join(members, now)
     return kept
 
 

@@ -14,8 +14,8 @@ from .. import tracing
 from ..rules.canonical import digest
 from ..errors import Blocked
 from ..rules.gate import SUBMIT_ACTIONS, gate
-from .batch import open_batch
-from .hostbatch import receipts, submit
+from .claiming import open_batch
+from .hostreads import receipts, submit
 from .outcomes import Step, failures_key
 from .outcomes import write as outcomes_write
 from ..state.leases import release

@@ -29,10 +29,10 @@ from servekit import Server
 from signoff.app import Signoff
 from signoff.clock import Clock
 from signoff.errors import Refused
-from signoff.mcp.events import EventsClient, new_secret
-from signoff.mcp.session import McpSession
+from signoff.hosts.mcp.events import EventsClient, new_secret
+from signoff.hosts.mcp.session import McpSession
 from signoff.models import Audit, Delivery, Subscription, Task
-from signoff.ops import subscriptions
+from signoff.admin import subscriptions
 from signoff.rules.canonical import digest
 from test_mcp_events_client import EVENT, TOOLS, EventsServer
 from test_mcp_host import free_port

@@ -28,9 +28,9 @@ from helpers import PLUGINS, child_env
 from signoff.errors import Blocked, ConfigError, InvalidEvent, Refused
 from signoff.rules.events import validate
 from signoff.hosts.mcp import McpHost
-from signoff.mcp.events import (EventsClient, check_map, map_delivery, new_secret,
+from signoff.hosts.mcp.events import (EventsClient, check_map, map_delivery, new_secret,
                                 verification_answer)
-from signoff.mcp.session import McpCallError, McpSession
+from signoff.hosts.mcp.session import McpCallError, McpSession
 from test_mcp_host import free_port, start_http_server
 
 # A third-party server and a receiver: nothing here touches signoff's state or queue.

@@ -15,7 +15,7 @@ import pytest
 from helpers import ROOT, child_env, signoff_cmd
 from signoff.app import Signoff
 from signoff.hosts.reference import ReferenceHost
-from signoff.mcp.session import McpCallError, McpSession, stdio_params
+from signoff.hosts.mcp.session import McpCallError, McpSession, stdio_params
 
 CHILD_ENV = {"PYTHONPATH": str(ROOT)}
 HOST_TOOLS = {"get_context", "get_record", "read_material", "submit_result", "get_receipt",

@@ -11,7 +11,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from helpers import OPERATOR, child_env, read_here, signoff_cmd, start_worker, stop_worker, wait_for
 from servekit import SECRET_TEXT, event, make_home
 from signoff.models import Notification
-from signoff.ops import secrets
+from signoff.rules import signatures
 
 
 class Receiver:
@@ -51,7 +51,7 @@ def receiver():
 
 @pytest.fixture
 def notified_home(home, receiver):
-    secret = secrets.generate()
+    secret = signatures.generate()
     rt = make_home(home, extra_toml=(
         f'[notify]\nurl = "{receiver.url}"\nsecret = "{secret}"\n'
         'review_url = "https://review.example/"\nattempts = 2\nbase_delay_s = 0.05\n'
@@ -78,7 +78,7 @@ def test_a_ready_task_is_announced_signed_and_without_record_text(notified_home,
                        "review_url": f"https://review.example/tasks/{task['key']}"}
     assert "please add the demo date" not in body and SECRET_TEXT not in body
     with pytest.raises(WebhookVerificationError):
-        Webhook(secrets.generate()).verify(body, headers)
+        Webhook(signatures.generate()).verify(body, headers)
     wait_for(lambda: Notification.get(Notification.task_key == task["key"]).status == "sent",
              what="the outbox row marked sent")
     # a second event about the same record version is the same task: no second message
@@ -110,7 +110,7 @@ def test_a_failing_receiver_ends_in_the_dead_letters_and_replay_sends_again(noti
 
 def test_drain_waits_for_a_notification_still_to_be_retried(home, receiver):
     receiver.status = 503  # the first try fails; the retry comes a second later
-    secret = secrets.generate()
+    secret = signatures.generate()
     rt = make_home(home, extra_toml=(
         f'[notify]\nurl = "{receiver.url}"\nsecret = "{secret}"\n'
         'review_url = "https://review.example/"\nattempts = 3\nbase_delay_s = 1.0\n'
@@ -139,7 +139,7 @@ def test_notifications_start_when_they_are_configured_never_for_older_ready_task
     rt.enqueue_events([event(1)])
     rt.run_until_idle()
     [old] = rt.tasks("ready")
-    secret = secrets.generate()
+    secret = signatures.generate()
     with open(home / "signoff.toml", "a", encoding="utf-8") as f:
         f.write(f'\n[notify]\nurl = "{receiver.url}"\nsecret = "{secret}"\n')
     worker = start_worker(home, env=child_env())

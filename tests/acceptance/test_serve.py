@@ -17,12 +17,13 @@ from peewee import fn
 
 from helpers import LOCAL_TLS, child_env, make_event, signoff_cmd, state_tables, wait_for
 from servekit import SECRET_TEXT, Server, event, make_home, signed
-from signoff.ops import retention
+from signoff.chores import retention
 from signoff.errors import Refused
 from signoff.rules.events import parse_line
 from signoff.models import Audit, Delivery, WebhookAnswer, WebhookRefusal
-from signoff.ops import webhooks
-from signoff.ops import secrets
+from signoff.intake import webhooks
+from signoff.admin import secrets
+from signoff.rules import signatures
 
 import subprocess
 
@@ -203,7 +204,7 @@ def test_unverified_requests_answer_401_and_store_only_an_audit_row(served, case
     headers = {
         "unsigned": {"content-type": "application/json"},
         "bad_signature": dict(signed(secret, body, "m"), **{"webhook-signature": "v1,AAAA"}),
-        "wrong_secret": signed(secrets.generate(), body, "m"),
+        "wrong_secret": signed(signatures.generate(), body, "m"),
         "stale": signed(secret, body, "m", at=now - datetime.timedelta(minutes=6)),
         "future": signed(secret, body, "m", at=now + datetime.timedelta(minutes=6)),
         "garbled_signature": dict(signed(secret, body, "m"), **{"webhook-signature": "nonsense"}),
@@ -268,7 +269,7 @@ def test_a_batch_of_reads_that_mixes_kinds_and_monitors_answers_each_in_its_plac
     rt = make_home(home)
     secret = rt.add_secret("default")["secret"]
     Subscription.create(monitor="default", name="comment.created", arguments={}, field_map={},
-                        url="https://signoff.example/hooks/default", secret=secrets.generate(),
+                        url="https://signoff.example/hooks/default", secret=signatures.generate(),
                         ttl_s=3600.0, status="pending", created_at=1.0, updated_at=1.0)
     jobs = [("subscriptions", "default"), ("secrets", "nobody"), ("secrets", "default"),
             ("subscriptions", "nobody"), ("secrets", "default")]
@@ -285,7 +286,7 @@ def last_audit():
 
 def test_an_unknown_monitor_answers_as_a_wrong_signature_does(served):
     rt, secret, server, client = served
-    wrong = post(client, secrets.generate(), event(), "m-wrong")
+    wrong = post(client, signatures.generate(), event(), "m-wrong")
     assert (wrong.status_code, wrong.json()) == (401, {"error": "bad_signature"})
     for case in ("signed", "unsigned"):
         before = counts()
@@ -483,7 +484,7 @@ def test_secret_cli_shows_a_secret_once_and_never_again(home):
     added = json.loads(out)
     assert code == 0 and set(added) == {"monitor", "secret_id", "secret"}
     assert added["secret"].startswith("whsec_")
-    given = secrets.generate()
+    given = signatures.generate()
     code, out = cli("monitor", "secret", "add", "default", "--secret", given)
     assert code == 0 and json.loads(out)["secret"] == given
     code, out = cli("monitor", "secret", "list", "default")

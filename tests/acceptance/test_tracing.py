@@ -203,10 +203,10 @@ def test_a_batch_task_links_the_traces_of_its_events(rt, clock, in_memory):
     rt.enqueue_events(events, "batched")
     rt.run_until_idle()
     clock.advance(11)
-    from signoff.steps import batching
+    from signoff.steps import recordbatches
     from signoff import storage
     with storage.session(rt.database):
-        assert batching.close_due(rt) == 1
+        assert recordbatches.close_due(rt) == 1
     spans = in_memory.get_finished_spans()
     enqueues = {s.context.trace_id for s in spans if s.name == "signoff.enqueue"}
     [batch] = [s for s in spans if s.name == "signoff.batch"]

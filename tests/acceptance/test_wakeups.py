@@ -11,7 +11,7 @@ import pytest
 from helpers import child_env, read_here, signoff_cmd, stop_worker, wait_for
 from signoff.app import Signoff
 from signoff.models import Delivery, Task
-from signoff.wakeups import CAP, needed
+from signoff.tasks import CAP, needed
 
 CLOSED_PORT_QUEUE = "redis://127.0.0.1:1/0"
 
@@ -98,7 +98,7 @@ WORKER_WITHOUT_REAPER = ("import signoff.worker as w; w.REAP_INTERVAL_S = 3600.0
 # The real CLI, storing each line as a commit of its own and holding every
 # announcement after the first for longer than the test: what it still has to
 # send when it exits is all the worker will hear.
-ENQUEUE_HOLDING_BACK = ("import signoff.ops.intake as i, signoff.wakeups as w; i.CHUNK = 1; "
+ENQUEUE_HOLDING_BACK = ("import signoff.intake.enqueue as i, signoff.tasks as w; i.CHUNK = 1; "
                         "w.WINDOW_S = 3600.0; from signoff.cli import main; main()")
 
 

@@ -9,7 +9,7 @@ import itertools
 
 from helpers import make_event
 from signoff.steps import ingest, submit
-from signoff.steps.hostbatch import BatchReads
+from signoff.steps.hostreads import BatchReads
 from signoff.errors import Refused
 from signoff.state.leases import claim_deliveries, claim_tasks
 from signoff.state.deliveries import prepare_move_deliveries

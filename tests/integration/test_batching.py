@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import make_event, wait_for, read_here
 
-from signoff.steps import batching
+from signoff.steps import recordbatches
 from signoff.app import Signoff
 from signoff.rules.canonical import digest
 from signoff.cli import main
@@ -46,8 +46,8 @@ def test_records_within_the_window_become_one_task_drafted_from_all(brt, clock, 
     for n in (1, 2, 3):
         assert arrive(rt, n).outcome == "batched"
         clock.advance(10)
-    assert Task.select().count() == 0 and batching.holds_drain()
-    assert batching.close_due(rt) == 1  # T0 + 30: the window has passed
+    assert Task.select().count() == 0 and recordbatches.holds_drain()
+    assert recordbatches.close_due(rt) == 1  # T0 + 30: the window has passed
     [task] = Task.select()
     covers = [["c1", 1], ["c2", 1], ["c3", 1]]
     [monitor] = [m for m in rt.monitors() if m["id"] == "b"]
@@ -59,9 +59,9 @@ def test_records_within_the_window_become_one_task_drafted_from_all(brt, clock, 
     assert [r["id"] for r in task.record] == ["c1", "c2", "c3"]
     shown = rt.task(task.key)
     assert shown["covers"] == covers
-    assert not batching.holds_drain()
+    assert not recordbatches.holds_drain()
     assert {d["task_key"] for d in rt.events()} == {task.key}
-    assert batching.close_due(rt) == 0  # closing again changes nothing
+    assert recordbatches.close_due(rt) == 0  # closing again changes nothing
     assert Task.select().count() == 1
     arrive(rt, 1)  # a redelivery is a duplicate of the batch's task
     assert rt.events()[-1]["outcome"] == "duplicate"
@@ -76,7 +76,7 @@ def test_event_ids_stored_escaped_are_linked_to_their_batch_task(brt, clock):
     for n, event_id in enumerate(ids, 1):
         assert arrive(rt, n, event_id=event_id).outcome == "batched"
     clock.advance(WINDOW)
-    assert batching.close_due(rt) == 1
+    assert recordbatches.close_due(rt) == 1
     [task] = Task.select()
     linked = {d["event_id"]: d["task_key"] for d in rt.events()}
     assert linked == {event_id: task.key for event_id in ids}
@@ -88,9 +88,9 @@ def test_a_record_after_the_window_starts_a_new_batch(brt, clock):
     clock.advance(WINDOW)
     arrive(rt, 2)  # the first window is over, even though nobody closed it yet
     assert RecordBatch.select().count() == 2
-    assert batching.close_due(rt) == 1
+    assert recordbatches.close_due(rt) == 1
     clock.advance(WINDOW)
-    assert batching.close_due(rt) == 1
+    assert recordbatches.close_due(rt) == 1
     assert sorted(t.result["records"] for t in Task.select()) == [[["c1", 1]], [["c2", 1]]]
 
 
@@ -108,7 +108,7 @@ def test_two_workers_joining_at_once_open_one_batch(brt, clock, home):
     def join(rt, record_id, hold):
         try:
             with storage.session(rt.database), db.atomic():
-                batching.join([{"monitor": "b", "document": "doc-demo", "record_id": record_id,
+                recordbatches.join([{"monitor": "b", "document": "doc-demo", "record_id": record_id,
                                 "version": 1, "event_id": f"e-{record_id}",
                                 "window_s": WINDOW}], clock.now())
                 if hold:
@@ -139,9 +139,9 @@ def test_a_record_version_is_in_one_batch_only(brt, clock):
     clock.advance(WINDOW)
     arrive(rt, 1, "third-copy")
     assert BatchMember.select().count() == 1
-    batching.close_due(rt)
+    recordbatches.close_due(rt)
     clock.advance(WINDOW)
-    batching.close_due(rt)
+    recordbatches.close_due(rt)
     [task] = Task.select()
     assert task.result["records"] == [["c1", 1]]
 
@@ -153,7 +153,7 @@ def test_every_record_is_read_back_before_drafting(brt, clock, host):
     host.put_record("c2", status="closed")
     host.put_record("c3", version=2)
     clock.advance(WINDOW)
-    batching.close_due(rt)
+    recordbatches.close_due(rt)
     [task] = Task.select()
     assert task.result["records"] == [["c1", 1]]
     assert {(m.record_id, m.kept) for m in BatchMember.select()} == {
@@ -165,7 +165,7 @@ def test_a_batch_nothing_of_which_is_still_open_closes_without_a_task(brt, clock
     arrive(rt, 1)
     host.put_record("c1", status="closed")
     clock.advance(WINDOW)
-    assert batching.close_due(rt) == 1
+    assert recordbatches.close_due(rt) == 1
     assert Task.select().count() == 0
     assert RecordBatch.get().code == "source_nonmatch"
 
@@ -175,7 +175,7 @@ def batch_of_two(rt, clock):
     arrive(rt, 1)
     arrive(rt, 2)
     clock.advance(WINDOW)
-    batching.close_due(rt)
+    recordbatches.close_due(rt)
     [task] = Task.select()
     return task
 
@@ -208,7 +208,7 @@ def test_a_close_whose_members_changed_meanwhile_does_not_commit(brt, clock):
     batch = RecordBatch.get()
     stale = list(BatchMember.select())
     arrive(rt, 2)  # joined after ``stale`` was read
-    assert batching._commit(batch, stale, clock.now(), code="test") == 0
+    assert recordbatches._commit(batch, stale, clock.now(), code="test") == 0
     assert RecordBatch.get_by_id(batch.id).closed_at is None
 
 
@@ -262,12 +262,12 @@ def test_a_worker_killed_while_a_batch_is_open_loses_nothing(batch_home):
     victim = h.worker()
     wait_for(lambda: Delivery.select().where(Delivery.outcome == "batched").count() == 2,
              what="both records in the open batch")
-    assert batching.holds_drain()
+    assert recordbatches.holds_drain()
     victim.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=30) == -signal.SIGKILL
     h.rt.enqueue_events(events_for(h, [1, 2], "again"), monitor_id="b")  # a copy, and a new one
     h.drain()  # returns only once the open batch has closed
-    assert not batching.holds_drain()
+    assert not recordbatches.holds_drain()
     assert_one_batch_each(h, ["comment-0", "comment-1", "comment-2"])
 
 
@@ -276,7 +276,7 @@ def test_a_worker_killed_while_closing_a_batch_closes_it_once_after_restart(batc
     h.rt.enqueue_events(events_for(h, [0, 1, 3]), monitor_id="b")
     h.rt.run_until_idle()  # ingest here, in this process: the batch is open for 3 s
     assert Delivery.select().where(Delivery.outcome == "batched").count() == 3
-    assert batching.holds_drain()
+    assert recordbatches.holds_drain()
     arm_crash(h.path, "after-get")  # the close's first read-back kills the worker
     assert h.drain_through_crashes() >= 1
     assert crash_armed(h.path) is None
@@ -289,25 +289,25 @@ def test_a_failing_close_is_retried_with_backoff_then_closes_without_a_task(brt,
     arrive(rt, 1)
     clock.advance(WINDOW)
     host.set_fault("read-timeout", 2)
-    assert batching.close_due(rt) == 0
+    assert recordbatches.close_due(rt) == 0
     batch = RecordBatch.get()
     assert (batch.attempts, batch.code, batch.closed_at) == (1, "TimeoutError", None)
     assert batch.next_at > clock.now()
-    assert batching.close_due(rt) == 0  # not due again yet: nothing is read
+    assert recordbatches.close_due(rt) == 0  # not due again yet: nothing is read
     assert host.faults() == {"read-timeout": 1}
     clock.advance(60)
-    assert batching.close_due(rt) == 0
+    assert recordbatches.close_due(rt) == 0
     clock.advance(60)
-    assert batching.close_due(rt) == 1  # the host answers again
+    assert recordbatches.close_due(rt) == 1  # the host answers again
     assert Task.get().result["records"] == [["c1", 1]]
     arrive(rt, 2)
     host.set_fault("read-timeout", 1000)  # from now on the host never answers
     clock.advance(WINDOW)
     for _ in range(rt.config.retry.read_attempts):
-        assert batching.holds_drain()
-        batching.close_due(rt)
+        assert recordbatches.holds_drain()
+        recordbatches.close_due(rt)
         clock.advance(60)
-    assert not batching.holds_drain()  # the read budget is spent: closed, and says why
+    assert not recordbatches.holds_drain()  # the read budget is spent: closed, and says why
     last = RecordBatch.select().order_by(RecordBatch.id.desc()).get()
     assert (last.task_key, last.code) == (None, "TimeoutError")
     assert Task.select().count() == 1

@@ -10,7 +10,7 @@ import time
 from helpers import T0, make_event, read_here
 from test_cli import home, invoke, ok, ready  # noqa: F401
 
-from signoff.steps import batching
+from signoff.steps import recordbatches
 from signoff.app import Signoff
 from signoff.clock import FakeClock
 
@@ -67,7 +67,7 @@ def test_tasks_show_prints_every_record_of_a_batch(tmp_path):
                           monitor_id="b")
         rt.run_until_idle()
         clock.advance(30)
-        assert batching.close_due(rt) == 1
+        assert recordbatches.close_due(rt) == 1
         [task] = rt.tasks()
     lines = invoke(rt.home, "tasks", "show", task["key"]).stdout.splitlines()
     assert lines[lines.index("record c1 v1 text:") + 1] == "  first comment"

@@ -10,11 +10,11 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from helpers import child_env, make_event, signoff_cmd
-from signoff.steps import batching
+from signoff.steps import recordbatches
 from signoff.config import DEFAULT_TOML, SECTIONS, load_config
 from signoff.errors import ConfigError, Refused
 from signoff.models import Audit, Delivery, Gap, Inbox, Monitor, Task
-from signoff.ops.notify import notify_settings
+from signoff.chores.notify import notify_settings
 from signoff.storage.urls import kind_of
 
 # -- monitor ids are safe in a URL path segment -------------------------------------------
@@ -177,7 +177,7 @@ def test_an_event_for_a_record_of_a_closed_batch_is_a_duplicate_of_its_task(rt, 
     rt.bind("doc-demo", "b", batch_window_s=30)
     assert event_outcome(rt, "b-1", "b")[0] == "batched"
     clock.advance(31)
-    assert batching.close_due(rt) == 1
+    assert recordbatches.close_due(rt) == 1
     [task] = Task.select()
     rt.approve(task.key, task.digest)
     rt.run_until_idle()

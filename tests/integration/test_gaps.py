@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import T0, make_event, read_here
 
-from signoff.ops import gaps
+from signoff.admin import gaps
 from signoff.app import Signoff
 from signoff.rules.canonical import digest
 from signoff.cli import main

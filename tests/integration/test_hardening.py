@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, make_event
 
-from signoff.ops import views
+from signoff import views
 from signoff.app import Signoff
 from signoff.rules.canonical import task_key
 from signoff.errors import ConfigError, InvalidEvent, Refused

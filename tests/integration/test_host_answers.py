@@ -11,7 +11,7 @@ re-read, redraft, batches) refuses them too.
 import pytest
 
 from helpers import make_event, open_home, set_keys
-from signoff.steps import batching, hostbatch, ingest
+from signoff.steps import recordbatches, hostreads, ingest
 from signoff.app import Signoff
 from signoff.errors import ConfigError, Refused
 from signoff.models import BatchMember, DeadLetter, Delivery, RecordBatch, Task
@@ -112,7 +112,7 @@ def test_material_outside_what_signoff_stores_is_an_invalid_record_at_once(odd):
 def test_a_batch_checks_the_material_of_a_document_once(odd, monkeypatch):
     rt = odd(records=5)
     checked = []
-    monkeypatch.setattr(hostbatch, "check_material",
+    monkeypatch.setattr(hostreads, "check_material",
                         lambda material, max_bytes: checked.append(material) or material)
     enqueue(rt, *(f"comment-{n}" for n in range(5)))
     assert rt.ingest_batch("w1") == (5, False)
@@ -202,7 +202,7 @@ def test_a_batch_leaves_out_a_record_grown_over_the_limit_and_ends_on_material_o
         assert {Delivery.get_by_id(line.delivery).outcome for line in lines} == {"batched"}
         meanwhile()
         clock.advance(31)
-        assert batching.close_due(rt) == 1
+        assert recordbatches.close_due(rt) == 1
         return RecordBatch.select().order_by(RecordBatch.id.desc()).first()
 
     first = batch_of("comment-0", "comment-2",

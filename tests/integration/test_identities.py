@@ -12,7 +12,8 @@ from helpers import OPERATOR, ready_task, refusal
 
 from signoff.errors import Refused
 from signoff.models import Approval, Audit, PolicyDecision, Reviewer
-from signoff.ops import policy, reviewers
+from signoff.admin import reviewers
+from signoff.decisions import policy
 
 WIRE = "Wire USD 50,000 to account 12345"
 

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import T0, make_event, read_here
 from signoff.steps import ingest, submit
-from signoff.steps.hostbatch import BatchReads
+from signoff.steps.hostreads import BatchReads
 from signoff.app import Signoff
 from signoff.config import RetryPolicy
 from signoff.state.leases import claim_deliveries, claim_tasks
@@ -532,7 +532,7 @@ def test_a_claim_commits_without_an_fsync_and_the_outcome_with_one(tmp_path, clo
 
 @pytest.mark.backend_independent
 def test_a_claim_takes_about_a_second_of_work_within_the_batch_size():
-    from signoff.steps.batch import BATCH_S, ClaimSizes
+    from signoff.steps.claiming import BATCH_S, ClaimSizes
     sizes = ClaimSizes()
     assert sizes.limit("ingest", 200) == 200  # nothing timed yet: a whole batch
     assert sizes.limit("ingest", 200, cautious=True) == 1

@@ -374,7 +374,7 @@ def test_open_questions_make_a_task_no_policy_approves_and_a_person_does(
     assert (task.status, task.needs_answers, task.code) == ("ready", True, None)
     assert task.result["sources"] == [] and task.result["open_questions"] == ASKING["open_questions"]
     assert task.digest == digest(task.result)  # the digest covers the questions
-    from signoff.ops import policy as policies
+    from signoff.decisions import policy as policies
     policies.run_pass(rt)
     assert Task.get_by_id(task.key).status == "ready"
     assert not PolicyDecision.select().where(PolicyDecision.policy == policy["policy"]).exists()
@@ -519,21 +519,21 @@ def test_the_review_page_shows_open_questions_first_and_a_person_approves(home, 
 # -- record batches ----------------------------------------------------------------------
 
 def batch_of_two(rt, clock):
-    from signoff.steps import batching
+    from signoff.steps import recordbatches
     rt.bind("doc-demo", "b", batch_window_s=30, window_s=DAY)
     for n in (1, 2):
         rt.enqueue_events([make_event(event_id=f"b{n}", record_id=f"comment-{n}",
                                       occurred=int(clock.now()))], monitor_id="b")
     rt.run_until_idle()
     clock.advance(31)
-    return batching
+    return recordbatches
 
 
 def test_a_batch_keeps_the_open_questions_and_the_call_metadata(drafting, model, clock):
     rt = drafting(records=2)
-    batching = batch_of_two(rt, clock)
+    recordbatches = batch_of_two(rt, clock)
     model.answer({**ASKING, "evidence": ["reference://doc-demo/comment-2"]})
-    assert batching.close_due(rt) == 1
+    assert recordbatches.close_due(rt) == 1
     task = the_task()
     assert task.result["records"] == [["comment-1", 1], ["comment-2", 1]]
     assert task.result["open_questions"] == ASKING["open_questions"]
@@ -544,9 +544,9 @@ def test_a_batch_keeps_the_open_questions_and_the_call_metadata(drafting, model,
 def test_a_batch_whose_draft_is_refused_finally_closes_without_a_task(drafting, model, clock):
     from signoff.models import RecordBatch
     rt = drafting(records=2)
-    batching = batch_of_two(rt, clock)
+    recordbatches = batch_of_two(rt, clock)
     model.error(401, error_body("bad key", code="invalid_api_key"))
-    batching.close_due(rt)
+    recordbatches.close_due(rt)
     [batch] = RecordBatch.select()
     assert (batch.closed_at is not None, batch.task_key, batch.code) == (True, None, "drafter_auth")
     assert Task.select().count() == 0 and len(model.requests) == 1
@@ -614,7 +614,7 @@ def test_an_answer_that_comes_after_the_lease_was_taken_over_is_fenced_off(
 
 
 def test_a_lease_that_would_end_during_the_call_is_renewed_before_it(drafting, clock):
-    from signoff.steps.batch import open_batch
+    from signoff.steps.claiming import open_batch
     rt = drafting(timeout_s=20)
     assert rt.drafter_timeout_s() == 20.0
     rt.enqueue_events([make_event()])

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from peewee import OperationalError
 
-from signoff.ops import policy
+from signoff.decisions import policy
 from signoff.app import Signoff
 from signoff.cli import main
 from signoff.clock import FakeClock

@@ -11,13 +11,14 @@ from click.testing import CliRunner
 from peewee import fn
 from helpers import T0, make_event, wait_for, read_here
 
-from signoff.ops import retention
+from signoff.chores import retention, run_shared
 from signoff.app import Signoff
 from signoff.rules.canonical import digest
 from signoff.cli import main
 from signoff.errors import Refused
 from signoff.state.history import bury
 from signoff.state.tasks import move_task
+from signoff.models import Chore as ChoreRow
 from signoff.models import Inbox, PurgedTask, Task, WebhookAnswer, WebhookDigest, WebhookRefusal
 
 DAY = 24 * 60 * 60
@@ -154,19 +155,20 @@ def test_purge_works_in_chunks_and_reports_progress(rt, clock, monkeypatch):
     assert PurgedTask.select().count() == 5
 
 
-def test_the_hourly_run_is_claimed_by_one_worker(rt, home, clock):
+def test_the_hourly_purge_is_claimed_by_one_worker_and_keeps_its_summary(rt, home, clock):
     key = done(rt)
     other = Signoff(home, clock=clock)  # a second worker process on the same home
     read_here(other)
     clock.advance(31 * DAY)
-    assert retention.tick(rt)["purged"] == 1
-    assert retention.tick(other) is None  # ran less than an hour ago
+    assert run_shared(rt, retention.RETENTION)["purged"] == 1
+    assert run_shared(other, retention.RETENTION) is None  # ran less than an hour ago
     assert rt.task(key)["purged"]
     clock.advance(59 * 60)
-    assert retention.tick(other) is None
+    assert run_shared(other, retention.RETENTION) is None
     clock.advance(61)
-    assert retention.tick(other)["purged"] == 0  # due again: this time ``other`` claims it
-    assert retention.tick(rt) is None
+    assert run_shared(other, retention.RETENTION)["purged"] == 0  # due again: this time ``other`` claims it
+    assert run_shared(rt, retention.RETENTION) is None
+    assert ChoreRow.get(ChoreRow.name == "purge").last_summary["purged"] == 0
 
 
 def answer(n, at):

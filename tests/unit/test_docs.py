@@ -10,7 +10,7 @@ from helpers import ROOT
 import signoff
 from signoff.cli import main
 from signoff.config import KEYS, SERVE_DEFAULTS
-from signoff.ops.notify import NotifySettings
+from signoff.chores.notify import NotifySettings
 
 pytestmark = pytest.mark.backend_independent
 

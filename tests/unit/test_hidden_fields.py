@@ -1,7 +1,7 @@
 """Which fields of a task's detail hold characters that render differently (the JSON API's
 ``hidden_characters_by_field``)."""
 
-from signoff.ops.views import PERSON_READ, hidden_by_field
+from signoff.views import PERSON_READ, hidden_by_field
 
 
 def test_each_person_read_field_lists_its_own_hidden_characters():

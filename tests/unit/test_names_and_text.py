@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from signoff.errors import Refused
-from signoff.ops.approval import draft_diff
+from signoff.decisions.approval import draft_diff
 from signoff.rules.names import Actor, OPERATOR, clash, normal_name, os_account, skeleton
 from signoff.rules.text import hidden_characters, is_hidden, visible
 

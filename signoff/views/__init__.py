@@ -8,14 +8,16 @@ CLI prints row by row so even ``--all`` runs in constant memory.
 
 from peewee import Case, fn
 
-from ..steps import batching, drafting
-from . import deadletters, gaps, subscriptions
-from .approval import draft_diff, get_task
-from ..errors import Refused
+from ..steps import drafting, recordbatches
+from ..admin import gaps, subscriptions
+from ..rules.drafts import draft_diff
+from ..rules.retry import TRANSIENT
+from .lookup import get_task
+from ..errors import Blocked, Refused
 from ..models import (Approval, Attempt, Audit, AuditReviewer, DeadLetter, Delivery, Monitor,
                       Notification, Task, WebhookRefusal)
 from ..rules.text import hidden_characters
-from .retention import purged_at
+from ..chores.retention import purged_at
 from ..state import heartbeats
 from ..state.statuses import DeliveryStatus as D, TaskStatus as T
 
@@ -200,7 +202,7 @@ def _ready_draft(task):
 
 def dead_letters(limit=None, newest_first=False, monitors=None):
     """Dead letters, oldest first unless ``newest_first``; ``monitors``' alone if given."""
-    where = () if monitors is None else (deadletters.of_monitors(monitors),)
+    where = () if monitors is None else (dead_letters_of(monitors),)
     return rows("dead_letters", None, limit, newest_first, where)
 
 
@@ -263,10 +265,49 @@ def task_detail(key, monitors=None):
                 next_at=t.next_at, lease_owner=t.lease_owner, lease_until=t.lease_until,
                 superseded_by=t.superseded_by, previous_drafts=previous,
                 draft_changes=draft_changes(previous[-1] if previous else None, t),
-                purged=purged is not None, purged_at=purged, covers=batching.covers(key),
+                purged=purged is not None, purged_at=purged, covers=recordbatches.covers(key),
                 history=history, audit=events, **decisions(t))
     detail["hidden_characters_by_field"] = hidden_by_field(detail)
+    detail["timeline"] = timeline(events, history)
+    detail["may_be_written"] = bool(t.status == T.UNCERTAIN or t.outcome_unknown)
     return detail
+
+
+def who(identity, channel, note=None):
+    """An identity as every face shows a decision's: ``operator:ana (cli, note "on call")``."""
+    return f"{identity} ({channel}" + (f', note "{note}")' if note else ")")
+
+
+def timeline(audit, history):
+    """A task's or a delivery's history as every face shows it, oldest first: rows of
+    ``{at, kind, code, who}`` (``kind``: ``audit`` or ``attempt STEP``; ``who``: the
+    decision's identity and subject, the event, or the worker)."""
+    rows = [{"at": a["at"], "kind": "audit", "code": a["code"],
+             "who": " ".join(filter(None, [who(a["actor"], a["channel"], a.get("note"))
+                                           if a.get("actor") else a.get("event_id"),
+                                           a.get("subject")]))} for a in audit]
+    rows += attempt_rows(history)
+    # Sorted by time alone: rows of one instant keep the audit log's order.
+    return sorted(rows, key=lambda r: r["at"])
+
+
+def attempt_rows(history):
+    """Attempt history as timeline rows (see ``timeline``)."""
+    return [{"at": h["at"], "kind": "attempt " + h["step"], "code": h["code"],
+             "who": h["worker"] or ""} for h in history]
+
+
+def current_source(rt, task):
+    """``(record now, problem)`` of a task's source, read from the host for a person
+    deciding: the record (``None`` when it could not be read) and why not (a code)."""
+    try:
+        return rt.host().get(task["record_id"]), None
+    except Blocked as exc:
+        return None, exc.code
+    except TRANSIENT:
+        return None, "host_unavailable"
+    except Exception as exc:  # a host bug shows to the person instead of failing the view
+        return None, type(exc).__name__
 
 
 # The fields of a task's detail that a person reads (drafts, edits, the record, reasons,
@@ -420,3 +461,23 @@ def _task_tallies():
 def _due(now, *times):
     times = [t for t in times if t is not None]
     return max(0.0, min(times) - now) if times else None
+
+
+def dead_letter_row(letter):
+    """A dead letter as the CLI shows it."""
+    return {"id": letter.id, "kind": letter.kind, "ref": letter.ref, "step": letter.step,
+            "code": letter.code, "attempts": letter.attempts, "first_at": letter.first_at,
+            "last_at": letter.last_at, "replayed": letter.replayed, "reason": letter.reason}
+
+
+def dead_letters_of(monitors):
+    """The condition on ``DeadLetter`` that keeps the letters of ``monitors``' deliveries,
+    tasks and notifications (what a reviewer limited to them may see)."""
+    monitors = sorted(monitors)
+    tasks = Task.select(Task.key).where(Task.monitor.in_(monitors))
+    deliveries = Delivery.select(Delivery.id.cast("TEXT")).where(Delivery.monitor.in_(monitors))
+    notes = Notification.select(Notification.task_key).where(
+        fn.COALESCE(Notification.task, Notification.task_key).in_(tasks))
+    return (((DeadLetter.kind == "delivery") & DeadLetter.ref.in_(deliveries))
+            | ((DeadLetter.kind == "task") & DeadLetter.ref.in_(tasks))
+            | ((DeadLetter.kind == "notification") & DeadLetter.ref.in_(notes)))

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from peewee import JOIN, InterfaceError, OperationalError, fn
 
-from . import intake, subscriptions
+from . import enqueue
+from ..admin import subscriptions
 from ..rules.events import Event
 from ..models import Audit, WebhookAnswer, WebhookDigest, WebhookRefusal, db, insert_rows
 from ..state.deliveries import drop_deliveries
@@ -121,7 +122,7 @@ def _write_batch(rt, jobs):
         subscriptions.note([(*j.via, _code_of(j, answer)) for j, answer in zip(jobs, out)
                             if j.via is not None], now)
 
-    intake.store_validated(rt, [(j.monitor, j.event) for j in fresh], within=within,
+    enqueue.store_validated(rt, [(j.monitor, j.event) for j in fresh], within=within,
                            traces=[j.trace for j in fresh])
     return out
 

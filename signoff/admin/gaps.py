@@ -1,4 +1,5 @@
-"""Resume after a cancel or an expiry, and the observation gaps (docs/policies-and-batches.md).
+"""The observation gaps: after a cancel or an expiry, an MCP Events lapse, a stale event
+(docs/policies-and-batches.md).
 
 Between the end of a monitor and its resume nothing watched the document: that
 span is a gap, recorded and shown, never reported as "no changes". So is the
@@ -10,19 +11,17 @@ asks the host which records changed in the gap (the optional host method
 (the freshness check of ingest, docs/concepts.md) are the other kind of gap: an
 event that arrived too late to be acted on.
 
-The new monitor, the gap and the replayed deliveries are written in one
-transaction, so a crash leaves either all of them or none.
+Resuming (``resume``) binds the new monitor; this module records and shows
+the gaps.
 """
 
 from peewee import fn
 
-from ..steps.batching import windows
 from ..rules.canonical import digest
 from ..errors import InvalidEvent, Refused
 from ..rules.events import check_label
 from ..state.history import audit
-from ..models import Delivery, Gap, Monitor
-from .monitors import DAY_S, bind, check_id
+from ..models import Delivery, Gap
 from ..rules.retry import TRANSIENT
 
 MODES = ("new_only", "replay")
@@ -30,40 +29,7 @@ RESUME, LAPSE = "resume", "lapse"  # what made a gap (Gap.kind)
 LATEST_STALE = 20
 
 
-def resume(rt, monitor_id, new_id, mode, ttl_s=DAY_S):
-    """Bind ``new_id`` like the ended ``monitor_id`` and record the gap between them."""
-    if mode not in MODES:
-        raise Refused("invalid_mode", f"mode must be one of {', '.join(MODES)}")
-    check_id(new_id)  # before the host is asked what changed
-    old = Monitor.get_or_none(Monitor.id == monitor_id)
-    if old is None:
-        raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
-    if Gap.select().where(Gap.previous == monitor_id, Gap.kind == RESUME).exists():
-        raise Refused("already_resumed", f"monitor {monitor_id!r} was resumed already")
-    now = rt.clock.now()
-    ended = _end_of(old, now)
-    if ended is None:
-        raise Refused("monitor_active", f"monitor {monitor_id!r} is still active: cancel it first")
-    changed = _changed_records(rt, old.document, ended) if mode == "replay" else []
-    made = {}
-
-    def record_gap():
-        # In bind's transaction: the monitor, the gap and the replayed deliveries together.
-        gap = Gap.create(monitor=new_id, previous=old.id, document=old.document,
-                         started_at=ended, ended_at=now, mode=mode, replayed=len(changed))
-        audit(now, "gap", new_id)
-        made.update(gap=gap, lines=_replay(rt, gap, new_id, old.event_names[0], old.document,
-                                           changed, now))
-
-    monitor = bind(rt, old.document, new_id, event_names=old.event_names, ttl_s=ttl_s,
-                   window_s=old.window_s, approval_ttl_s=old.approval_ttl_s,
-                   batch_window_s=windows([old.id]).get(old.id), within=record_gap)
-    return {"monitor": monitor, "gap": gap_row(made["gap"]),
-            "replayed": [{"event_id": line.event_id, "delivery": line.delivery}
-                         for line in made["lines"]]}
-
-
-def _replay(rt, gap, monitor_id, name, document, changed, now):
+def replay(rt, gap, monitor_id, name, document, changed, now):
     """Queue one event per record named as changed in ``gap``; the line results."""
     events = [{"event_id": replay_event_id(gap.id, rid), "name": name, "document": document,
                "record_id": rid, "occurred": int(now)} for rid in changed]
@@ -74,7 +40,7 @@ def changed_or_none(rt, document, since):
     """The records ``document`` changed since ``since`` per the host; ``None`` if it cannot say."""
     if not callable(getattr(rt.host(), "changes", None)):
         return None
-    return _changed_records(rt, document, since)
+    return changed_records(rt, document, since)
 
 
 def record_lapse(rt, monitor, started_at, now, changed):
@@ -88,7 +54,7 @@ def record_lapse(rt, monitor, started_at, now, changed):
                      mode="new_only" if changed is None else "replay",
                      replayed=len(changed or []))
     audit(now, "gap", monitor.id)
-    _replay(rt, gap, monitor.id, monitor.event_names[0], monitor.document, changed or [], now)
+    replay(rt, gap, monitor.id, monitor.event_names[0], monitor.document, changed or [], now)
     return gap
 
 
@@ -97,7 +63,7 @@ def replay_event_id(gap_id, record_id):
     return f"gap-{gap_id}-{digest([gap_id, record_id])[:32]}"
 
 
-def _end_of(monitor, now):
+def end_of(monitor, now):
     """When ``monitor`` stopped observing, or ``None`` while it still does."""
     ends = [t for t in (monitor.cancelled_at, monitor.expires_at) if t is not None and t <= now]
     if monitor.active and monitor.expires_at > now:
@@ -105,7 +71,7 @@ def _end_of(monitor, now):
     return min(ends) if ends else now
 
 
-def _changed_records(rt, document, since):
+def changed_records(rt, document, since):
     host = rt.host()
     changes = getattr(host, "changes", None)
     if not callable(changes):

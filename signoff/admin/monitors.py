@@ -1,7 +1,7 @@
 """Monitors: bind one from the host's current grant, pause, unpause or cancel it, list them."""
 
 from . import subscriptions
-from ..steps import batching
+from ..steps import recordbatches
 from ..rules.canonical import digest
 from ..errors import Refused
 from ..rules.events import check_label
@@ -68,7 +68,7 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
                         approval_ttl_s=approval_ttl_s, approvals=approvals,
                         grant_digest=digest(context))
             if batch_window_s is not None:
-                batching.set_window(monitor_id, batch_window_s)
+                recordbatches.set_window(monitor_id, batch_window_s)
             audit(now, "bound", monitor_id, subject=monitor_id)
             if within is not None:
                 within()
@@ -184,7 +184,7 @@ def row(monitor):
             "expires_at": monitor.expires_at, "window_s": monitor.window_s,
             "approval_ttl_s": monitor.approval_ttl_s, "approvals": monitor.approvals,
             "grant_digest": monitor.grant_digest,
-            "batch_window_s": batching.windows([monitor.id]).get(monitor.id)}
+            "batch_window_s": recordbatches.windows([monitor.id]).get(monitor.id)}
 
 
 def listing():

@@ -23,7 +23,8 @@ from peewee import Tuple, fn
 
 from ..state.history import audit
 from ..state.tasks import strip_tasks
-from ..models import (Chore, DeadLetter, PurgedTask, Task, WebhookAnswer, WebhookDigest,
+from . import Chore
+from ..models import (DeadLetter, PurgedTask, Task, WebhookAnswer, WebhookDigest,
                       WebhookRefusal, db, insert_rows)
 from ..state.statuses import TaskStatus as T
 
@@ -33,7 +34,6 @@ FINISHED = ("done", "rejected", "cancelled", "expired", "blocked")
 CHUNK = 500
 DAY_S = 24 * 60 * 60
 EVERY_S = 60 * 60  # how often the workers purge, together
-CHORE = "purge"
 
 
 def _purgeable(cutoff):
@@ -142,28 +142,12 @@ def _fold_refusals(cutoff):
             return folded
 
 
-def tick(rt):
-    """The workers' hourly purge: the one worker that claims the run does it.
-
-    Returns the purge summary, or ``None`` when the run is not due or another
-    worker took it.
-    """
-    now = rt.clock.now()
-    chore = Chore.get_or_none(Chore.name == CHORE)
-    if chore is not None and chore.last_run_at > now - EVERY_S:
-        return None  # a read only: the common case takes no write lock
-    if chore is None:
-        Chore.insert(name=CHORE, last_run_at=0.0).on_conflict_ignore().execute()
-    claimed = Chore.update(last_run_at=now).where(
-        Chore.name == CHORE, Chore.last_run_at <= now - EVERY_S).execute()
-    if claimed != 1:
-        return None
-    summary = purge(rt)
-    Chore.update(last_summary=summary).where(Chore.name == CHORE).execute()
-    return summary
-
-
 def purged_at(key):
     """When task ``key`` was purged, or ``None``."""
     row = PurgedTask.get_or_none(PurgedTask.key == key)
     return row.purged_at if row else None
+
+
+# The workers' hourly purge: the one worker that claims the hour does it. Its row
+# of ``Chore`` keeps the name it always had.
+RETENTION = Chore("purge", lambda rt: purge(rt), EVERY_S, shared=True)

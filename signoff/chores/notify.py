@@ -84,7 +84,7 @@ NUMBERS = {"attempts": (int, ATTEMPTS), "timeout_s": (NUMBER, Range(0, 300, abov
 
 def notify_settings(home):
     """The ``[notify]`` settings of ``home``, or ``None`` when no url is set."""
-    from .secrets import check_secret
+    from ..rules.signatures import check_secret
     table = read_table(home, "notify")
     if not table.get("url"):
         return None

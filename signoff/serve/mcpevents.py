@@ -16,28 +16,28 @@ answers, dedupe and refusal audit.
 from starlette.responses import JSONResponse
 
 from ..errors import InvalidEvent
-from ..ops import secrets
+from ..rules import signatures
 from ..rules.events import broken_json_reason, check_label, decode_json, validate
 from ..state.statuses import SubscriptionStatus as S
-from ..ops.webhooks import Noted
+from ..intake.webhooks import Noted
 from .bodies import EVENTS_LIMIT
-from .hooks import is_json, read_text, refuse, store_event
+from .stored import is_json, read_text, refuse, store_event
 
 # What marks a request as one of an MCP Events subscription (hooks.py routes by it
-# before anything needs the mcp extra; signoff.mcp.events reads it the same way).
+# before anything needs the mcp extra; signoff.hosts.mcp.events reads it the same way).
 SUBSCRIPTION_HEADER = "x-mcp-subscription-id"
 
 
 async def event_hook(rt, commits, reads, request, monitor_id):
     """The answer to a request that names an MCP Events subscription (``reads``: the
     endpoint's batched reads, ``hooks.reader``)."""
-    from ..mcp import events as wire  # the mcp extra: a subscription implies it
+    from ..hosts.mcp import events as wire  # the mcp extra: a subscription implies it
     rows = await reads.submit(("subscriptions", monitor_id))  # read after it arrived, as hooks
     known = monitor_id if rows else None
     body, text, refused = await read_text(commits, request, known, EVENTS_LIMIT)
     if refused is not None:
         return refused
-    row = next((r for r in rows if secrets.signed_by_one_of(text, request.headers, [r["secret"]])),
+    row = next((r for r in rows if signatures.signed_by_one_of(text, request.headers, [r["secret"]])),
                None)
     if row is None:
         return await refuse(commits, known, "bad_signature" if rows else "unknown_subscription",

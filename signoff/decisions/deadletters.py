@@ -1,6 +1,4 @@
-"""Dead letters: listing them and replaying one with a fresh budget."""
-
-from peewee import fn
+"""Dead letters: replaying one with a fresh budget (``views`` lists them)."""
 
 from ..errors import Refused
 from ..rules.names import Actor
@@ -9,28 +7,10 @@ from ..state.history import audit
 from ..state.moves import Fenced
 from ..state.statuses import DeliveryStatus as D, TaskStatus as T
 from ..state.tasks import maybe_written, move_task
-from ..models import DeadLetter, Delivery, Notification, Task, db
-from .retention import purged_at
-
-
-def row(letter):
-    """A dead letter as the CLI shows it."""
-    return {"id": letter.id, "kind": letter.kind, "ref": letter.ref, "step": letter.step,
-            "code": letter.code, "attempts": letter.attempts, "first_at": letter.first_at,
-            "last_at": letter.last_at, "replayed": letter.replayed, "reason": letter.reason}
-
-
-def of_monitors(monitors):
-    """The condition on ``DeadLetter`` that keeps the letters of ``monitors``' deliveries,
-    tasks and notifications (what a reviewer limited to them may see)."""
-    monitors = sorted(monitors)
-    tasks = Task.select(Task.key).where(Task.monitor.in_(monitors))
-    deliveries = Delivery.select(Delivery.id.cast("TEXT")).where(Delivery.monitor.in_(monitors))
-    notes = Notification.select(Notification.task_key).where(
-        fn.COALESCE(Notification.task, Notification.task_key).in_(tasks))
-    return (((DeadLetter.kind == "delivery") & DeadLetter.ref.in_(deliveries))
-            | ((DeadLetter.kind == "task") & DeadLetter.ref.in_(tasks))
-            | ((DeadLetter.kind == "notification") & DeadLetter.ref.in_(notes)))
+from ..models import DeadLetter, Delivery, Task, db
+from ..chores.notify import replay as replay_notification
+from ..chores.retention import purged_at
+from ..views import dead_letter_row as row, dead_letters_of
 
 
 def replay(rt, letter_id, by=None, channel="cli", monitors=None):
@@ -44,13 +24,12 @@ def replay(rt, letter_id, by=None, channel="cli", monitors=None):
     who = actor.audit
     now = rt.clock.now()
     letter = DeadLetter.get_or_none(DeadLetter.id == letter_id,
-                                    *(() if monitors is None else (of_monitors(monitors),)))
+                                    *(() if monitors is None else (dead_letters_of(monitors),)))
     if letter is None:
         raise Refused("unknown_dead_letter", f"no dead letter {letter_id}")
     if letter.kind == "task" and purged_at(letter.ref) is not None:
         raise Refused("purged", "retention removed this task's result: it cannot be submitted")
     if letter.kind == "notification":
-        from .notify import replay as replay_notification
         replay_notification(rt, letter, who)
         return row(DeadLetter.get_by_id(letter_id))
     # A row that died with its worker stays a suspect (see state/leases.py):

@@ -8,7 +8,7 @@ from ..state.history import audit
 from ..state.moves import Fenced
 from ..state.statuses import DeliveryStatus as D
 from ..storage import retried
-from .views import delivery_row
+from ..views import delivery_row
 
 
 def hurry(rt, delivery_id, by=None, channel="cli"):

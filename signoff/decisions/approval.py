@@ -8,15 +8,14 @@ who decided and through which face (cli, page, api, policy); they become an
 quorum counts identities.
 """
 
-import difflib
 from dataclasses import dataclass
 
 from .. import tracing
 from ..rules.canonical import digest
-from ..rules.text import check_reason, hidden_characters, visible
-from ..steps.batching import read_back
-from ..steps.hostbatch import BatchReads
-from ..rules.drafts import needs_answers
+from ..rules.drafts import draft_diff, needs_answers
+from ..rules.text import check_reason, hidden_characters
+from ..steps.recordbatches import read_back
+from ..steps.hostreads import BatchReads
 from ..errors import Blocked, InvalidRecord, Refused
 from ..rules.gate import INGEST_ACTIONS, GrantRead, gate
 from ..rules.names import Actor
@@ -27,59 +26,8 @@ from ..state.statuses import TaskStatus as T
 from ..state.tasks import cancel_tasks, move_task, update_task
 from ..storage import key_in, retried, select_instances
 from ..models import Approval, Monitor, Task, db
+from ..views.lookup import get_task, resolve_key
 from ..rules.retry import TRANSIENT, backoff
-
-
-MIN_PREFIX = 8  # like git: short enough to type, long enough to be unique in practice
-HEX = frozenset("0123456789abcdef")
-SHOWN_CANDIDATES = 5
-
-
-def get_task(key, monitors=None):
-    """The task row for ``key`` or a unique key prefix; ``unknown_task`` / ``ambiguous_key``.
-
-    ``monitors`` (a limited reviewer's): only their tasks are found; another
-    monitor's task is unknown exactly as one that does not exist.
-    """
-    within = _within(monitors)
-    task = Task.get_or_none(Task.key == key, *within) if isinstance(key, str) else None
-    return task if task is not None else Task.get_by_id(_by_prefix(key, within))
-
-
-def resolve_key(key, monitors=None):
-    """The full task key for ``key``: itself, or the one key a prefix of >= 8 hex starts
-    (among ``monitors``' tasks alone, if given)."""
-    within = _within(monitors)
-    if isinstance(key, str) and Task.select().where(Task.key == key, *within).exists():
-        return key
-    return _by_prefix(key, within)
-
-
-def _within(monitors):
-    return () if monitors is None else (Task.monitor.in_(sorted(monitors)),)
-
-
-def _by_prefix(key, within=()):
-    if not isinstance(key, str) or not key:
-        raise Refused("unknown_task", "a task key is needed (`signoff tasks list` shows them)")
-    prefix = key.lower()
-    if not set(prefix) <= HEX or len(prefix) >= 64:
-        raise Refused("unknown_task", f"no task with key {key!r}")
-    if len(prefix) < MIN_PREFIX:
-        raise Refused("unknown_task", f"no task with key {key!r}; a key prefix needs at least "
-                      f"{MIN_PREFIX} hex characters")
-    # Keys are lowercase hex, so every key starting with the prefix sorts
-    # between it and the prefix followed by "g": one range on the primary key.
-    found = [k for (k,) in Task.select(Task.key).where(
-        Task.key >= prefix, Task.key < prefix + "g", *within).order_by(Task.key)
-        .limit(SHOWN_CANDIDATES + 1).tuples()]
-    if not found:
-        raise Refused("unknown_task", f"no task key starts with {key!r}")
-    if len(found) > 1:
-        shown = ", ".join(found[:SHOWN_CANDIDATES]) + (", ..." if len(found) > SHOWN_CANDIDATES else "")
-        raise Refused("ambiguous_key", f"{key!r} starts more than one task key: {shown}; "
-                      "give more characters")
-    return found[0]
 
 
 def answer(task, missing=0):
@@ -295,18 +243,6 @@ def check_edit(text, limit):
     if any("\ud800" <= ch <= "\udfff" for ch in text):
         raise Refused("invalid_edit", "the edited draft holds a lone surrogate")
     return text
-
-
-def draft_diff(before, after, from_digest, to_digest):
-    """A unified diff of two draft texts, labelled by their digests.
-
-    Diffed as a person sees them (hidden characters marked): two lines that
-    differ only in an invisible character show where, never as two equal lines.
-    """
-    before = visible(before) if isinstance(before, str) else ""
-    return "\n".join(difflib.unified_diff(
-        before.splitlines(), visible(after).splitlines(), fromfile=f"draft {from_digest[:12]}",
-        tofile=f"draft {to_digest[:12]}", lineterm=""))
 
 
 def _hidden_refusal(draft):

@@ -22,10 +22,10 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from ..errors import ConfigError, InvalidEvent, McpCallError, Refused
-from ..rules.events import check_label
-from ..ops.secrets import generate as new_secret  # noqa: F401 (re-exported: a subscription's secret)
-from ..ops.secrets import signed_by_one_of
+from ...errors import ConfigError, InvalidEvent, McpCallError, Refused
+from ...rules.events import check_label
+from ...rules.signatures import generate as new_secret  # noqa: F401 (re-exported: a subscription's secret)
+from ...rules.signatures import signed_by_one_of
 
 SUBSCRIBE_TIMEOUT_S = 30.0
 TTL_S = 24 * 60 * 60.0  # asked for; servers clamp it (1 h to 7 days is common)

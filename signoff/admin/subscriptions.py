@@ -40,7 +40,8 @@ from ..state.statuses import SUBSCRIPTION_LIVE, SubscriptionStatus as S
 from ..state.subscriptions import move_subscription, new_subscription
 from .. import storage
 from ..storage import log_failed_pass
-from .secrets import generate as new_secret
+from . import gaps
+from ..rules.signatures import generate as new_secret
 
 PENDING_GRACE_S = 30.0  # past the subscribe timeout, a pending row nobody finished is ended
 CHECK_S = 60.0  # how often a subscription's monitor and grant are looked at
@@ -239,7 +240,6 @@ class _Turn:
                                                         row.secret, row.ttl_s)
 
     def _resubscribe(self):
-        from . import gaps  # gaps binds monitors, and monitors subscribe through here
         answer = self._subscribe()
         monitor = Monitor.get_by_id(self.row.monitor)
         lapsed_at = self.row.lapsed_at

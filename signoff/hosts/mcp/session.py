@@ -41,7 +41,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, Request
 from pydantic import TypeAdapter
 
-from ..errors import McpCallError
+from ...errors import McpCallError
 
 log = logging.getLogger("signoff.mcp")
 

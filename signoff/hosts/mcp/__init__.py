@@ -17,7 +17,7 @@ import re
 import shutil
 import weakref
 
-from ..errors import Blocked, ConfigError
+from ...errors import Blocked, ConfigError
 
 # The host contract: each call and its arguments, and the default tool names
 # (those `signoff host mcp` serves).
@@ -50,8 +50,8 @@ class McpHost:
     def __init__(self, home, command=None, args=(), env=None, url=None, timeout_s=10,
                  tools=None, transient_codes=("timeout", "unavailable"), events=None):
         try:
-            from ..mcp.events import events_settings
-            from ..mcp.session import McpSession, stdio_params
+            from .events import events_settings
+            from .session import McpSession, stdio_params
         except ImportError as exc:
             raise ConfigError("plugin_import", f"McpHost needs the signoff[mcp] extra: {exc}") from None
         self.home = home
@@ -63,7 +63,7 @@ class McpHost:
         if events is not None and url is None:
             # Deliveries are webhooks from a server that runs on its own, not a child process.
             raise ConfigError("bad_config", "host.options.events needs a url (streamable HTTP)")
-        # What its monitors subscribe to (ops/subscriptions.py looks for this attribute).
+        # What its monitors subscribe to (admin/subscriptions.py looks for this attribute).
         self.events_settings = None if events is None else events_settings(events)
         for op in OPTIONAL:
             if op in self.tools:  # a host without one has no such attribute at all
@@ -129,7 +129,7 @@ class McpHost:
 
     def events_client(self):
         """An ``EventsClient`` on this host's session (``events`` must be configured)."""
-        from ..mcp.events import EventsClient
+        from .events import EventsClient
         return EventsClient(self.session, self.events_settings.subscribe_timeout_s)
 
     def close(self):
