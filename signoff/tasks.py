@@ -5,12 +5,18 @@ a message before running it, so a task that dies mid-way loses nothing but the
 wake-up, and the reaper sends another.
 """
 
+import logging
 import os
 import socket
 import threading
 import time
 
+from peewee import InterfaceError, OperationalError
+
+from .storage import log_failed_pass
 from .wakeups import WakePolicy
+
+log = logging.getLogger("signoff.worker")
 
 # How long one wake-up keeps claiming batches before yielding its thread.
 SLICE_S = 1.0
@@ -35,11 +41,13 @@ class Wakers:
 
         @queue.task(name="signoff.ingest")
         def ingest():
-            _drain_for_a_while(runtime.ingest_batch, lambda: self.top_up({"ingest": 1}))
+            _drain_for_a_while("ingest", runtime.ingest_batch,
+                               lambda: self.top_up({"ingest": 1}))
 
         @queue.task(name="signoff.submit")
         def submit():
-            _drain_for_a_while(runtime.submit_batch, lambda: self.top_up({"submit": 1}))
+            _drain_for_a_while("submit", runtime.submit_batch,
+                               lambda: self.top_up({"submit": 1}))
 
         self._ingest, self._submit = ingest, submit
         # Messages name their task as Huey's registry does: read it off one.
@@ -93,10 +101,17 @@ class Wakers:
         return counts
 
 
-def _drain_for_a_while(batch, wake_again):
+def _drain_for_a_while(step, batch, wake_again):
     deadline = time.monotonic() + SLICE_S
     while True:
-        claimed, full = batch(worker_name())
+        try:
+            claimed, full = batch(worker_name())
+        except (OperationalError, InterfaceError):
+            # The database stayed out of reach for the batch's whole reconnect
+            # window: one line, not Huey's traceback. What the batch claimed
+            # waits for its lease to end; the reaper wakes it again.
+            log_failed_pass(log, f"{step} batch", "its rows wait for the reaper")
+            return
         if not full:
             return
         if time.monotonic() >= deadline:

@@ -21,6 +21,7 @@ from . import claims
 from .bulk import Fetched
 from .database import resolve
 from .drivers import load
+from .net import libpq_params, postgres_server_settings
 from .urls import kind_of, postgres_dsn
 
 # The advisory lock concurrent `init`s queue on (state schema and queue tables).
@@ -370,10 +371,17 @@ class SqliteEngine(Engine):
 # -- PostgreSQL --------------------------------------------------------------------
 
 # Session settings (milliseconds): no statement, lock wait or idle transaction
-# can hold a worker, or the rows it locked, for long.
+# can hold a worker, or the rows it locked, for long; nor can a client that
+# vanished (the server's end of the bounds in ``net``).
 SESSION = {"lock_timeout": 10_000, "statement_timeout": 120_000,
-           "idle_in_transaction_session_timeout": 60_000}
-CONNECT_TIMEOUT_S = 5
+           "idle_in_transaction_session_timeout": 60_000, **postgres_server_settings()}
+
+
+def session_options():
+    """``SESSION`` as libpq's ``options`` parameter."""
+    return " ".join(f"-c {name}={value}" for name, value in SESSION.items())
+
+
 # SQLSTATEs worth trying again: serialization failure, deadlock, the server
 # shutting down or starting up, and every connection exception (class 08).
 RETRY_STATES = {"40001", "40P01", "57P01", "57P02", "57P03"}
@@ -397,10 +405,10 @@ class PostgresEngine(Engine):
     def open(cls, url):
         """The server database at ``url``."""
         load("psycopg")
-        options = " ".join(f"-c {name}={value}" for name, value in SESSION.items())
+        # Every wait for the server bounded, at both ends (see ``net``).
         database = PostgresqlDatabase(postgres_dsn(url), prefer_psycopg3=True,
-                                      connect_timeout=CONNECT_TIMEOUT_S,
-                                      application_name="signoff", options=options)
+                                      application_name="signoff", options=session_options(),
+                                      **libpq_params())
         cls(database)
         return database
 
