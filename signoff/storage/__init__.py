@@ -16,6 +16,9 @@ The functions below are the seam's face for the rest of signoff: each runs
 against the database the calling ``Signoff`` bound (``db``) or the one given.
 """
 
+from peewee import DatabaseError
+
+from ..errors import StorageError
 from .drivers import load as load_driver, restore as restore_drivers
 from .bulk import Fetched, PreparedInsert, insert_rows, select_instances, select_tuples, to_param
 from .database import Unbound, bind, db, engine_of, resolve  # noqa: F401 (the package face)
@@ -31,7 +34,7 @@ __all__ = [
     "transient", "wait_until_reachable", "JSON", "Text", "escape_text", "lossless_dumps",
     "unescape_text", "SCHEMA_TABLE", "SCHEMA_VERSION", "check_schema", "create_schema",
     "claim", "key_in", "key_case", "unindexed", "lock_name", "lock_rows", "read_snapshot", "unsynced", "prepare_worker", "checkpoint",
-    "analyze",
+    "analyze", "synced_clock",
 ]
 
 
@@ -109,3 +112,14 @@ def checkpoint(database, mode="PASSIVE"):
 def analyze(database):
     """Refresh the planner's statistics after a bulk load, where that helps (PostgreSQL)."""
     engine_of(database).analyze()
+
+
+def synced_clock(database):
+    """The clock ``database``'s rows are timed by, set now: a server's (whose workers may
+    run on machines whose clocks disagree), or this machine's for a SQLite file."""
+    clock = engine_of(database).clock()
+    try:
+        clock.sync()
+    except DatabaseError as exc:
+        raise StorageError(*describe(exc, database)) from None
+    return clock

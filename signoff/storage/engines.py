@@ -16,6 +16,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 from peewee import SQL, InterfaceError, NodeList, OperationalError, PostgresqlDatabase, SqliteDatabase
 
+from ..clock import Clock, ServerClock
 from ..errors import ConfigError, NoHome
 from . import claims
 from .bulk import Fetched
@@ -187,6 +188,10 @@ class Engine:
 
     def analyze(self):
         """Refresh the planner's statistics after a bulk load, where that helps."""
+
+    def clock(self):
+        """The clock the rows of this database are timed by (see ``clock.ServerClock``)."""
+        return Clock()
 
 
 # -- SQLite ----------------------------------------------------------------------
@@ -491,6 +496,11 @@ class PostgresEngine(Engine):
 
     def lock_schema(self):
         self.database.execute_sql("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+
+    def clock(self):
+        # Workers on other machines share these rows: the server's clock, not this one's.
+        return ServerClock(lambda: self.database.execute_sql(
+            "SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0])
 
     def analyze(self):
         # PostgreSQL keeps the most common values of a column, so a table of a

@@ -1,5 +1,6 @@
-"""Pure pieces of surviving a silent network: the reconnect window of ``storage.retrying``
-(on a PostgreSQL database object that never connects: the failures are handed to it)."""
+"""Pure pieces of surviving a silent network: the database's clock, and the reconnect
+window of ``storage.retrying`` (on a PostgreSQL database object that never connects:
+the failures are handed to it)."""
 
 import logging
 import time
@@ -7,11 +8,32 @@ import time
 import pytest
 from peewee import OperationalError
 
+from signoff import clock as clock_module
+from signoff.clock import ServerClock
 from signoff.storage import faults
 from signoff.storage.engines import PostgresEngine
 
 # No home, database or queue: only objects and the interpreter.
 pytestmark = pytest.mark.backend_independent
+
+
+def test_a_server_clock_reads_the_server_s_time_through_this_machine_s():
+    ahead = ServerClock(lambda: time.time() + 30.0)  # a server 30 s ahead of this machine
+    ahead.sync()
+    assert ahead.offset == pytest.approx(30.0, abs=0.5)
+    assert ahead.now() - time.time() == pytest.approx(30.0, abs=0.5)
+    behind = ServerClock(lambda: time.time() - 30.0)
+    behind.sync()
+    assert behind.now() - time.time() == pytest.approx(-30.0, abs=0.5)
+
+
+def test_a_slow_reading_keeps_the_offset_an_earlier_one_found(monkeypatch):
+    answers = iter([100.0, 500.0])
+    server = ServerClock(lambda: time.time() + next(answers))
+    server.sync()
+    monkeypatch.setattr(clock_module, "SYNC_RTT_S", -1.0)  # every round trip now "too slow"
+    server.sync()
+    assert server.offset == pytest.approx(100.0, abs=0.5)
 
 
 def lost_connection():
