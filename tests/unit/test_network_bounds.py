@@ -1,8 +1,9 @@
-"""Pure pieces of surviving a silent network: the database's clock, and the reconnect
-window of ``storage.retrying`` (on a PostgreSQL database object that never connects:
-the failures are handed to it)."""
+"""Pure pieces of surviving a silent network: the database's clock, the worker loop's
+watchdog, and the reconnect window of ``storage.retrying`` (on a PostgreSQL database
+object that never connects: the failures are handed to it)."""
 
 import logging
+import threading
 import time
 
 import pytest
@@ -12,9 +13,12 @@ from signoff import clock as clock_module
 from signoff.clock import ServerClock
 from signoff.storage import faults
 from signoff.storage.engines import PostgresEngine
+from signoff.watchdog import Watchdog, default_limit
 
 # No home, database or queue: only objects and the interpreter.
 pytestmark = pytest.mark.backend_independent
+
+DEADLINE_S = 10.0
 
 
 def test_a_server_clock_reads_the_server_s_time_through_this_machine_s():
@@ -34,6 +38,35 @@ def test_a_slow_reading_keeps_the_offset_an_earlier_one_found(monkeypatch):
     monkeypatch.setattr(clock_module, "SYNC_RTT_S", -1.0)  # every round trip now "too slow"
     server.sync()
     assert server.offset == pytest.approx(100.0, abs=0.5)
+
+
+def test_a_watchdog_that_is_not_fed_calls_expire_once():
+    expired = []
+    fired = threading.Event()
+    dog = Watchdog(0.2, lambda silent: (expired.append(silent), fired.set())).start()
+    try:
+        assert fired.wait(DEADLINE_S)
+    finally:
+        dog.stop()
+    assert len(expired) == 1 and expired[0] > 0.2
+
+
+def test_a_watchdog_fed_in_time_or_stopped_never_expires():
+    expired = threading.Event()
+    dog = Watchdog(0.3, lambda silent: expired.set()).start()
+    try:
+        end = time.monotonic() + 0.9  # three limits' worth of feeding
+        while time.monotonic() < end:
+            dog.feed()
+            time.sleep(0.05)
+    finally:
+        dog.stop()
+    assert not expired.wait(0.6)  # and stopped, it stays quiet past its limit
+
+
+def test_the_default_limit_is_a_few_leases_and_never_under_a_minute():
+    assert default_limit(30.0) == 120.0
+    assert default_limit(2.0) == 60.0
 
 
 def lost_connection():
