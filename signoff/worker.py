@@ -19,7 +19,7 @@ import time
 import traceback
 from dataclasses import replace
 
-from peewee import fn
+from peewee import InterfaceError, OperationalError, fn
 
 from .steps import batching
 from .ops import notify, policy, retention, subscriptions
@@ -181,17 +181,20 @@ class _Beats:
         self.failed_at = None  # when the first of the failing beats failed
 
     def beat(self):
-        """Sync the clock and beat; True when the database took the beat."""
+        """Sync the clock and beat; False when the database could not be reached."""
         try:
             # No retry (the next pass is the retry), but a connection found dead is dropped.
             storage.retrying(self.rt.database, self._sync_and_beat, 0)
-        except Exception:
+        except (OperationalError, InterfaceError):
             if self.failed_at is None:
                 self.failed_at = time.monotonic()
                 storage.log_failed_pass(log, "heartbeat", "the loop waits for the database")
             return False
+        except Exception:  # a bug, not the network: said in full, and the pass goes on
+            storage.log_failed_pass(log, "heartbeat", "the pass goes on")
+            return True
         if self.failed_at is not None:
-            log.warning("heartbeat: the database answers again after %.1fs",
+            log.warning("heartbeat reached the database again after %.1fs",
                         time.monotonic() - self.failed_at)
             self.failed_at = None
         return True
