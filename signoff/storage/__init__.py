@@ -10,6 +10,7 @@ queues, lives in this package.
 - ``bulk``: inserts in few statements, rows read in bulk as instances or tuples;
 - ``faults``: what a database failure means, retries on a fresh connection;
 - ``queue``: the Huey queue on SQLite, Redis or PostgreSQL;
+- ``net``: how long a server connection may stay silent before it counts as dead;
 - ``urls``: backend URLs, classified once.
 
 The functions below are the seam's face for the rest of signoff: each runs
