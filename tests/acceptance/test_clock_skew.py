@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from helpers import child_env, open_home, seed_records, start_worker, stop_worker, wait_for
-from signoff.models import Attempt, Delivery, Task
+from signoff.models import Attempt, Delivery, Task, WorkerBeat
 
 pytestmark = [pytest.mark.partition, pytest.mark.timeout(300)]
 
@@ -61,6 +61,8 @@ def test_a_worker_30_s_ahead_takes_over_no_live_lease(home, backend, record_prop
     workers = [start_worker(home, "--workers", "2"), start_worker(home, "--workers", "2",
                                                                   env=fast_env())]
     try:
+        # Both at work before any event: each of them gets a share of the leases.
+        wait_for(lambda: WorkerBeat.select().count() == len(workers), 60, what="both workers")
         rt.enqueue_events([{"event_id": f"evt-{n}", "name": "comment.created",
                             "document": "doc-demo", "record_id": f"comment-{n}",
                             "occurred": int(time.time())} for n in range(EVENTS)])
