@@ -388,10 +388,12 @@ def assert_agrees_with_host(site, paused):
                       if (t.status == "done") != (t.key in results)
                       or t.status == "done" and results[t.key] != t.result]
     assert not contradictions, contradictions
+    outcomes = [call["outcome"] for call in site.host.submit_log()]
+    assert outcomes.count("idempotent") == 0, outcomes  # no submit of a key already written
     assert tasks[paused].status == "done" and writes[paused] == 1
     codes = [a.code for a in Attempt.select().where(Attempt.kind == "task", Attempt.ref == paused)]
     assert codes[-1] == "done" and len(codes) > 1, codes  # its answer lost: done by the receipt
-    return {"tasks": len(tasks), "done": len(results),
+    return {"tasks": len(tasks), "done": len(results), "submits": len(outcomes),
             "cancelled": sum(t.status == "cancelled" for t in tasks.values()),
             "paused_key_attempts": codes}
 
