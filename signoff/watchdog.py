@@ -53,6 +53,12 @@ class Watchdog:
         """End the watch (a loop that stops on purpose is not a silent one)."""
         self._stopped.set()
 
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
     def _watch(self):
         # Looked at several times per limit, so it fires at most a quarter late.
         while not self._stopped.wait(min(1.0, self.limit_s / 4)):

@@ -89,8 +89,8 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None):
         rt.host()
         rt.drafter()
         try:
-            with storage.bind(rt.database), one_line_queue_faults():
-                return _loop(rt, workers, drain)
+            with storage.bind(rt.database), one_line_queue_faults(), _watchdog(rt.config) as dog:
+                return _loop(rt, workers, drain, dog)
         finally:
             close_queue(rt.queue)  # the consumer's threads have ended: their connections too
     finally:
@@ -112,7 +112,13 @@ def _open(home, clock):
     return Signoff(home, clock=clock)
 
 
-def _loop(rt, workers, drain):
+def _watchdog(config):
+    """The loop's watchdog (see ``signoff.watchdog``), watching while its block runs."""
+    limit = config.watchdog_s or watchdog.default_limit(config.lease_ttl_s)
+    return watchdog.Watchdog(limit, lambda silent: _exit_silent(silent, limit))
+
+
+def _loop(rt, workers, drain, dog):
     storage.prepare_worker(rt.database)
     # One INFO line per queue poll or MCP request would bury the worker's own lines.
     for chatty in ("huey", "httpx", "httpx2"):
@@ -122,8 +128,6 @@ def _loop(rt, workers, drain):
                                         shutdown_timeout=rt.config.lease_ttl_s)
     stop = SignalStop()
     stop.install()
-    limit = rt.config.watchdog_s or watchdog.default_limit(rt.config.lease_ttl_s)
-    dog = watchdog.Watchdog(limit, lambda silent: _exit_silent(silent, limit)).start()
     started = time.monotonic()
     reaped = _reap(rt)
     notifier = notify.start(rt)  # task.ready notifications, when [notify] url is set
@@ -162,7 +166,6 @@ def _loop(rt, workers, drain):
             if helper is not None:
                 helper.stop()
         _safe(beats.heartbeat.stop, None)
-        dog.stop()
     log.info("worker stopped (%s)", stop.why)
     return {"stopped": stop.why, "seconds": round(time.monotonic() - started, 3),
             "reaper_changes": reaped}

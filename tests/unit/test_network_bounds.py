@@ -64,6 +64,16 @@ def test_a_watchdog_fed_in_time_or_stopped_never_expires():
     assert not expired.wait(0.6)  # and stopped, it stays quiet past its limit
 
 
+def test_a_watchdog_block_left_by_an_exception_stops_watching():
+    # A worker that failed to start must not be ended by its watchdog later on (an
+    # in-process worker's caller goes on running).
+    expired = threading.Event()
+    with pytest.raises(RuntimeError):
+        with Watchdog(0.2, lambda silent: expired.set()):
+            raise RuntimeError("the loop could not start")
+    assert not expired.wait(0.5)
+
+
 def test_the_default_limit_is_a_few_leases_and_never_under_a_minute():
     assert default_limit(30.0) == 120.0
     assert default_limit(2.0) == 60.0
