@@ -52,11 +52,12 @@ import contextlib
 import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
 
-from helpers import PLUGINS, ROOT, child_env, read_here, seed_records, signoff_cmd
+from helpers import child_env, read_here, seed_records, signoff_cmd
 from labhost import arm_pause, let_it_answer, paused_key
 from netlab import Lab, LabPostgres, LabRedis, prerequisites, wait_until
 from signoff import storage
@@ -136,12 +137,12 @@ class Site:
 
     def env(self):
         """The environment of a process in a namespace: the servers over the bridge."""
-        return child_env(PYTHONPATH=f"{PLUGINS}:{ROOT}", **self.remote)
+        return child_env(**self.remote)
 
     def start(self):
         """The MCP host and the workers, then the monitors (bound by the operator)."""
         seed_records(self.host, FIRST + SECOND + 6 * WAVE)
-        self.lab.spawn("mcp", ["python", "-m", "labhost", self.host_home,
+        self.lab.spawn("mcp", [sys.executable, "-m", "labhost", self.host_home,
                                self.lab.address("mcp"), MCP_PORT], env=self.env(),
                        log=self.logs / "mcp.log")
         for role in WORKERS:
@@ -162,7 +163,7 @@ class Site:
 
     def bulk_approval(self, monitor):
         """Start one bulk approval of ``monitor``'s ready tasks as the operator."""
-        return self.lab.spawn("op", ["python", "-m", "labops", self.home, monitor],
+        return self.lab.spawn("op", [sys.executable, "-m", "labops", self.home, monitor],
                               env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def approve(self, monitor):
@@ -240,8 +241,9 @@ def heal(site, name, figures, **extra):
     return healed_at
 
 
-def done_count(model, status="done"):
-    return model.select().where(model.status == status).count()
+def done_count(model):
+    """How many deliveries or tasks (``model``) are done."""
+    return model.select().where(model.status == "done").count()
 
 
 def forget_workers(site):
