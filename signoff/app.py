@@ -13,7 +13,6 @@ from .intake import enqueue, webhooks
 from .steps import drafting, ingest, reaper, submit
 from .steps.claiming import ClaimSizes
 from . import storage, tracing
-from .clock import Clock
 from .errors import ConfigError, StorageError
 from .config import (call_factory, load_config, load_plugin, make_private, resolve_home,
                      write_default)
@@ -62,11 +61,12 @@ class Signoff:
         self.home = resolve_home(home)
         self.config = load_config(self.home)
         require_extras(self.config)
-        self.clock = clock or Clock()
         self.database = storage.open_database(self.config, create=create)
         try:
             if not create:
                 storage.check_schema(self.database)
+            # Leases, retries and beats are judged by the database's clock (``ServerClock``).
+            self.clock = clock or storage.synced_clock(self.database)
             self.queue = make_queue(self.config, create=create)
         except BaseException:
             storage.drop_connection(self.database)

@@ -42,6 +42,7 @@ max_delay_s = 30.0
 [worker]
 lease_ttl_s = 30.0
 # batch_size = 200             # 50 when [database] url names PostgreSQL
+# watchdog_s = 120.0           # 4 leases, 60 at least: a loop silent this long exits 1
 
 [retention]
 finished_days = 30
@@ -90,6 +91,7 @@ class Config:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     lease_ttl_s: float = 30.0
     batch_size: int = default_batch_size(None)  # _build passes the database's
+    watchdog_s: float | None = None  # None: the worker's default (signoff.watchdog)
     database_url: str | None = None
     queue_url: str | None = None
     retention_days: float = 30.0
@@ -132,6 +134,7 @@ ATTEMPTS = Range(1, 1000)
 DELAY_S = Range(0, 86400)
 LEASE_S = Range(0.1, 86400)  # [worker] lease_ttl_s and `worker --lease-ttl`
 BATCH = Range(1, 1000)
+WATCHDOG_S = Range(1, 86400)  # [worker] watchdog_s
 DAYS = Range(0, 36500, above=True)
 # `purge --older-than`: [retention] finished_days' days, and 0 too (a purge run by
 # hand may take every finished task; a worker's hourly purge keeps at least some time).
@@ -149,7 +152,7 @@ SECTIONS = ("host", "drafter", "retry", "worker", "retention", "database", "queu
 KEYS = {"host": ("factory", "options", "max_record_bytes", "max_material_bytes"),
         "drafter": ("factory", "options"),
         "retry": tuple(f.name for f in fields(RetryPolicy)),
-        "worker": ("lease_ttl_s", "batch_size"),
+        "worker": ("lease_ttl_s", "batch_size", "watchdog_s"),
         "retention": ("finished_days",),
         "database": ("url",),
         "queue": ("url", "name")}
@@ -330,6 +333,8 @@ def _build(home, raw, path):
         lease_ttl_s=float(number_in(worker, "lease_ttl_s", NUMBER, 30.0, LEASE_S, path, "worker")),
         batch_size=number_in(worker, "batch_size", int,
                              default_batch_size(backends["database_url"]), BATCH, path, "worker"),
+        watchdog_s=(float(number_in(worker, "watchdog_s", NUMBER, None, WATCHDOG_S, path, "worker"))
+                    if "watchdog_s" in worker else None),
         retention_days=float(number_in(_table(raw, "retention", path), "finished_days", NUMBER,
                                        30, DAYS, path, "retention")),
         **backends,

@@ -41,6 +41,9 @@ import socket
 import threading
 import time
 
+from peewee import InterfaceError, OperationalError
+
+from .storage import log_failed_pass
 from .storage.queue import queue_errors
 
 KINDS = ("ingest", "submit")
@@ -56,7 +59,7 @@ RETRY_AFTER_S = 5.0
 # and the most a held one waits.
 WINDOW_S = 0.1
 
-log = logging.getLogger("signoff.wakeups")
+wake_log = logging.getLogger("signoff.wakeups")
 
 
 def needed(rows, per_claim):
@@ -149,11 +152,13 @@ class WakePolicy:
             self.unreachable = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
             self._retry_at = time.monotonic() + RETRY_AFTER_S
         if first:  # one line per outage, not one per call
-            log.warning("queue_unreachable: no wake-up sent (%s); what was committed stands, "
-                        "a worker's reaper sends the wake-ups once the queue is back",
-                        self.unreachable)
+            wake_log.warning("queue_unreachable: no wake-up sent (%s); what was committed "
+                             "stands, a worker's reaper sends the wake-ups once the queue is back",
+                             self.unreachable)
 
 
+# A batch that failed is the worker's line, as its loop's are.
+batch_log = logging.getLogger("signoff.worker")
 
 # How long one wake-up keeps claiming batches before yielding its thread.
 SLICE_S = 1.0
@@ -178,11 +183,13 @@ class Wakers:
 
         @queue.task(name="signoff.ingest")
         def ingest():
-            _drain_for_a_while(runtime.ingest_batch, lambda: self.top_up({"ingest": 1}))
+            _drain_for_a_while("ingest", runtime.ingest_batch,
+                               lambda: self.top_up({"ingest": 1}))
 
         @queue.task(name="signoff.submit")
         def submit():
-            _drain_for_a_while(runtime.submit_batch, lambda: self.top_up({"submit": 1}))
+            _drain_for_a_while("submit", runtime.submit_batch,
+                               lambda: self.top_up({"submit": 1}))
 
         self._ingest, self._submit = ingest, submit
         # Messages name their task as Huey's registry does: read it off one.
@@ -236,10 +243,17 @@ class Wakers:
         return counts
 
 
-def _drain_for_a_while(batch, wake_again):
+def _drain_for_a_while(step, batch, wake_again):
     deadline = time.monotonic() + SLICE_S
     while True:
-        claimed, full = batch(worker_name())
+        try:
+            claimed, full = batch(worker_name())
+        except (OperationalError, InterfaceError):
+            # The database stayed out of reach for the batch's whole reconnect
+            # window: one line, not Huey's traceback. What the batch claimed
+            # waits for its lease to end; the reaper wakes it again.
+            log_failed_pass(batch_log, f"{step} batch", "its rows wait for the reaper")
+            return
         if not full:
             return
         if time.monotonic() >= deadline:

@@ -4,7 +4,9 @@ SIGTERM and SIGINT both stop gracefully: no new work is claimed and running
 batches finish (bounded by the lease time). Nothing depends on it: a worker
 killed with SIGKILL leaves leases that expire and are taken over. SIGUSR2
 writes every thread's stack to the log (standard error) and changes nothing:
-what a worker that does not stop is waiting for.
+what a worker that does not stop is waiting for. A worker whose own loop has
+not come round for ``[worker] watchdog_s`` writes the same stacks and exits 1
+(``signoff.watchdog``), for its supervisor to restart it.
 """
 
 import io
@@ -17,13 +19,13 @@ import time
 import traceback
 from dataclasses import replace
 
-from peewee import fn
+from peewee import InterfaceError, OperationalError, fn
 
 from .steps import recordbatches
 from .admin import subscriptions
 from .chores import Chore, Schedule, notify, retention
 from .decisions import policy
-from . import storage
+from . import storage, watchdog
 from .app import Signoff
 from .config import load_config, resolve_home
 from .errors import StorageError
@@ -43,6 +45,7 @@ UNREACHABLE_S = 30.0  # how long `--drain` waits for a database it cannot reach
 # `--drain` waits for a retry due within this many seconds, and leaves a later one
 # waiting: a server's Retry-After (up to a day) must not hold a drain that long.
 DRAIN_WAIT_S = 60.0
+EXIT_GRACE_S = 5.0  # how long a watchdog's exit waits for its last lines to be written
 
 log = logging.getLogger("signoff.worker")
 
@@ -134,8 +137,8 @@ def run(home=None, workers=2, drain=False, lease_ttl=None, clock=None, drain_wai
         rt.host()
         rt.drafter()
         try:
-            with storage.bind(rt.database), one_line_queue_faults():
-                return _loop(rt, workers, drain, drain_wait)
+            with storage.bind(rt.database), one_line_queue_faults(), _watchdog(rt.config) as dog:
+                return _loop(rt, workers, drain, drain_wait, dog)
         finally:
             close_queue(rt.queue)  # the consumer's threads have ended: their connections too
     finally:
@@ -157,7 +160,13 @@ def _open(home, clock):
     return Signoff(home, clock=clock)
 
 
-def _loop(rt, workers, drain, drain_wait):
+def _watchdog(config):
+    """The loop's watchdog (see ``signoff.watchdog``), watching while its block runs."""
+    limit = config.watchdog_s or watchdog.default_limit(config.lease_ttl_s)
+    return watchdog.Watchdog(limit, lambda silent: _exit_silent(silent, limit))
+
+
+def _loop(rt, workers, drain, drain_wait, dog):
     storage.prepare_worker(rt.database)
     # One INFO line per queue poll or MCP request would bury the worker's own lines.
     for chatty in ("huey", "httpx", "httpx2"):
@@ -172,8 +181,8 @@ def _loop(rt, workers, drain, drain_wait):
     notifier = notify.start(rt)  # task.ready notifications, when [notify] url is set
     tender = subscriptions.start(rt)  # when the host's MCP server offers events
     start_consumer(consumer, stop)
-    heartbeat = heartbeats.Heartbeat(rt.clock, workers)
-    _safe(heartbeat.beat, None)
+    beats = _Beats(rt, workers)
+    beats.beat()
     # The batch size in force: its default depends on the state's database.
     log.info("worker started: %d threads, lease %.0fs, batch %d, home %s", workers,
              rt.config.lease_ttl_s, rt.config.batch_size, rt.home)
@@ -183,12 +192,16 @@ def _loop(rt, workers, drain, drain_wait):
     pass_at = time.monotonic()
     try:
         while not stop.wait(DRAIN_POLL_S if drain else REAP_INTERVAL_S):
+            dog.feed()
             if time.monotonic() >= pass_at:
-                # First in the pass: a slow reap must not make a live worker look silent.
-                _safe(heartbeat.beat, None)
-                reaped += _reap(rt)
-                chores.run_due(rt)
-                _safe(lambda: storage.checkpoint(rt.database), None)
+                # The beat first: a slow reap must not make a live worker look silent.
+                # A beat that did not reach the database says the rest would not
+                # either: the next pass tries again, instead of each step waiting
+                # out its own bounds while the network is down.
+                if beats.beat():
+                    reaped += _reap(rt)
+                    chores.run_due(rt)
+                    _safe(lambda: storage.checkpoint(rt.database), None)
                 pass_at = time.monotonic() + (IDLE_POLL_S if drain else REAP_INTERVAL_S)
             if drain and drained.now():
                 stop.why = "drained"
@@ -201,13 +214,65 @@ def _loop(rt, workers, drain, drain_wait):
         for helper in (notifier, tender):
             if helper is not None:
                 helper.stop()
-        _safe(heartbeat.stop, None)
+        _safe(beats.heartbeat.stop, None)
     log.info("worker stopped (%s)", stop.why)
     summary = {"stopped": stop.why, "seconds": round(time.monotonic() - started, 3),
                "reaper_changes": reaped}
     if stop.why == "drained":
         summary["left_waiting"] = drained.left()
     return summary
+
+
+class _Beats:
+    """The loop's heartbeat, and the database's clock read along with it.
+
+    An outage is told in two lines, not one per pass: when a beat first fails,
+    and when one reaches the database again.
+    """
+
+    def __init__(self, rt, workers):
+        self.rt = rt
+        self.heartbeat = heartbeats.Heartbeat(rt.clock, workers)
+        self.failed_at = None  # when the first of the failing beats failed
+
+    def beat(self):
+        """Sync the clock and beat; False when the database could not be reached."""
+        try:
+            # No retry (the next pass is the retry), but a connection found dead is dropped.
+            storage.retrying(self.rt.database, self._sync_and_beat, 0)
+        except (OperationalError, InterfaceError):
+            if self.failed_at is None:
+                self.failed_at = time.monotonic()
+                storage.log_failed_pass(log, "heartbeat", "the loop waits for the database")
+            return False
+        except Exception:  # a bug, not the network: said in full, and the pass goes on
+            storage.log_failed_pass(log, "heartbeat", "the pass goes on")
+            return True
+        if self.failed_at is not None:
+            log.warning("heartbeat reached the database again after %.1fs",
+                        time.monotonic() - self.failed_at)
+            self.failed_at = None
+        return True
+
+    def _sync_and_beat(self):
+        self.rt.clock.sync()
+        self.heartbeat.beat()
+
+
+def _exit_silent(silent, limit):
+    """The watchdog's end of a worker whose loop hangs: its stacks, one line, exit 1.
+
+    A hard exit, since the main thread is the one stuck; and a timer makes it
+    even when the writes block (a log pipe nobody reads may be what the loop
+    is stuck on).
+    """
+    threading.Timer(EXIT_GRACE_S, os._exit, (1,)).start()
+    try:
+        _write_stacks(None, None)
+        log.critical("worker loop silent for %.0fs (watchdog_s %g): exiting with status 1 "
+                     "for the supervisor to restart the worker", silent, limit)
+    finally:
+        os._exit(1)
 
 
 class SignalStop:

@@ -12,6 +12,7 @@ from ..state.monitors import end_monitor, end_pause, new_monitor, start_pause
 from ..state.statuses import DELIVERY_WAITING
 from ..state.tasks import cancel_tasks
 from ..models import Delivery, Monitor, Task, db
+from ..rules.retry import TRANSIENT
 from ..storage import retried
 
 DAY_S = 24 * 60 * 60
@@ -50,7 +51,10 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
                     "batch-window": batch_window_s})
     if isinstance(approvals, bool) or not isinstance(approvals, int) or not 1 <= approvals <= MAX_APPROVALS:
         raise Refused("invalid_monitor", f"approvals: must be a whole number from 1 to {MAX_APPROVALS}")
-    context = rt.host().context()
+    try:
+        context = rt.host().context()
+    except TRANSIENT as exc:  # e.g. a host URL that cannot be reached: the message names it
+        raise Refused("host_unavailable", f"the host did not answer: {exc}") from None
     actions = context.get("actions", []) if isinstance(context, dict) else []
     if not {"read", "draft"} <= set(actions):
         raise Refused("action", "the current grant does not allow read and draft")

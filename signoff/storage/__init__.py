@@ -10,12 +10,16 @@ queues, lives in this package.
 - ``bulk``: inserts in few statements, rows read in bulk as instances or tuples;
 - ``faults``: what a database failure means, retries on a fresh connection;
 - ``queue``: the Huey queue on SQLite, Redis or PostgreSQL;
+- ``net``: how long a server connection may stay silent before it counts as dead;
 - ``urls``: backend URLs as the drivers take them, and the extras they need.
 
 The functions below are the seam's face for the rest of signoff: each runs
 against the database the calling ``Signoff`` bound (``db``) or the one given.
 """
 
+from peewee import DatabaseError
+
+from ..errors import StorageError
 from .bulk import Fetched, PreparedInsert, insert_rows, select_instances, select_tuples, to_param
 from .database import Unbound, bind, db, engine_of, resolve  # noqa: F401 (the package face)
 from .engines import open_database, label
@@ -30,7 +34,7 @@ __all__ = [
     "transient", "wait_until_reachable", "JSON", "Text", "escape_text", "lossless_dumps",
     "unescape_text", "SCHEMA_TABLE", "SCHEMA_VERSION", "check_schema", "create_schema",
     "claim", "key_in", "key_case", "unindexed", "lock_name", "lock_rows", "read_snapshot", "unsynced", "prepare_worker", "checkpoint",
-    "analyze",
+    "analyze", "synced_clock",
 ]
 
 
@@ -108,3 +112,14 @@ def checkpoint(database, mode="PASSIVE"):
 def analyze(database):
     """Refresh the planner's statistics after a bulk load, where that helps (PostgreSQL)."""
     engine_of(database).analyze()
+
+
+def synced_clock(database):
+    """The clock ``database``'s rows are timed by, set now: a server's (whose workers may
+    run on machines whose clocks disagree), or this machine's for a SQLite file."""
+    clock = engine_of(database).clock()
+    try:
+        clock.sync()
+    except DatabaseError as exc:
+        raise StorageError(*describe(exc, database)) from None
+    return clock

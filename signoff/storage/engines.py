@@ -16,11 +16,13 @@ from urllib.parse import quote, unquote, urlsplit
 
 from peewee import SQL, InterfaceError, NodeList, OperationalError, PostgresqlDatabase, SqliteDatabase
 
+from ..clock import Clock, ServerClock
 from ..errors import ConfigError, NoHome
 from . import claims
 from .bulk import Fetched
 from .database import resolve
 from ..config import kind_of
+from .net import libpq_params, postgres_server_settings
 from .urls import postgres_dsn
 
 # The advisory lock concurrent `init`s queue on (state schema and queue tables).
@@ -186,6 +188,10 @@ class Engine:
 
     def analyze(self):
         """Refresh the planner's statistics after a bulk load, where that helps."""
+
+    def clock(self):
+        """The clock the rows of this database are timed by (see ``clock.ServerClock``)."""
+        return Clock()
 
 
 # -- SQLite ----------------------------------------------------------------------
@@ -370,10 +376,17 @@ class SqliteEngine(Engine):
 # -- PostgreSQL --------------------------------------------------------------------
 
 # Session settings (milliseconds): no statement, lock wait or idle transaction
-# can hold a worker, or the rows it locked, for long.
+# can hold a worker, or the rows it locked, for long; nor can a client that
+# vanished (the server's end of the bounds in ``net``).
 SESSION = {"lock_timeout": 10_000, "statement_timeout": 120_000,
-           "idle_in_transaction_session_timeout": 60_000}
-CONNECT_TIMEOUT_S = 5
+           "idle_in_transaction_session_timeout": 60_000, **postgres_server_settings()}
+
+
+def session_options():
+    """``SESSION`` as libpq's ``options`` parameter."""
+    return " ".join(f"-c {name}={value}" for name, value in SESSION.items())
+
+
 # SQLSTATEs worth trying again: serialization failure, deadlock, the server
 # shutting down or starting up, and every connection exception (class 08).
 RETRY_STATES = {"40001", "40P01", "57P01", "57P02", "57P03"}
@@ -396,10 +409,10 @@ class PostgresEngine(Engine):
     @classmethod
     def open(cls, url):
         """The server database at ``url``."""
-        options = " ".join(f"-c {name}={value}" for name, value in SESSION.items())
+        # Every wait for the server bounded, at both ends (see ``net``).
         database = PostgresqlDatabase(postgres_dsn(url), prefer_psycopg3=True,
-                                      connect_timeout=CONNECT_TIMEOUT_S,
-                                      application_name="signoff", options=options)
+                                      application_name="signoff", options=session_options(),
+                                      **libpq_params())
         cls(database)
         return database
 
@@ -482,6 +495,11 @@ class PostgresEngine(Engine):
 
     def lock_schema(self):
         self.database.execute_sql("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+
+    def clock(self):
+        # Workers on other machines share these rows: the server's clock, not this one's.
+        return ServerClock(lambda: self.database.execute_sql(
+            "SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0])
 
     def analyze(self):
         # PostgreSQL keeps the most common values of a column, so a table of a

@@ -90,9 +90,13 @@ def retrying(database, call, budget_s=RECONNECT_S):
 
     For units of work that are safe to run again from the start (a worker
     batch, a reaper pass, a view). Inside an open transaction nothing is
-    retried: the failure belongs to the outermost caller.
+    retried: the failure belongs to the outermost caller. The budget counts
+    from the first failure, not from the call: a connection that went silent
+    is found dead only once its bounds run out (``net``), seconds into the
+    call, and the reconnecting still gets its whole window. The first retry
+    says so in one warning line; the others are that same outage.
     """
-    deadline, delay = time.monotonic() + budget_s, 0.05
+    deadline, delay = None, 0.05
     while True:
         try:
             return call()
@@ -100,10 +104,14 @@ def retrying(database, call, budget_s=RECONNECT_S):
             if database.in_transaction() or not transient(exc, database):
                 raise
             drop_connection(database)
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + budget_s
+                if budget_s > 0:
+                    log.warning("database call failed (%s); retrying on a new connection "
+                                "for up to %gs", first_line(exc), budget_s)
+            if now >= deadline:
                 raise
-            log.warning("database call failed (%s); retrying on a new connection",
-                        first_line(exc))
             time.sleep(delay)
             delay = min(1.0, delay * 2)
 

@@ -15,7 +15,8 @@ from huey import PostgresHuey, RedisHuey, SqliteHuey
 
 from ..errors import ConfigError, StorageError
 from ..config import kind_of
-from .engines import CONNECT_TIMEOUT_S, SCHEMA_LOCK
+from .engines import SCHEMA_LOCK, session_options
+from .net import libpq_params, redis_params
 from .urls import postgres_dsn
 
 
@@ -91,9 +92,10 @@ def make_queue(config, create=False):
         return SqliteHuey(name=name, filename=str(path), fsync=False, results=False,
                           timeout=30, create_tables=fresh)
     if kind == "redis":
-        # Connects bounded as PostgreSQL's are: a server that is down fails a call, never hangs it.
-        from redis import ConnectionPool  # here: only a Redis queue needs the driver
-        pool = ConnectionPool.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT_S)
+        # Every wait bounded, as PostgreSQL's are: a server that is down or silent
+        # fails a call, never hangs it (see ``net``).
+        import redis  # here: only a Redis queue needs the driver
+        pool = redis.ConnectionPool.from_url(url, **redis_params(redis, url))
         return RedisHuey(name=name, connection_pool=pool, results=False)
     if kind == "postgresql":
         queue = PostgresHuey(name=name, dsn=postgres_dsn(url), results=False,
@@ -139,8 +141,8 @@ class QueueConnections:
 
     def __call__(self):
         import psycopg
-        conn = psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT_S,
-                               application_name="signoff-queue")
+        conn = psycopg.connect(self.url, application_name="signoff-queue",
+                               options=session_options(), **libpq_params())
         with self._lock:
             self._opened = [(c, t) for c, t in self._opened if not c.closed]
             self._opened.append((conn, threading.current_thread()))
@@ -171,7 +173,7 @@ def _create_postgres_queue(queue):
     import psycopg
     from .faults import describe_server
     try:
-        with psycopg.connect(queue.storage.dsn, autocommit=True, connect_timeout=5) as conn:
+        with psycopg.connect(queue.storage.dsn, autocommit=True, **libpq_params()) as conn:
             conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
             queue.storage.initialize_schema()
     except psycopg.OperationalError as exc:

@@ -13,7 +13,6 @@ import time
 from peewee import DatabaseError
 
 from .. import storage
-from ..clock import Clock
 from ..config import load_config, resolve_home
 from ..errors import SignoffError
 from ..state import heartbeats
@@ -102,7 +101,8 @@ def _database_checks(config, max_age, results):
         with storage.session(database):
             storage.check_schema(database)
             results["schema"] = {"ok": True, "version": storage.SCHEMA_VERSION}
-            results["workers"] = _workers(heartbeats.summary(Clock().now(), max_age), max_age)
+            now = storage.synced_clock(database).now()  # beats are in the database's time
+            results["workers"] = _workers(heartbeats.summary(now, max_age), max_age)
     finally:
         storage.drop_connection(database)
 

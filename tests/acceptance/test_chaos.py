@@ -16,9 +16,8 @@ import time
 
 import pytest
 
-from helpers import child_env, read_here, signoff_cmd, wait_for
+from helpers import child_env, read_here, seed_records, signoff_cmd, wait_for
 from signoff.app import Signoff
-from signoff.rules.canonical import canonical
 from signoff.errors import Refused
 from signoff.state.statuses import DELIVERY_PENDING, TASK_ACTIVE
 from signoff.models import Attempt, Delivery, Inbox, Task
@@ -157,15 +156,7 @@ def test_chaos_kill_restart_and_drain(tmp_path, record_property):
     (home / "signoff.toml").write_text(CONFIG, encoding="utf-8")
     rt = read_here(Signoff.init(home))
     host = rt.host()
-    setup = host.conn  # one transaction for the fixture records, not 300 fsyncs
-    with host._write():
-        for n in range(RECORDS):
-            record = {"id": f"comment-{n}", "document": "doc-demo", "version": 1,
-                      "status": "open", "kind": "review", "tenant": "demo-tenant",
-                      "text": "add the date", "source": f"reference://doc-demo/comment-{n}"}
-            setup.execute("INSERT INTO records VALUES (?, ?)",
-                          (record["id"], canonical(record)))
-    host.put_material("doc-demo", "2026-11-01")
+    seed_records(host, RECORDS)
     rt.bind("doc-demo", window_s=3600)
 
     rng = random.Random(SEED)

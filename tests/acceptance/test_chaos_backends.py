@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import read_here, wait_for
+from helpers import read_here, seed_records, wait_for
 from signoff import storage
 from signoff.app import Signoff
-from signoff.rules.canonical import canonical
 from signoff.models import Delivery, Task
 from signoff.storage.queue import close_queue
 from test_chaos import CONFIG, RECORDS, SEED, WAVE, Workers, approve_ready, assert_each_task_ended
@@ -36,18 +35,6 @@ FAULTS_GRACE_S = 180.0
 # The connections are terminated once this share of the tasks is done, then this one.
 TERMINATE_AT = (0.2, 0.6)
 QUEUE_LOST_AT_WAVE = 4  # the wake-ups of this wave (and any waiting) are lost
-
-
-def seed_records(rt):
-    host = rt.host()
-    with host._write():
-        for n in range(RECORDS):
-            host.conn.execute("INSERT INTO records VALUES (?, ?)", (f"comment-{n}", canonical(
-                {"id": f"comment-{n}", "document": "doc-demo", "version": 1, "status": "open",
-                 "kind": "review", "tenant": "demo-tenant", "text": "add the date",
-                 "source": f"reference://doc-demo/comment-{n}"})))
-    host.put_material("doc-demo", "2026-11-01")
-    rt.bind("doc-demo", window_s=3600)
 
 
 class Faults:
@@ -232,7 +219,8 @@ def test_chaos_on_postgresql_with_a_server_queue(tmp_path, backend, record_prope
     home.mkdir()
     (home / "signoff.toml").write_text(CONFIG, encoding="utf-8")
     rt = read_here(Signoff.init(home))
-    seed_records(rt)
+    seed_records(rt.host(), RECORDS)
+    rt.bind("doc-demo", window_s=3600)
     workers = Workers(home, tmp_path)
     workers.procs = [None] * PROCESSES
     for slot in range(PROCESSES):

@@ -19,7 +19,7 @@ import threading
 
 import pytest
 
-from helpers import PLUGINS, ROOT, child_env, wait_for
+from helpers import PLUGINS, ROOT, child_env, signoff_cmd, wait_for
 from signoff.errors import Blocked, ConfigError
 from signoff.hosts.mcp import McpHost, McpToolError, tool_map
 
@@ -413,3 +413,20 @@ def test_streamable_http_and_a_server_that_went_away(renamed):
         server.kill()
         server.wait(10)
     assert ref.write_counts()["op-http"] == 1
+
+
+def test_bind_on_a_host_that_cannot_be_reached_is_host_unavailable_naming_it(tmp_path):
+    from signoff.config import DEFAULT_TOML
+    home, url = tmp_path / "home", f"http://127.0.0.1:{free_port()}/mcp"  # nobody listens
+    home.mkdir()
+    (home / "signoff.toml").write_text(DEFAULT_TOML.replace(
+        '"signoff.hosts.reference:ReferenceHost"', '"signoff.hosts.mcp:McpHost"').replace(
+        "[host.options]\n", f'[host.options]\nurl = "{url}"\ntimeout_s = 5\n', 1),
+        encoding="utf-8")
+    assert subprocess.run(signoff_cmd(home, "init"), env=child_env(),
+                          capture_output=True, timeout=120).returncode == 0
+    done = subprocess.run(signoff_cmd(home, "monitor", "bind", "--document", "doc-demo", "--json"),
+                          env=child_env(), capture_output=True, timeout=120)
+    answer = json.loads(done.stdout)
+    assert done.returncode == 1 and answer["error"] == "host_unavailable", answer
+    assert url in answer["message"], answer

@@ -114,6 +114,19 @@ def open_home(home, factory, clock=None, records=1, options="", **keys):
     return read_here(app)
 
 
+def seed_records(host, count):
+    """Put open records ``comment-0`` … ``comment-<count - 1>`` of doc-demo and its material
+    into the reference ``host``, in one transaction (not one fsync a record)."""
+    from signoff.rules.canonical import canonical
+    with host._write():
+        for n in range(count):
+            host.conn.execute("INSERT INTO records VALUES (?, ?)", (f"comment-{n}", canonical(
+                {"id": f"comment-{n}", "document": "doc-demo", "version": 1, "status": "open",
+                 "kind": "review", "tenant": "demo-tenant", "text": "add the date",
+                 "source": f"reference://doc-demo/comment-{n}"})))
+    host.put_material("doc-demo", "2026-11-01")
+
+
 def ready_task(rt, monitor_id="default", record_id="comment-1", event_id="evt-1"):
     """Enqueue one event for ``record_id`` on ``monitor_id``, process it, and return the
     ``(key, digest)`` of the ready task it made."""

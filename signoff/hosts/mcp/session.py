@@ -82,6 +82,8 @@ class McpSession:
         if (params is None) == (url is None):
             raise ValueError("give exactly one of params (stdio) and url (HTTP)")
         self.params, self.url, self.timeout_s = params, url, float(timeout_s)
+        # What a failure to connect names: the URL, or the server's command.
+        self.where = url if url is not None else params.command
         self.starts = 0  # sessions connected so far (a restart adds one)
         self.calls = 0  # requests made, answered or not
         self.process = None  # the stdio server of the current session
@@ -192,9 +194,10 @@ class McpSession:
                     pending = await self._serve_all(client, first)
             except Exception as exc:
                 if not connected and scope.cancel_called:
-                    first.fail(TimeoutError(f"mcp: connecting took longer than {first.timeout_s:g}s"))
+                    first.fail(self._slow_connect(first))
                 elif not connected:
-                    first.fail(ConnectionError(f"mcp: cannot connect: {_describe(exc)}"))
+                    first.fail(ConnectionError(
+                        f"mcp: cannot connect to {self.where}: {_describe(exc)}"))
                 else:
                     log.debug("mcp session ended: %s", _describe(exc))
                     self._fail_serving(exc)
@@ -202,8 +205,12 @@ class McpSession:
                 timer.cancel()
                 self.kill()  # a server that did not exit on its stdin closing
         if not connected:
-            first.fail(TimeoutError(f"mcp: connecting took longer than {first.timeout_s:g}s"))
+            first.fail(self._slow_connect(first))
         return pending
+
+    def _slow_connect(self, first):
+        return TimeoutError(f"mcp: connecting to {self.where} took longer than "
+                            f"{first.timeout_s:g}s")
 
     def _expire(self, scope, transport):
         """Connecting ran out of time: kill a started server, then stop waiting for it."""
