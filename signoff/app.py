@@ -295,35 +295,39 @@ class Signoff:
 
     @_own_database
     def approve(self, key, digest, by=None, channel="cli", edit=None,
-                ack_hidden_characters=False):
+                ack_hidden_characters=False, monitors=None):
         """Approve a ready task whose result has ``digest`` (one place of its quorum).
 
         ``edit``: the draft's new text, approved as edited (its own digest).
         ``ack_hidden_characters``: the approver saw the draft's hidden characters marked.
+        ``monitors``: a limited reviewer's monitors; another monitor's task is unknown.
         """
-        return approval.approve(self, key, digest, by, channel, edit, ack_hidden_characters)
+        return approval.approve(self, key, digest, by, channel, edit, ack_hidden_characters,
+                                monitors)
 
     @_own_database
-    def approve_many(self, items, by=None, channel="cli", ack_hidden_characters=False):
+    def approve_many(self, items, by=None, channel="cli", ack_hidden_characters=False,
+                     monitors=None):
         """Approve many ``(key, digest)`` pairs at once; a result or Refused for each."""
         return approval.approve_many(self, items, by, channel=channel,
-                                     ack_hidden_characters=ack_hidden_characters)
+                                     ack_hidden_characters=ack_hidden_characters,
+                                     monitors=monitors)
 
     @_own_database
-    def reject(self, key, reason=None, by=None, channel="cli"):
-        """Reject a ready task; ``reason`` (1-200 printable characters) is kept and shown."""
-        return approval.reject(self, key, reason, by, channel)
+    def reject(self, key, reason=None, by=None, channel="cli", digest=None, monitors=None):
+        """Reject a ready task; ``reason`` (1-200 printable characters) is kept and shown;
+        ``digest``: the result the person saw (refused ``digest_mismatch`` once it changed)."""
+        return approval.reject(self, key, reason, by, channel, digest, monitors)
 
     @_own_database
-    def cancel_task(self, key, by=None, channel="cli"):
+    def cancel_task(self, key, by=None, channel="cli", monitors=None):
         """Cancel one ready, approved or uncertain task (``approval.cancel``)."""
-        return approval.cancel(self, key, by, channel)
-
+        return approval.cancel(self, key, by, channel, monitors)
 
     @_own_database
-    def retry(self, key, by=None, channel="cli"):
+    def retry(self, key, by=None, channel="cli", monitors=None):
         """Queue a parked, approved or uncertain task again."""
-        return approval.retry(self, key, by, channel)
+        return approval.retry(self, key, by, channel, monitors)
 
     @_own_database
     def retry_delivery(self, delivery_id, by=None, channel="cli"):
@@ -331,9 +335,9 @@ class Signoff:
         return deliveries.hurry(self, delivery_id, by, channel)
 
     @_own_database
-    def redraft(self, key, by=None, channel="cli"):
+    def redraft(self, key, by=None, channel="cli", monitors=None):
         """Draft a ready or blocked task again from a fresh read (see ``redraft.py``)."""
-        return redraft.redraft(self, key, by, channel)
+        return redraft.redraft(self, key, by, channel, monitors)
 
     @_own_database
     def add_policy(self, monitor_id, ttl_s=None, max_per_hour=None, by=None,

@@ -23,7 +23,7 @@ from ..state.approvals import add_approvals, approval_counts, edit_task
 from ..state.history import audit
 from ..state.moves import Fenced
 from ..state.statuses import TaskStatus as T
-from ..state.tasks import cancel_tasks, move_task, update_task
+from ..state.tasks import cancel_tasks, move_task, move_tasks, update_task
 from ..storage import key_in, retried, select_instances
 from ..models import Approval, Monitor, Task, db
 from ..views.lookup import get_task, resolve_key
@@ -38,17 +38,21 @@ def answer(task, missing=0):
     return out
 
 
-def approve(rt, key, reviewed_digest, by, channel="cli", edit=None, ack_hidden_characters=False):
+def approve(rt, key, reviewed_digest, by, channel="cli", edit=None, ack_hidden_characters=False,
+            monitors=None):
     """Approve task ``key`` (or a unique key prefix) if ``reviewed_digest`` is its result's.
 
     With ``edit`` (the draft's new text) the draft is replaced first and the
     approval binds the edited result's digest (``edit_and_approve``). A draft
-    holding hidden characters needs ``ack_hidden_characters``.
+    holding hidden characters needs ``ack_hidden_characters``. ``monitors``: the
+    deciding reviewer's limits (another monitor's task is ``unknown_task``).
     """
     if edit is not None:
-        return edit_and_approve(rt, key, reviewed_digest, edit, by, channel, ack_hidden_characters)
-    outcome = approve_many(rt, [(resolve_key(key), reviewed_digest)], by, channel=channel,
-                           ack_hidden_characters=ack_hidden_characters)[0]
+        return edit_and_approve(rt, key, reviewed_digest, edit, by, channel, ack_hidden_characters,
+                                monitors)
+    outcome = approve_many(rt, [(resolve_key(key, monitors), reviewed_digest)], by,
+                           channel=channel, ack_hidden_characters=ack_hidden_characters,
+                           monitors=monitors)[0]
     if isinstance(outcome, Refused):
         raise outcome
     return outcome
@@ -62,7 +66,8 @@ _READ = (Task.key, Task.monitor, Task.record_id, Task.status, Task.record, Task.
          Task.tracestate)
 
 
-def approve_many(rt, items, by, audit_code="approved", channel="cli", ack_hidden_characters=False):
+def approve_many(rt, items, by, audit_code="approved", channel="cli", ack_hidden_characters=False,
+                 monitors=None):
     """Approve many ``(key, digest)`` pairs: one grant read, one transaction.
 
     Returns, in order, the answer dict or the ``Refused`` for each pair; the
@@ -70,13 +75,15 @@ def approve_many(rt, items, by, audit_code="approved", channel="cli", ack_hidden
     name (``invalid_name`` otherwise, nothing approved). ``audit_code`` is what the
     audit log says (a standing policy's approvals say ``auto_approved``). Each
     approval counts towards its task's quorum under the actor's identity; the
-    one that completes it approves. A policy never approves an edited draft.
+    one that completes it approves. A policy never approves an edited draft; a
+    reviewer limited to ``monitors`` finds no other monitor's task.
     """
-    actor = Actor.of(by, channel)
-    items = _full_keys(items)
+    actor = Actor.of(by, channel, monitors)
+    items = _full_keys(items, actor.monitors)
     read = _READ + ((Task.edits,) if actor.channel == "policy" else ())
+    within = () if actor.monitors is None else (Task.monitor.in_(sorted(actor.monitors)),)
     tasks = {t.key: t for t in select_instances(
-        Task.select(*read).where(key_in(Task.key, [k for k, _ in items])))}
+        Task.select(*read).where(key_in(Task.key, [k for k, _ in items]), *within))}
     # A signoff.approve span per known task, in the trace of the event that made it.
     spans = {i: tracing.begin("signoff.approve", tasks[key], task_key=key,
                               monitor=tasks[key].monitor)
@@ -188,7 +195,8 @@ def _needed(monitor):
     return max(1, getattr(monitor, "approvals", None) or 1)
 
 
-def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_characters=False):
+def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_characters=False,
+                     monitors=None):
     """Replace the draft of ready task ``key`` by ``text`` and approve the edited result.
 
     ``reviewed`` is the digest the editor saw (stale → ``digest_mismatch``,
@@ -196,11 +204,11 @@ def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_char
     acceptance again and gets its own digest, which the approval binds; the
     quorum starts again with the editor's approval as its first.
     """
-    actor = Actor.of(by, channel)
+    actor = Actor.of(by, channel, monitors)
     if actor.channel == "policy":  # a programming error: policies approve drafts as drafted
         raise ValueError("a policy never edits a draft")
     now = rt.clock.now()
-    task = get_task(key)
+    task = get_task(key, actor.monitors)
     key = task.key
     if task.status != T.READY:
         raise Refused("not_ready", f"task is {task.status}, not ready; only a waiting draft is edited")
@@ -208,7 +216,8 @@ def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_char
     result = dict(task.result, draft=check_edit(text, rt.config.max_record_bytes))
     new_digest = digest(result)
     if new_digest == task.digest:  # nothing changed: an approval as it stands
-        return approve(rt, key, reviewed, by, channel, ack_hidden_characters=ack_hidden_characters)
+        return approve(rt, key, reviewed, by, channel, ack_hidden_characters=ack_hidden_characters,
+                       monitors=monitors)
     if hidden_characters(result["draft"]) and not ack_hidden_characters:
         raise _hidden_refusal(result["draft"])
     problem = acceptance(result, task.record)
@@ -252,13 +261,13 @@ def _hidden_refusal(draft):
                    "with --ack-hidden-characters if it is what you mean")
 
 
-def _full_keys(items):
+def _full_keys(items, monitors=None):
     """``items`` with each unique key prefix replaced by its key (the rest as given)."""
     out = []
     for key, reviewed in items:
         if isinstance(key, str) and len(key) != 64:
             try:
-                key = resolve_key(key)
+                key = resolve_key(key, monitors)
             except Refused:
                 pass  # refused per item by the checks below, as an unknown key
         out.append((key, reviewed))
@@ -333,28 +342,37 @@ def acceptance(result, record):
     return None
 
 
-def reject(rt, key, reason=None, by=None, channel="cli"):
-    """Reject a ready task, keeping who rejected it and why (``reason``, optional)."""
-    actor = Actor.of(by, channel)
+def reject(rt, key, reason=None, by=None, channel="cli", digest=None, monitors=None):
+    """Reject a ready task, keeping who rejected it and why (``reason``, optional).
+
+    ``digest``: the result the person saw; the task is rejected only while it is
+    still that result, checked in the transaction that rejects it (else
+    ``digest_mismatch``, nothing changed).
+    """
+    actor = Actor.of(by, channel, monitors)
     reason = check_reason(reason)
     now = rt.clock.now()
-    task = get_task(key)
+    task = get_task(key, actor.monitors)
     key = task.key
-    try:
-        with db.atomic():
-            move_task(key, [T.READY], T.REJECTED, now, code="rejected",
-                      rejected_by=actor.identity, reject_reason=reason)
+    seen = () if digest is None else (Task.digest == digest,)
+    with db.atomic():
+        moved = move_tasks([key], [T.READY], T.REJECTED, now, where=seen[0] if seen else None,
+                           code="rejected", rejected_by=actor.identity, reject_reason=reason)
+        if moved:
             audit(now, "rejected", task.monitor, task_key=key, **actor.audit)
-    except Fenced:
-        raise Refused("not_ready", f"task is {get_task(key).status}, not ready") from None
+    if not moved:
+        now_task = get_task(key)
+        if now_task.status == T.READY:
+            raise Refused("digest_mismatch", "the digest does not match the task's result")
+        raise Refused("not_ready", f"task is {now_task.status}, not ready")
     return answer(get_task(key))
 
 
-def retry(rt, key, by=None, channel="cli"):
+def retry(rt, key, by=None, channel="cli", monitors=None):
     """Queue a parked, approved or uncertain task for submission again."""
-    actor = Actor.of(by, channel)
+    actor = Actor.of(by, channel, monitors)
     now = rt.clock.now()
-    task = get_task(key)
+    task = get_task(key, actor.monitors)
     key = task.key
     if task.status == T.READY:
         raise Refused("needs_approval", "the task waits for approval: nothing is submitted before it")
@@ -370,7 +388,7 @@ def retry(rt, key, by=None, channel="cli"):
     return answer(get_task(key))
 
 
-def cancel(rt, key, by, channel):
+def cancel(rt, key, by, channel, monitors=None):
     """Cancel one open task as a monitor's cancel ends its tasks (``state.tasks.cancel_tasks``).
 
     What no write can have reached is ``cancelled``; a task that may have been
@@ -378,8 +396,8 @@ def cancel(rt, key, by, channel):
     in flight ends ``done`` if its receipt confirms it). A finished task is
     refused (``not_cancellable``), nothing changed.
     """
-    actor = Actor.of(by, channel)
-    task = get_task(key)
+    actor = Actor.of(by, channel, monitors)
+    task = get_task(key, actor.monitors)
     in_flight = _cancel_one(task, rt.clock.now(), actor)
     task = get_task(task.key)
     return dict(answer(task), outcome_unknown=task.outcome_unknown,

@@ -36,16 +36,16 @@ from ..rules.records import check_material, check_record
 REDRAFTABLE_BLOCKS = ("source_changed", "acceptance_failed")
 
 
-def redraft(rt, key, by=None, channel="cli"):
+def redraft(rt, key, by=None, channel="cli", monitors=None):
     """Draft task ``key`` (or a unique key prefix) again; see the module docstring.
 
     Answers ``{key, status, digest, changed, replaces}``: ``key`` is the task
     to review now, ``replaces`` the superseded key when a new task was made.
     The approvals given so far are forgotten: the quorum starts again at zero.
     """
-    actor = Actor.of(by, channel)
+    actor = Actor.of(by, channel, monitors)
     who = actor.audit
-    task = get_task(key)
+    task = get_task(key, actor.monitors)
     _check_redraftable(task)
     now = rt.clock.now()
     host = rt.host()

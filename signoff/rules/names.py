@@ -83,14 +83,20 @@ def os_account():
 
 @dataclass(frozen=True)
 class Actor:
-    """Who made a decision: the ``identity`` counted, the ``channel``, and a ``note``."""
+    """Who made a decision: the ``identity`` counted, the ``channel``, a ``note``, and the
+    ``monitors`` a limited reviewer may decide for (``None``: every monitor).
+
+    The limits travel with the actor into every decision, which finds its task
+    among those monitors' alone: another monitor's task is unknown to it.
+    """
 
     identity: str
     channel: str
     note: str | None = None
+    monitors: frozenset | None = None
 
     @classmethod
-    def of(cls, by, channel):
+    def of(cls, by, channel, monitors=None):
         """The actor of a call through ``channel``: on the CLI (the Python API's default
         channel too) the OS account, with ``by`` kept as a note; elsewhere ``by``
         itself, the identity the face authenticated (a reviewer, ``policy:<id>``).
@@ -100,10 +106,11 @@ class Actor:
         """
         if channel not in CHANNELS:
             raise ValueError(f"unknown channel {channel!r}")
+        limits = None if monitors is None else frozenset(monitors)
         if channel == "cli":
             return cls(OPERATOR + os_account(), "cli",
-                       None if by is None else check_name("by", by))
-        return cls(check_name("by", by), channel)
+                       None if by is None else check_name("by", by), limits)
+        return cls(check_name("by", by), channel, None, limits)
 
     @property
     def audit(self):

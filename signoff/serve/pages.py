@@ -249,8 +249,9 @@ class Pages:
         if isinstance(edit, str):
             edit = edit.replace("\r\n", "\n")  # browsers send a textarea's lines with CRLF
         ack = form.get("ack_hidden_characters") in ("1", "on", "true")
-        return await self._act(request, viewer, key, lambda full: self.rt.approve(
-            full, digest, by=viewer.name, channel="page", edit=edit, ack_hidden_characters=ack))
+        return await self._act(request, viewer, key, lambda: self.rt.approve(
+            key, digest, by=viewer.name, channel="page", edit=edit, ack_hidden_characters=ack,
+            monitors=viewer.monitors))
 
     async def reject(self, request):
         """``POST /tasks/{key}/reject`` with the ``digest`` shown on the page."""
@@ -259,12 +260,9 @@ class Pages:
             return refusal
         key, digest = request.path_params["key"], form.get("digest") or ""
         reason = form.get("reason") or None  # an empty field: no reason given
-
-        def reject(full):
-            if self.rt.task(full)["digest"] != digest:
-                raise Refused("digest_mismatch", "the digest does not match the task's result")
-            return self.rt.reject(full, reason=reason, by=viewer.name, channel="page")
-        return await self._act(request, viewer, key, reject)
+        return await self._act(request, viewer, key, lambda: self.rt.reject(
+            key, reason=reason, by=viewer.name, channel="page", digest=digest,
+            monitors=viewer.monitors))
 
     async def retry(self, request):
         """``POST /tasks/{key}/retry``: queue a parked, approved or uncertain task again."""
@@ -284,8 +282,9 @@ class Pages:
         viewer, _, refusal = await self.form_guard(request)
         if refusal:
             return refusal
-        return await self._act(request, viewer, request.path_params["key"],
-                               lambda full: action(full, by=viewer.name, channel="page"))
+        key = request.path_params["key"]
+        return await self._act(request, viewer, key, lambda: action(
+            key, by=viewer.name, channel="page", monitors=viewer.monitors))
 
     async def replay(self, request):
         """``POST /dead-letters/{id}/replay``."""
@@ -332,7 +331,8 @@ class Pages:
         if not items:
             return self.render(request, "outcome.html", status_code=400, viewer=viewer,
                                title="Nothing selected", results=[])
-        outcomes = await run_in_threadpool(self._approve_allowed, items, viewer)
+        outcomes = await run_in_threadpool(lambda: self.rt.approve_many(
+            items, viewer.name, channel="page", monitors=viewer.monitors))
         results = [(key, o.code, o.message) if isinstance(o, Refused) else (key, o["status"], "")
                    for (key, _), o in zip(items, outcomes)]
         failed = any(isinstance(o, Refused) for o in outcomes)
@@ -340,31 +340,15 @@ class Pages:
         return self.render(request, "outcome.html", status_code=CONFLICT if failed else 200,
                            viewer=viewer, title="Bulk approval", results=results)
 
-    def _approve_allowed(self, items, viewer):
-        """``approve_many`` of the items whose task this reviewer may act on; the
-        others refused ``unknown_task``, as tasks that do not exist."""
-        refused, items = {}, list(items)
-        if viewer.monitors is not None:
-            for i, (key, digest) in enumerate(items):
-                try:
-                    items[i] = (self.rt.task_key(key, viewer.monitors), digest)
-                except Refused as exc:
-                    refused[i] = exc
-        kept = [item for i, item in enumerate(items) if i not in refused]
-        answers = iter(self.rt.approve_many(kept, viewer.name, channel="page") if kept else [])
-        return [refused[i] if i in refused else next(answers) for i in range(len(items))]
-
     async def _act(self, request, viewer, key, action):
-        """``action(full key)`` on a task this reviewer may see (else ``unknown_task``),
-        then to the page of the task its answer names (a redraft may name a new one)."""
-        def checked():
-            full = self.rt.task_key(key, viewer.monitors)
-            return action(full).get("key") or full
+        """``action()``, a decision the reviewer's limits travel into (another monitor's
+        task is ``unknown_task``), then to the page of the task its answer names (a
+        redraft may name a new one)."""
         try:
-            shown = await run_in_threadpool(checked)
+            answer = await run_in_threadpool(action)
         except Refused as exc:
             return self._refused(request, viewer, exc, key)
-        return RedirectResponse(f"/tasks/{shown}", status_code=303)
+        return RedirectResponse(f"/tasks/{answer['key']}", status_code=303)
 
     def _refused(self, request, viewer, exc, key=""):
         return self.render(request, "outcome.html", status_code=status_of(exc.code),

@@ -96,3 +96,37 @@ def test_another_monitors_delivery_is_unknown_as_one_that_does_not_exist(rt, two
     code, message = refusal(rt.delivery, theirs, frozenset({"other"}))
     assert (code, message) == ("unknown_delivery", f"no delivery {theirs}")
     assert rt.delivery(theirs)["monitor"] == "default"
+
+
+def test_a_limited_reviewer_s_decisions_find_no_other_monitor_s_task(rt, two_tasks):
+    theirs, mine = two_tasks["default"], two_tasks["other"]
+    limited = frozenset({"other"})
+    as_alice = {"by": "alice", "channel": "api", "monitors": limited}
+    decisions = [
+        lambda key: rt.approve(key, theirs["digest"], **as_alice),
+        lambda key: rt.approve(key, theirs["digest"], edit="changed", **as_alice),
+        lambda key: rt.reject(key, reason="no", **as_alice),
+        lambda key: rt.cancel_task(key, **as_alice),
+        lambda key: rt.retry(key, **as_alice),
+        lambda key: rt.redraft(key, **as_alice),
+    ]
+    for decide in decisions:
+        for size in (64, 10):
+            with pytest.raises(Refused) as refused:
+                decide(theirs["key"][:size])
+            assert refused.value.code == "unknown_task"
+    [refused] = rt.approve_many([(theirs["key"], theirs["digest"])], **as_alice)
+    assert refused.code == "unknown_task"
+    assert rt.task(theirs["key"])["status"] == "ready" and rt.task(theirs["key"])["approvals"] == []
+    assert rt.approve(mine["key"][:10], mine["digest"], **as_alice)["status"] == "approved"
+
+
+def test_a_reject_is_of_the_result_the_person_saw(rt, two_tasks, host):
+    task = two_tasks["default"]
+    with pytest.raises(Refused) as refused:
+        rt.reject(task["key"], reason="no", by="alice", channel="page", digest="f" * 64)
+    assert refused.value.code == "digest_mismatch"
+    assert rt.task(task["key"])["status"] == "ready"
+    assert not [a for a in rt.audit() if a["code"] == "rejected"]
+    done = rt.reject(task["key"], reason="no", by="alice", channel="page", digest=task["digest"])
+    assert done["status"] == "rejected"
