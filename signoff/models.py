@@ -329,6 +329,10 @@ class Audit(BaseModel):
     note = Text(null=True)
     # What a change of a reviewer, secret, policy or monitor was about (its name or id).
     subject = Text(null=True)
+    # Identifiers and proofs an entry carries beyond the columns above (a digest, a
+    # quorum's size, a signed statement and its signature, a key's public part),
+    # never bodies, record text or secrets.
+    data = JSON(null=True)
 
 
 class AuditReviewer(BaseModel):

@@ -5,17 +5,18 @@ from ..storage import insert_rows
 
 
 def audit(now, code, monitor=None, event_id=None, task_key=None, actor=None, channel=None,
-          note=None, subject=None):
+          note=None, subject=None, data=None):
     """Append one audit row: identifiers and a code, never content; returns its ``seq``.
 
     ``actor`` (an identity) and ``channel`` name who decided and through which
     face, for human decisions (and ``policy``); the engine's own moves leave
     them null. ``note`` is the CLI's ``--by`` word; ``subject`` what a change of
-    a reviewer, secret, policy or monitor was about.
+    a reviewer, secret, policy or monitor was about; ``data`` a dict of further
+    identifiers and proofs (never content).
     """
     return Audit.insert(at=now, code=code, monitor=monitor, event_id=event_id,
                         task_key=task_key, actor=actor, channel=channel, note=note,
-                        subject=subject).execute()
+                        subject=subject, data=data).execute()
 
 
 def record_attempts(rows):

@@ -12,7 +12,7 @@ from .faults import describe
 
 # Bumped whenever a table, column or index changes; `signoff init` records it
 # (and brings an older schema up to date).
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 SCHEMA_TABLE = "signoff_schema"
 # Indexes of older versions that `init` drops. Version 2 made each claim index
 # end in the claim's tie-break, so every engine claims in the same order;
@@ -22,7 +22,8 @@ SCHEMA_TABLE = "signoff_schema"
 # (traces, heartbeats, subscriptions, quorum and edits, pauses, reviewers per
 # monitor, decision notifications, drafter usage), which init adds with their
 # defaults; version 6 added columns only (identities' notes and audit subjects,
-# the reason of a delivery's failed attempt).
+# the reason of a delivery's failed attempt); version 7 added columns and tables
+# only (the audit's data).
 RETIRED_INDEXES = ("delivery_status_next_at", "task_status_next_at", "delivery_suspect",
                    "task_suspect")
 # Data an upgrade from below a version must carry over, run once the columns exist.
