@@ -363,31 +363,47 @@ V6_COLUMNS = {"approval": ("note",), "audit": ("note", "subject"), "reviewer": (
               "delivery": ("last_reason",), "dead_letter": ("reason",)}
 
 
-def put_back_to_5(database):
-    """Drop the columns version 6 added."""
-    for table, columns in V6_COLUMNS.items():
+# What version 7 added: columns of older tables (tables it adds are dropped by name).
+V7_COLUMNS = {"audit": ("data",)}
+V7_TABLES = ()
+
+
+def _drop_columns(database, added):
+    for table, columns in added.items():
         for index in database.get_indexes(table):
             if set(index.columns) & set(columns):
                 database.execute_sql(f'DROP INDEX "{index.name}"')
         for column in columns:
             database.execute_sql(f'ALTER TABLE "{table}" DROP COLUMN "{column}"')
+
+
+def put_back_to_6(database):
+    """Drop what version 7 added."""
+    for table in V7_TABLES:
+        database.execute_sql(f'DROP TABLE "{table}"')
+    _drop_columns(database, V7_COLUMNS)
+
+
+def put_back_to_5(database):
+    """Drop what versions 6 and 7 added."""
+    put_back_to_6(database)
+    _drop_columns(database, V6_COLUMNS)
 
 
 def put_back_to_4(database):
-    """Drop what versions 5 and 6 added (and the indexes that name their columns)."""
+    """Drop what versions 5 to 7 added (and the indexes that name their columns)."""
     put_back_to_5(database)
     for table in V5_TABLES:
         database.execute_sql(f'DROP TABLE "{table}"')
-    for table, columns in V5_COLUMNS.items():
-        for index in database.get_indexes(table):
-            if set(index.columns) & set(columns):
-                database.execute_sql(f'DROP INDEX "{index.name}"')
-        for column in columns:
-            database.execute_sql(f'ALTER TABLE "{table}" DROP COLUMN "{column}"')
+    _drop_columns(database, V5_COLUMNS)
 
 
 def put_back_version(database, version):
     """Make a current schema look as a home of ``version`` has it."""
+    if version == 6:
+        put_back_to_6(database)
+        database.execute_sql(f"UPDATE {storage.SCHEMA_TABLE} SET version = 6")
+        return
     if version == 5:
         put_back_to_5(database)
         database.execute_sql(f"UPDATE {storage.SCHEMA_TABLE} SET version = 5")
@@ -420,7 +436,7 @@ def put_back_version(database, version):
     database.execute_sql(f"UPDATE {storage.SCHEMA_TABLE} SET version = {version}")
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6])
 def test_init_brings_an_older_schema_up_to_date(rt, home, clock, version):
     database = rt.database
     put_back_version(database, version)
@@ -446,9 +462,11 @@ def test_init_brings_an_older_schema_up_to_date(rt, home, clock, version):
             marked = [(d.event_id, d.suspect) for d in Delivery.select().order_by(Delivery.id)]
         assert {"webhook_digest", "audit_reviewer", *V5_TABLES} <= set(again.database.get_tables())
         columns = {t: {c.name for c in again.database.get_columns(t)}
-                   for t in (*V5_COLUMNS, *V6_COLUMNS)}
-    assert found == storage.SCHEMA_VERSION == 6
-    assert all(set(added) <= columns[t] for t, added in (*V5_COLUMNS.items(), *V6_COLUMNS.items()))
+                   for t in (*V5_COLUMNS, *V6_COLUMNS, *V7_COLUMNS)}
+    assert found == storage.SCHEMA_VERSION == 7
+    assert all(set(added) <= columns[t] for t, added in
+               (*V5_COLUMNS.items(), *V6_COLUMNS.items(), *V7_COLUMNS.items()))
+    assert set(V7_TABLES) <= set(again.database.get_tables())
     assert {"delivery_status_next_at_id", "task_status_next_at_created_at_key",
             *V3_INDEXES.values(), *V4_INDEXES.values()} <= names
     assert not names & set(storage.schema.RETIRED_INDEXES)
