@@ -24,13 +24,14 @@ from .bulk import Fetched, PreparedInsert, insert_rows, select_instances, select
 from .database import Unbound, bind, db, engine_of, resolve  # noqa: F401 (the package face)
 from .engines import open_database, label
 from .faults import (describe, describe_server, drop_connection, log_failed_pass, retried,
-                     retrying, session, transient, unstorable, wait_until_reachable)
+                     own_database, retrying, session, transient, unstorable, wait_until_reachable)
 from .fields import JSON, Text, escape_text, lossless_dumps, unescape_text
 from .schema import SCHEMA_TABLE, SCHEMA_VERSION, check_schema, create_schema
 
 __all__ = [
     "Fetched", "PreparedInsert", "insert_rows", "select_instances", "select_tuples", "to_param", "bind", "db", "engine_of", "open_database",
     "label", "describe", "describe_server", "unstorable", "drop_connection", "log_failed_pass", "retried", "retrying", "session",
+    "own_database",
     "transient", "wait_until_reachable", "JSON", "Text", "escape_text", "lossless_dumps",
     "unescape_text", "SCHEMA_TABLE", "SCHEMA_VERSION", "check_schema", "create_schema",
     "claim", "key_in", "key_case", "unindexed", "lock_name", "lock_rows", "read_snapshot", "unsynced", "prepare_worker", "checkpoint",
