@@ -8,7 +8,8 @@ queues, lives in this package.
 - ``schema``: create, upgrade and check the schema and its version;
 - ``fields``: columns that read back exactly what was written;
 - ``bulk``: inserts in few statements, rows read in bulk as instances or tuples;
-- ``faults``: what a database failure means, retries on a fresh connection;
+- ``faults``: what a database failure means, retries on a fresh connection, and the
+  methods bound to their object's own database (``own_database``);
 - ``queue``: the Huey queue on SQLite, Redis or PostgreSQL;
 - ``net``: how long a server connection may stay silent before it counts as dead;
 - ``urls``: backend URLs as the drivers take them, and the extras they need.
