@@ -396,7 +396,7 @@ class _Drain:
 
 
 def _reap(rt):
-    summary = _safe(rt.reap, {})
+    summary = _safe(rt.engine.reap, {})
     return sum(v for k, v in summary.items() if k != "woken")
 
 
