@@ -26,13 +26,14 @@ from .engines import open_database, label
 from .faults import (describe, describe_server, drop_connection, log_failed_pass, retried,
                      retrying, session, transient, unstorable, wait_until_reachable)
 from .fields import JSON, Text, escape_text, lossless_dumps, unescape_text
-from .schema import SCHEMA_TABLE, SCHEMA_VERSION, check_schema, create_schema
+from .schema import SCHEMA_TABLE, SCHEMA_VERSION, check_schema, create_schema, recount_tallies
 
 __all__ = [
     "Fetched", "PreparedInsert", "insert_rows", "select_instances", "select_tuples", "to_param", "bind", "db", "engine_of", "open_database",
     "label", "describe", "describe_server", "unstorable", "drop_connection", "log_failed_pass", "retried", "retrying", "session",
     "transient", "wait_until_reachable", "JSON", "Text", "escape_text", "lossless_dumps",
     "unescape_text", "SCHEMA_TABLE", "SCHEMA_VERSION", "check_schema", "create_schema",
+    "recount_tallies",
     "claim", "key_in", "key_case", "unindexed", "lock_name", "lock_rows", "read_snapshot", "unsynced", "prepare_worker", "checkpoint",
     "analyze", "synced_clock",
 ]
