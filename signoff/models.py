@@ -180,8 +180,11 @@ class Task(BaseModel):
     draft_meta = JSON(null=True)
 
     class Meta:
-        # Claim order (storage.claim): due first, then as created, then by key.
-        indexes = ((("status", "next_at", "created_at", "key"), False), (("monitor",), False),
+        # Claim order (storage.claim): due first, then as created, then by key. The
+        # listings' order (newest first), of all tasks and of some monitors': a page
+        # of them reads its rows, not a sort of the whole history.
+        indexes = ((("status", "next_at", "created_at", "key"), False),
+                   (("monitor", "created_at", "key"), False), (("created_at", "key"), False),
                    (("lease_until",), False))
 
 

@@ -23,9 +23,10 @@ SCHEMA_TABLE = "signoff_schema"
 # monitor, decision notifications, drafter usage), which init adds with their
 # defaults; version 6 added columns only (identities' notes and audit subjects,
 # the reason of a delivery's failed attempt); version 7 added the audit's data and
-# the tallies of finished rows (counted from the rows by the upgrade).
+# the tallies of finished rows (counted from the rows by the upgrade), and indexed
+# tasks in the listings' order (all, and by monitor, replacing ``task_monitor``).
 RETIRED_INDEXES = ("delivery_status_next_at", "task_status_next_at", "delivery_suspect",
-                   "task_suspect")
+                   "task_suspect", "task_monitor")
 # The tallies (state/tallies.py) counted afresh from the rows: what an upgrade to
 # version 7 starts them from. The same statuses as ``tallies.SETTLED``.
 TALLY_RECOUNT = (

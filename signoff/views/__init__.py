@@ -8,6 +8,7 @@ CLI prints row by row so even ``--all`` runs in constant memory.
 
 from peewee import Case, fn
 
+from .. import storage
 from ..steps import drafting, recordbatches
 from ..admin import gaps, subscriptions
 from ..rules.drafts import draft_diff
@@ -64,6 +65,10 @@ def _query(name, status=None, newest_first=False, where=()):
     model, _, columns, order, status_column = LISTINGS[name]
     query = model.select(*columns)
     if status:
+        if model is Task and status not in _live(Task):
+            # Most tasks are finished: a page of the newest reads the listings' index
+            # and skips the others, where the status index would sort them all first.
+            status_column = storage.unindexed(status_column)
         query = query.where(status_column == status)
     if where:
         query = query.where(*where)
@@ -126,7 +131,10 @@ def task_page(status=None, monitor=None, parked=False, monitors=None, limit=50, 
     if parked:
         where.append(Task.parked == True)  # noqa: E712
     if monitors is not None:
-        where.append(Task.monitor.in_(sorted(monitors)))
+        # One monitor's page reads its index in order; of several, the newest of all
+        # are read and the others' skipped (an IN list's rows would be sorted).
+        column = Task.monitor if len(monitors) == 1 else storage.unindexed(Task.monitor)
+        where.append(column.in_(sorted(monitors)))
     query = _query("tasks", status, newest_first=True, where=where)
     more = max(0, task_total(status, monitor, parked, monitors) - offset - limit)
     convert = LISTINGS["tasks"][1]
@@ -149,8 +157,8 @@ def task_total(status=None, monitor=None, parked=False, monitors=None):
     total = 0
     if live:
         query = Task.select().where(Task.status.in_(live))
-        if monitors is not None:
-            query = query.where(Task.monitor.in_(sorted(monitors)))
+        if monitors is not None:  # found by status: the few not finished
+            query = query.where(storage.unindexed(Task.monitor).in_(sorted(monitors)))
         if parked:
             query = query.where(Task.parked == True)  # noqa: E712
         total += query.count()
@@ -201,14 +209,19 @@ def review_list(status, monitor=None, parked=False, monitors=None, limit=200):
     query = Task.select(Task.key, Task.monitor, Task.record_id, Task.version, Task.status,
                         Task.code, Task.parked, Task.outcome_unknown, Task.digest,
                         Task.updated_at, Task.created_at, Task.result, Task.needs_answers)
+    # The few tasks of a status not finished are found by status; a finished status
+    # or all of them, in the listings' order, skipping the others.
+    by_status = status != "all" and status in _live(Task)
+    status_column = Task.status if by_status else storage.unindexed(Task.status)
+    monitor_column = storage.unindexed(Task.monitor) if by_status else Task.monitor
     if status != "all":
-        query = query.where(Task.status == status)
+        query = query.where(status_column == status)
     if monitor:
-        query = query.where(Task.monitor == monitor)
+        query = query.where(monitor_column == monitor)
     if parked:
         query = query.where(Task.parked == True)  # noqa: E712
     if monitors is not None:
-        query = query.where(Task.monitor.in_(sorted(monitors)))
+        query = query.where(monitor_column.in_(sorted(monitors)))
     tasks = list(query.order_by(Task.created_at, Task.key).limit(limit))
     quorum = _quorum([t for t in tasks if t.status == T.READY])
     rows = [{"key": t.key, "monitor": t.monitor, "record_id": t.record_id, "version": t.version,
@@ -224,8 +237,8 @@ def _counts_by_status(monitors):
     """Tasks by status (of ``monitors`` only, when given), as ``task_total`` counts them."""
     counted = (Task.select(Task.status, fn.COUNT(Task.key)).where(Task.status.in_(_live(Task)))
                .group_by(Task.status))
-    if monitors is not None:
-        counted = counted.where(Task.monitor.in_(sorted(monitors)))
+    if monitors is not None:  # found by status, as in ``task_total``
+        counted = counted.where(storage.unindexed(Task.monitor).in_(sorted(monitors)))
     counts = dict(counted.tuples())
     for (_, status), n in tallies.counts("task", monitors=monitors).items():
         counts[status] = counts.get(status, 0) + n
