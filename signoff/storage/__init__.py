@@ -27,7 +27,7 @@ from .engines import open_database, label
 from .faults import (describe, describe_server, drop_connection, log_failed_pass, retried,
                      own_database, retrying, session, transient, unstorable, wait_until_reachable)
 from .fields import JSON, Text, escape_text, lossless_dumps, unescape_text
-from .schema import SCHEMA_TABLE, SCHEMA_VERSION, check_schema, create_schema
+from .schema import SCHEMA_TABLE, SCHEMA_VERSION, check_schema, create_schema, recount_tallies
 
 __all__ = [
     "Fetched", "PreparedInsert", "insert_rows", "select_instances", "select_tuples", "to_param", "bind", "db", "engine_of", "open_database",
@@ -35,6 +35,7 @@ __all__ = [
     "own_database",
     "transient", "wait_until_reachable", "JSON", "Text", "escape_text", "lossless_dumps",
     "unescape_text", "SCHEMA_TABLE", "SCHEMA_VERSION", "check_schema", "create_schema",
+    "recount_tallies",
     "claim", "key_in", "key_case", "unindexed", "lock_name", "lock_rows", "read_snapshot", "unsynced", "prepare_worker", "checkpoint",
     "analyze", "synced_clock",
 ]

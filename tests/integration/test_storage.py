@@ -365,7 +365,7 @@ V6_COLUMNS = {"approval": ("note",), "audit": ("note", "subject"), "reviewer": (
 
 # What version 7 added: columns of older tables (tables it adds are dropped by name).
 V7_COLUMNS = {"audit": ("data",)}
-V7_TABLES = ()
+V7_TABLES = ("tally", "tally_delta")
 
 
 def _drop_columns(database, added):
