@@ -305,10 +305,10 @@ def _child(argv):
 
 def _time_batches(reporter):
     """Record (start, end, claimed) of every batch call that claimed something."""
-    from signoff.app import Signoff
+    from signoff.engine import Engine
     for step in ("ingest", "submit"):
         done = reporter.extra[step] = []
-        original = getattr(Signoff, f"{step}_batch")
+        original = getattr(Engine, f"{step}_batch")
 
         def timed(self, owner, _original=original, _done=done):
             start = time.time()
@@ -317,7 +317,7 @@ def _time_batches(reporter):
                 _done.append((start, time.time(), claimed))
             return claimed, full
 
-        setattr(Signoff, f"{step}_batch", timed)
+        setattr(Engine, f"{step}_batch", timed)
 
 
 def _host_conn(path):
