@@ -6,7 +6,7 @@ import threading
 from peewee import DatabaseError
 
 from . import views
-from .admin import gaps, monitors, resume, reviewers, secrets, subscriptions
+from .admin import auditlog, gaps, monitors, resume, reviewers, secrets, subscriptions
 from .chores import retention
 from .decisions import approval, deadletters, deliveries, policy, redraft
 from .intake import enqueue, webhooks
@@ -19,6 +19,7 @@ from .config import (call_factory, load_config, load_plugin, make_private, resol
 from .rules.events import check_value
 from .models import MODELS
 from .storage.groupcommit import GATHER_S, GroupCommit
+from .storage.homekey import create_home_key
 from .storage.queue import close_queue, make_queue
 from .storage.urls import require_extras
 from .tasks import Wakers
@@ -94,6 +95,7 @@ class Signoff:
         rt = cls(path, clock=clock, create=True)
         try:
             storage.create_schema(rt.database, MODELS)
+            create_home_key(path)  # kept when it exists: it signs the audit's checkpoints
             rt.host()  # a host that keeps files (the reference host) creates them now
             # A drafter that cannot start (a missing key) is said at once; not kept,
             # so that tracing started later still wraps the one the runtime uses.
@@ -508,6 +510,17 @@ class Signoff:
     def audit(self, **kw):
         """Audit rows (``limit``, ``after``, ``latest``, ``newest_first``)."""
         return views.audit(**kw)
+
+    @staticmethod
+    def audit_key(home=None):
+        """The public key of ``home`` (no database opened): ``{public_key, fingerprint,
+        home, path}``."""
+        return auditlog.key_info(resolve_home(home))
+
+    @_own_database
+    def audit_export(self, write, since=None):
+        """Write the audit export line by line through ``write``; returns its head."""
+        return auditlog.export(self, write, since)
 
     @_own_database
     def stats(self):
