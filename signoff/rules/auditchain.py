@@ -2,7 +2,7 @@
 an entry joins, and the checkpoint statements the home key signs.
 
 An entry's hash is SHA-256 of the canonical JSON (RFC 8785) of its body: its
-columns that are set (``ENTRY_FIELDS``), ``prev`` (the hash of its chain's
+columns (``ENTRY_FIELDS``, null where unset), ``prev`` (the hash of its chain's
 entry before it) among them; never its ``seq``, which the database assigns
 after the hash is made. Entries of one task form the chain ``task:<key>``;
 an entry written without its task's row held (a duplicate delivery's), and one
@@ -71,13 +71,25 @@ def sha256_hex(data):
 
 
 def entry_body(entry):
-    """The part of an audit entry (a dict of its columns) that its hash covers."""
-    return {name: entry[name] for name in ENTRY_FIELDS if entry.get(name) is not None}
+    """The part of an audit entry (a dict of its columns; one left out is null) that
+    its hash covers: every field of ``ENTRY_FIELDS``."""
+    return {name: entry.get(name) for name in ENTRY_FIELDS}
 
 
 def entry_hash(entry):
     """The hash of an audit entry: SHA-256 of the canonical JSON of its body."""
-    return sha256_hex(canonical_bytes(entry_body(entry)))
+    return body_hash(entry_body(entry))
+
+
+def body_hash(body):
+    """``entry_hash`` of a dict that holds exactly ``ENTRY_FIELDS``, text or null but
+    ``at`` and ``data`` (what an entry is written from)."""
+    if _plain(body["at"]) and _plain(body["data"]):
+        try:
+            return sha256_hex(_ENCODE(body).encode("utf-8"))
+        except UnicodeEncodeError:
+            pass
+    return sha256_hex(rfc8785.dumps(body))
 
 
 def task_chain(key):
@@ -96,11 +108,18 @@ def statement_hash(statement):
     return sha256_hex(statement_bytes(statement))
 
 
-def checkpoint_statement(home, number, prev, at, heads, lone):
+def checkpoint_statement(home, number, prev, at, heads, lone, order):
     """A checkpoint, unsigned: its number, the checkpoint before it, the chains' heads
-    its section advanced (``{chain: hash}``) and its lone entries' hashes in order."""
+    its section advanced (``{chain: hash}``), its lone entries' hashes, and
+    ``order_hash`` of all its entries' hashes in the order it sealed them."""
     return {"kind": "checkpoint", "v": STATEMENT_VERSION, "home": home, "n": number,
-            "prev": prev, "at": at, "heads": heads, "lone": lone}
+            "prev": prev, "at": at, "heads": heads, "lone": lone, "order": order}
+
+
+def order_hash(hashes):
+    """The hash of a section's entry hashes, in order: entries of different chains keep
+    their places too."""
+    return sha256_hex("".join(hashes).encode("ascii"))
 
 
 def close_statement(home, at, head, tasks):

@@ -18,8 +18,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ..errors import Refused
-from .auditchain import (ENTRY_FIELDS, STATE_FIELDS, STATEMENT_VERSION, TASK_CHAIN, b64url, canonical_bytes, entry_hash,
-                         from_b64url, statement_bytes, statement_hash, tasks_hash)
+from .auditchain import (ENTRY_FIELDS, STATE_FIELDS, STATEMENT_VERSION, TASK_CHAIN, b64url,
+                         canonical_bytes, entry_hash, from_b64url, order_hash, statement_bytes,
+                         statement_hash, tasks_hash)
 
 CODES = ("chain_broken", "bad_signature", "unknown_key", "quorum_short", "digest_differs",
          "head_mismatch")
@@ -34,9 +35,9 @@ ENTRY_KEYS = {"kind", *ENTRY_FIELDS}  # what an entry line may hold
 class Failed(Exception):
     """The first failure found: ``code`` (one of ``CODES``), the task, what is wrong."""
 
-    def __init__(self, code, message, task=None):
+    def __init__(self, code, message, task=None, line=None):
         super().__init__(message)
-        self.code, self.message, self.task = code, message, task
+        self.code, self.message, self.task, self.line = code, message, task, line
 
 
 @dataclass
@@ -82,6 +83,9 @@ class TaskLedger:
         if not isinstance(self.quorum, int) or self.quorum < 1:
             raise Failed("quorum_short", "approved, but its chain holds no draft with its "
                          "quorum", self.key)
+        if digest != self.digest:
+            raise Failed("quorum_short", "approved a digest that is not its draft's in its "
+                         "chain", self.key)
         count = len(self.approvers.get(digest, ()))
         if digest is None or count < self.quorum:
             raise Failed("quorum_short", f"approved with {count} of the {self.quorum} distinct "
@@ -119,27 +123,34 @@ def read_public_key(text):
     return key
 
 
-def chain_holds(key, entries, approvals, approved_digest):
-    """What keeps task ``key`` from being submitted as its chain records it, or ``None``.
+def chain_holds(entries, approvals, approved_digest, quorum):
+    """What keeps a task from being submitted as its chain records it, or ``None``.
 
-    ``entries``: its chain in order (dicts of ``prev``, ``hash``, ``code``,
-    ``actor``, ``subject``, ``data``); ``approvals``: the ``(digest, identity)``
-    pairs on record. The chain must be linked, hold the quorum over
-    ``approved_digest``, and hold every approval of that digest on record.
+    ``entries``: its chain in order, tuples ``(prev, hash, code, actor, subject,
+    starts)`` (``starts``: the entry carries a draft's proofs, so the count
+    begins again); ``approvals``: the ``(digest, identity)`` pairs on record. The
+    chain must be linked, its last count complete with ``quorum`` distinct
+    identities, and every approval of ``approved_digest`` on record in it. The
+    digests themselves are ``audit verify``'s to judge: this is the worker's
+    check against rows written around signoff, and reads no entry's data.
     """
-    ledger, prev = TaskLedger(key), None
-    for entry in entries:
-        if entry["prev"] != prev:
+    prev, approvers, complete = None, set(), False
+    for link, own, code, actor, subject, starts in entries:
+        if link != prev:
             return "its chain's links do not follow one another"
-        prev = entry["hash"]
-        try:
-            ledger.apply(entry["code"], entry["actor"], entry["data"], entry["subject"])
-        except Failed as exc:
-            return exc.message
-    if ledger.approved is None or ledger.approved != approved_digest:
-        return "its chain holds no quorum for the approved digest"
-    counted = {who for digest, who in approvals if digest == approved_digest}
-    missing = counted - ledger.approvers.get(approved_digest, set())
+        prev = own
+        if (code in STARTING and starts) or code == "edited":
+            approvers, complete = set(), False
+        elif code in APPROVING:
+            approvers.add(actor)
+            complete = complete or code in COMPLETING
+        elif code == "approval_withdrawn":
+            approvers.discard(subject)
+        elif code in ENDING:
+            complete = False
+    if not complete or len(approvers) < quorum:
+        return f"its chain holds {len(approvers)} of the {quorum} approvals it needs"
+    missing = {who for digest, who in approvals if digest == approved_digest} - approvers
     if missing:
         return f"{len(missing)} approval(s) on record are not in its chain"
     return None
@@ -157,11 +168,16 @@ def verify_lines(lines, home_key, home, head=None):
     number = 0
     try:
         for number, text in enumerate(lines, 1):
-            check.line(_parse(text))
+            value = _parse(text)
+            try:
+                check.line(value, number)
+            except (TypeError, AttributeError, KeyError) as exc:  # a field of the wrong kind
+                raise Failed("chain_broken", f"a malformed line ({type(exc).__name__})") from None
         check.end(head)
         failure = None
     except Failed as exc:
-        failure = {"line": number if exc.code != "head_mismatch" else None, "code": exc.code,
+        line = exc.line or (number if exc.code != "head_mismatch" else None)
+        failure = {"line": line, "code": exc.code,
                    "task": exc.task, "message": str(exc)}
     return {"ok": failure is None, "entries": check.entries, "checkpoints": check.checkpoints,
             "head": check.head, "since": check.base, "failure": failure}
@@ -179,26 +195,34 @@ def _parse(text):
 
 class Verifier:
     """The state of a check in progress: each chain's head, the section since the last
-    checkpoint, the reviewers' keys, each task's ledger."""
+    checkpoint, the reviewers' keys, each task's ledger.
+
+    A section's entries are linked as they are read; their signatures, quorums
+    and digests are judged once the checkpoint after them has vouched for the
+    section, so an entry changed in place is named as a broken chain.
+    """
 
     def __init__(self, home_key, home):
         self.home_key, self.home = home_key, home
         self.heads, self.advanced, self.lone = {}, {}, []
+        self.section = []  # (line, entry, its hash) since the last checkpoint
         self.keys, self.ledgers, self.states = {}, {}, []
         self.head = self.base = None
         self.seen_heads = set()
         self.entries = self.checkpoints = 0
         self.closed = False
 
-    def line(self, value):
-        """Check one line of the file."""
+    def line(self, value, number):
+        """Check one line of the file (its ``number``, from 1)."""
         if self.closed:
             raise Failed("chain_broken", "a line after the export's close")
         kind = value.get("kind")
+        if self.states and kind in ("entry", "checkpoint"):
+            raise Failed("chain_broken", f"an {kind} after the task states")
         if kind == "checkpoint" and not (self.entries or self.checkpoints or self.base):
             self.start(value)
         elif kind == "entry":
-            self.entry(value)
+            self.entry(value, number)
         elif kind == "checkpoint":
             self.checkpoint(value)
         elif kind == "task":
@@ -211,15 +235,15 @@ class Verifier:
         else:
             raise Failed("chain_broken", f"a line of unknown kind {kind!r}")
 
-    def entry(self, entry):
-        """An audit entry: its link, its signatures, then its task's quorum and digests."""
-        if self.states:
-            raise Failed("chain_broken", "an entry after the task states", entry.get("task_key"))
+    def entry(self, entry, number):
+        """An audit entry: its link (its signatures, quorum and digests at the checkpoint)."""
         task, chain = entry.get("task_key"), entry.get("chain")
         unknown = set(entry) - ENTRY_KEYS
         if unknown:
             raise Failed("chain_broken", f"an entry with fields no entry has: "
-                         f"{', '.join(sorted(unknown))}", task)
+                         f"{', '.join(sorted(unknown))}")
+        if not _well_typed(entry):
+            raise Failed("chain_broken", "an entry with a field of the wrong kind")
         own = entry_hash(entry)
         partial = self.base is not None and chain not in self.heads and entry.get("prev")
         if chain is None:
@@ -229,10 +253,18 @@ class Verifier:
                 raise Failed("chain_broken", f"its link does not follow the last entry of "
                              f"{chain} (an entry missing, reordered or changed)", task)
             self.heads[chain] = self.advanced[chain] = own
+            if partial:
+                self.ledgers.setdefault(task, TaskLedger(task, partial=True))
         self.entries += 1
+        self.section.append((number, entry, own))
+
+    def judge(self, entry):
+        """An entry a checkpoint vouched for: its signatures, then its task's quorum and
+        digests."""
         self.signatures(entry)
+        chain, task = entry.get("chain"), entry.get("task_key")
         if chain is not None and chain.startswith(TASK_CHAIN):
-            ledger = self.ledgers.setdefault(task, TaskLedger(task, partial=bool(partial)))
+            ledger = self.ledgers.setdefault(task, TaskLedger(task))
             ledger.apply(entry.get("code"), entry.get("actor"), entry.get("data"),
                          entry.get("subject"))
 
@@ -267,14 +299,34 @@ class Verifier:
         if value.get("heads") != self.advanced:
             chain = _first_difference(value.get("heads"), self.advanced)
             raise Failed("chain_broken", f"the checkpoint's head of {chain} differs from its "
-                         "entries (an entry missing, added or changed)", _task_of(chain))
+                         "entries (an entry missing, added or changed)", _task_of(chain),
+                         self._last_line(lambda e: e.get("chain") == chain))
         if value.get("lone") != self.lone:
+            stated = value.get("lone") if isinstance(value.get("lone"), list) else []
             raise Failed("chain_broken", "the checkpoint's lone entries differ from the file's "
-                         "(one missing, added or changed)")
+                         "(one missing, added or changed)", None,
+                         self._last_line(lambda e: e.get("chain") is None, stated))
+        if value.get("order") != order_hash([own for _, _, own in self.section]):
+            raise Failed("chain_broken", "the entries before this checkpoint are not in the "
+                         "order it sealed them")
+        for number, entry, _ in self.section:
+            try:
+                self.judge(entry)
+            except Failed as exc:
+                exc.line = number
+                raise
+        self.section = []
         self.head = statement_hash(value)
         self.seen_heads.add(self.head)
         self.advanced, self.lone = {}, []
         self.checkpoints += 1
+
+    def _last_line(self, which, stated=None):
+        """The line of the section's last entry ``which`` picks (only one whose hash is
+        not in ``stated``, when given): where a checkpoint's difference shows."""
+        lines = [n for n, e, own in self.section
+                 if which(e) and (stated is None or own not in stated)]
+        return lines[-1] if lines else None
 
     def task_state(self, value):
         """A task the database holds past approval: its quorum must be in its chain."""
@@ -377,9 +429,18 @@ def _check_webauthn(task, text, assertion, keys, reviewer):
                      task) from None
 
 
+def _well_typed(entry):
+    """Text or null in every field but ``at`` (a number) and ``data`` (an object or null)."""
+    at, data = entry.get("at"), entry.get("data")
+    return (isinstance(at, (int, float)) and not isinstance(at, bool)
+            and (data is None or isinstance(data, dict))
+            and all(entry.get(f) is None or isinstance(entry.get(f), str)
+                    for f in ENTRY_FIELDS if f not in ("at", "data")))
+
+
 def _first_difference(stated, found):
     stated = stated if isinstance(stated, dict) else {}
-    for chain in sorted(set(stated) | set(found)):
+    for chain in sorted(set(stated) | set(found), key=str):
         if stated.get(chain) != found.get(chain):
             return chain
     return None

@@ -11,7 +11,7 @@ wait for them.
 
 from ..models import Audit, Checkpoint
 from ..rules.auditchain import (ENTRY_FIELDS, b64url, checkpoint_statement, entry_hash,
-                                statement_bytes, statement_hash)
+                                order_hash, statement_bytes, statement_hash)
 from ..storage import lock_name, select_tuples
 
 SECTION_LIMIT = 10_000  # entries one checkpoint seals at most
@@ -28,16 +28,18 @@ def seal(key, home, now, limit=SECTION_LIMIT):
     if not rows:
         return None, 0
     last = last_checkpoint()
-    heads, lone = {}, []
+    heads, lone, hashes = {}, [], []
     for row in rows:
         # Rows from before the chain (schema version 6) carry no hash: made now.
         own = row["hash"] or entry_hash(row)
+        hashes.append(own)
         if row["chain"] is None:
             lone.append(own)
         else:
             heads[row["chain"]] = own
     statement = checkpoint_statement(home, last.id + 1 if last else 1,
-                                     last.hash if last else None, now, heads, lone)
+                                     last.hash if last else None, now, heads, lone,
+                                     order_hash(hashes))
     row = Checkpoint.create(id=statement["n"], at=now, statement=statement,
                             hash=statement_hash(statement),
                             signature=b64url(key.sign(statement_bytes(statement))))

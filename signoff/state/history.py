@@ -13,10 +13,13 @@ alone, committed to by the next checkpoint.
 from peewee import fn
 
 from ..models import Attempt, Audit, DeadLetter
-from ..rules.auditchain import ENTRY_FIELDS, entry_hash, task_chain
+from ..rules.auditchain import ENTRY_FIELDS, body_hash, task_chain
 from ..storage import insert_rows, key_in, select_tuples
 
 LONE = "lone"  # a row's key: True when its writer does not hold the task's row
+# A row's key: True when its writer created the task's row in this transaction, so
+# its chain begins here (tasks are never deleted: a key is never made twice).
+CREATED = "created"
 
 
 def audit(now, code, monitor=None, event_id=None, task_key=None, actor=None, channel=None,
@@ -40,7 +43,8 @@ def append_audits(rows):
     each linked into its chain; run in the caller's transaction.
 
     A row with a ``task_key`` joins that task's chain: its writer must hold the
-    task's row (module docstring), or give ``lone: True``.
+    task's row (module docstring), or give ``lone: True``; ``created: True`` says
+    the writer made the task's row, and spares the look for the chain's head.
     """
     if rows:
         insert_rows(Audit, _linked(rows))
@@ -48,34 +52,38 @@ def append_audits(rows):
 
 def _linked(rows):
     """``rows`` with every column, each with its chain, ``prev`` and ``hash``."""
-    linked = []
+    linked, created = [], set()
     for given in rows:
         row = {name: given.get(name) for name in ENTRY_FIELDS}
         if row["task_key"] is not None and not given.get(LONE):
             row["chain"] = task_chain(row["task_key"])
+            if given.get(CREATED):
+                created.add(row["chain"])
         linked.append(row)
-    heads = chain_heads({row["chain"] for row in linked if row["chain"] is not None})
+    heads = chain_heads({row["chain"] for row in linked if row["chain"] is not None} - created)
     for row in linked:
         if row["chain"] is not None:
             row["prev"] = heads.get(row["chain"])
-        row["hash"] = entry_hash(row)
+        own = body_hash(row)
         if row["chain"] is not None:
-            heads[row["chain"]] = row["hash"]
+            heads[row["chain"]] = own
+        row["hash"] = own  # after: the body is the row without it
     return linked
 
 
 def task_chains(keys):
-    """``{key: its chain's entries in order}`` for task ``keys``: dicts of ``prev``,
-    ``hash``, ``code``, ``actor``, ``subject`` and ``data``."""
+    """``{key: its chain's entries in order}`` for task ``keys``: tuples ``(prev, hash,
+    code, actor, subject, starts)``, ``starts`` true when the entry carries data (a
+    draft's first entry does), read without decoding it."""
     chains = {task_chain(k): k for k in keys}
     found = {k: [] for k in keys}
     if not keys:
         return found
     query = (Audit.select(Audit.chain, Audit.prev, Audit.hash, Audit.code, Audit.actor,
-                          Audit.subject, Audit.data)
-             .where(key_in(Audit.chain, sorted(chains))).order_by(Audit.seq).dicts())
-    for row in query:
-        found[chains[row.pop("chain")]].append(row)
+                          Audit.subject, Audit.data.is_null(False))
+             .where(key_in(Audit.chain, sorted(chains))).order_by(Audit.seq))
+    for chain, *values in select_tuples(query):
+        found[chains[chain]].append(tuple(values))
     return found
 
 

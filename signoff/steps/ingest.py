@@ -20,7 +20,7 @@ from .outcomes import Step, failures_key
 from .outcomes import write as outcomes_write
 from ..state.deliveries import move_delivery, prepare_move_deliveries, relabel_duplicate
 from ..state.approvals import quorum_of
-from ..state.history import LONE, bury
+from ..state.history import CREATED, LONE, bury
 from ..state.moves import Fenced, RELEASED, run_moves
 from ..state.statuses import DeliveryStatus as D, TaskStatus as T
 from ..state.tasks import new_tasks
@@ -253,7 +253,8 @@ def _audit_row(row, out, now):
     # entry names its task but stands outside the task's chain.
     return {"at": now, "monitor": row.monitor, "event_id": row.event_id,
             "task_key": out.task_key, "code": "dead_letter" if out.kind == "dead" else out.code,
-            "data": out.audit_data, LONE: out.task is None}
+            "data": out.audit_data, LONE: out.task is None,
+            CREATED: out.audit_data is not None}
 
 
 @dataclass

@@ -20,7 +20,7 @@ from .hostreads import receipts, submit
 from .outcomes import Step, failures_key
 from .outcomes import write as outcomes_write
 from ..state.leases import release
-from ..state.approvals import approvers
+from ..state.approvals import approvers, quorum_of
 from ..state.history import bury, task_chains
 from ..state.moves import Fenced, RELEASED, run_moves
 from ..state.statuses import TASK_ACTIVE, TaskStatus as T
@@ -63,7 +63,7 @@ def submit_batch(rt, owner):
     # One span per task, in the trace of the event that made it (tracing.py).
     spans = {t.key: tracing.begin("signoff.submit", t, task_key=t.key,
                                   monitor=t.monitor) for t in tasks} if tracing.enabled() else {}
-    problems = chain_problems(tasks)
+    problems = chain_problems(tasks, batch.monitors)
     outcomes = {t.key: precheck(rt, t, batch, problems.get(t.key)) for t in tasks}
     # The receipt first: one already there is compared at once, and nothing is written.
     earlier = [t for t in tasks if outcomes[t.key].kind == "write"]
@@ -81,13 +81,13 @@ def submit_batch(rt, owner):
     return len(tasks), batch.full
 
 
-def chain_problems(tasks):
+def chain_problems(tasks, monitors):
     """``{key: what is wrong}`` for the tasks whose counted approvals are not in their
     audit chain (rules/auditverify.py): a row written around signoff, not by it."""
     keys = [t.key for t in tasks]
     chains, approvals = task_chains(keys), approvers(keys)
-    found = {t.key: chain_holds(t.key, chains[t.key], approvals[t.key], t.approved_digest)
-             for t in tasks}
+    found = {t.key: chain_holds(chains[t.key], approvals[t.key], t.approved_digest,
+                                quorum_of(monitors.get(t.monitor))) for t in tasks}
     return {key: problem for key, problem in found.items() if problem is not None}
 
 
