@@ -1,8 +1,8 @@
 """The audit's hash chain, as pure functions: what an entry's hash covers, which chain
 an entry joins, and the checkpoint statements the home key signs.
 
-An entry's hash is SHA-256 of the canonical JSON (RFC 8785) of its body: its
-columns (``ENTRY_FIELDS``, null where unset), ``prev`` (the hash of its chain's
+An entry's hash is SHA-256 of the canonical JSON (RFC 8785) of its body: the
+array of its columns in the order of ``ENTRY_FIELDS`` (null where unset), ``prev`` (the hash of its chain's
 entry before it) among them; never its ``seq``, which the database assigns
 after the hash is made. Entries of one task form the chain ``task:<key>``;
 an entry written without its task's row held (a duplicate delivery's), and one
@@ -70,21 +70,11 @@ def sha256_hex(data):
     return hashlib.sha256(data).hexdigest()
 
 
-def entry_body(entry):
-    """The part of an audit entry (a dict of its columns; one left out is null) that
-    its hash covers: every field of ``ENTRY_FIELDS``."""
-    return {name: entry.get(name) for name in ENTRY_FIELDS}
-
-
 def entry_hash(entry):
-    """The hash of an audit entry: SHA-256 of the canonical JSON of its body."""
-    return body_hash(entry_body(entry))
-
-
-def body_hash(body):
-    """``entry_hash`` of a dict that holds exactly ``ENTRY_FIELDS``, text or null but
-    ``at`` and ``data`` (what an entry is written from)."""
-    if _plain(body["at"]) and _plain(body["data"]):
+    """The hash of an audit entry (a dict of its columns; one left out is null):
+    SHA-256 of the canonical JSON of the array of its ``ENTRY_FIELDS`` values."""
+    body = [entry.get(name) for name in ENTRY_FIELDS]
+    if _plain(entry.get("at")) and _plain(entry.get("data")):
         try:
             return sha256_hex(_ENCODE(body).encode("utf-8"))
         except UnicodeEncodeError:

@@ -5,8 +5,7 @@ the ``checkpoint`` lines that sealed them, then one ``task`` line per task the
 database holds as approved, uncertain or done, then the ``close`` line signed at
 export time. Each line is checked in file order: its link first, then its
 signatures, then quorum and digests; the first failure is named with one of
-``CODES``. ``TaskLedger`` replays one task's chain; the worker runs the same
-replay before it submits (steps/submit.py).
+``CODES``. ``TaskLedger`` replays one task's chain.
 """
 
 import hashlib
@@ -121,39 +120,6 @@ def read_public_key(text):
     if not isinstance(key, Ed25519PublicKey):
         raise Refused("invalid_key", "not an Ed25519 key: a home key is Ed25519")
     return key
-
-
-def chain_holds(entries, approvals, approved_digest, quorum):
-    """What keeps a task from being submitted as its chain records it, or ``None``.
-
-    ``entries``: its chain in order, tuples ``(prev, hash, code, actor, subject,
-    starts)`` (``starts``: the entry carries a draft's proofs, so the count
-    begins again); ``approvals``: the ``(digest, identity)`` pairs on record. The
-    chain must be linked, its last count complete with ``quorum`` distinct
-    identities, and every approval of ``approved_digest`` on record in it. The
-    digests themselves are ``audit verify``'s to judge: this is the worker's
-    check against rows written around signoff, and reads no entry's data.
-    """
-    prev, approvers, complete = None, set(), False
-    for link, own, code, actor, subject, starts in entries:
-        if link != prev:
-            return "its chain's links do not follow one another"
-        prev = own
-        if (code in STARTING and starts) or code == "edited":
-            approvers, complete = set(), False
-        elif code in APPROVING:
-            approvers.add(actor)
-            complete = complete or code in COMPLETING
-        elif code == "approval_withdrawn":
-            approvers.discard(subject)
-        elif code in ENDING:
-            complete = False
-    if not complete or len(approvers) < quorum:
-        return f"its chain holds {len(approvers)} of the {quorum} approvals it needs"
-    missing = {who for digest, who in approvals if digest == approved_digest} - approvers
-    if missing:
-        return f"{len(missing)} approval(s) on record are not in its chain"
-    return None
 
 
 def verify_lines(lines, home_key, home, head=None):

@@ -75,17 +75,6 @@ def approval_counts(keys):
     return dict(select_tuples(query))
 
 
-def approvers(keys):
-    """``{key: {(digest, identity), …}}``: the approvals on record for task ``keys``."""
-    found = {k: set() for k in keys}
-    if keys:
-        for key, digest, by in select_tuples(Approval.select(
-                Approval.task_key, Approval.digest, Approval.by).where(
-                key_in(Approval.task_key, sorted(keys)))):
-            found[key].add((digest, by))
-    return found
-
-
 def clear_approvals(key):
     """Forget the approvals of task ``key`` (its draft was edited or drafted again)."""
     Approval.delete().where(Approval.task_key == key).execute()

@@ -10,10 +10,11 @@ about a task whose row its writer does not hold is written ``lone`` and stands
 alone, committed to by the next checkpoint.
 """
 
-from peewee import fn
+from peewee import SQL, Value, fn
 
-from ..models import Attempt, Audit, DeadLetter
-from ..rules.auditchain import ENTRY_FIELDS, body_hash, task_chain
+from ..models import Approval, Attempt, Audit, DeadLetter
+from ..rules.auditchain import ENTRY_FIELDS, TASK_CHAIN, entry_hash, task_chain
+from ..rules.auditverify import APPROVING
 from ..storage import insert_rows, key_in, select_tuples
 
 LONE = "lone"  # a row's key: True when its writer does not hold the task's row
@@ -64,27 +65,23 @@ def _linked(rows):
     for row in linked:
         if row["chain"] is not None:
             row["prev"] = heads.get(row["chain"])
-        own = body_hash(row)
+        own = entry_hash(row)
         if row["chain"] is not None:
             heads[row["chain"]] = own
         row["hash"] = own  # after: the body is the row without it
     return linked
 
 
-def task_chains(keys):
-    """``{key: its chain's entries in order}`` for task ``keys``: tuples ``(prev, hash,
-    code, actor, subject, starts)``, ``starts`` true when the entry carries data (a
-    draft's first entry does), read without decoding it."""
-    chains = {task_chain(k): k for k in keys}
-    found = {k: [] for k in keys}
+def approvals_outside_chains(keys):
+    """The task ``keys`` with an approval on record that no entry of the task's chain
+    records (its identity approving): a row written around signoff, not by it."""
     if not keys:
-        return found
-    query = (Audit.select(Audit.chain, Audit.prev, Audit.hash, Audit.code, Audit.actor,
-                          Audit.subject, Audit.data.is_null(False))
-             .where(key_in(Audit.chain, sorted(chains))).order_by(Audit.seq))
-    for chain, *values in select_tuples(query):
-        found[chains[chain]].append(tuple(values))
-    return found
+        return set()
+    recorded = Audit.select(SQL("1")).where(
+        Audit.chain == Value(TASK_CHAIN).concat(Approval.task_key),
+        Audit.actor == Approval.by, Audit.code.in_(list(APPROVING)))
+    return {k for (k,) in select_tuples(Approval.select(Approval.task_key).distinct().where(
+        key_in(Approval.task_key, sorted(keys)), ~fn.EXISTS(recorded)))}
 
 
 def chain_heads(chains):

@@ -20,15 +20,14 @@ from .hostreads import receipts, submit
 from .outcomes import Step, failures_key
 from .outcomes import write as outcomes_write
 from ..state.leases import release
-from ..state.approvals import approvers, quorum_of
-from ..state.history import bury, task_chains
+from ..state.approvals import approval_counts, quorum_of
+from ..state.history import approvals_outside_chains, bury
 from ..state.moves import Fenced, RELEASED, run_moves
 from ..state.statuses import TASK_ACTIVE, TaskStatus as T
 from ..state.tasks import (mark_write_possible, maybe_written, move_task, prepare_move_tasks,
                            still_ours, update_task)
 from ..models import Task, db
 from ..storage import select_tuples
-from ..rules.auditverify import chain_holds
 from ..rules.retry import failed_try
 
 log = logging.getLogger(__name__)
@@ -83,12 +82,20 @@ def submit_batch(rt, owner):
 
 def chain_problems(tasks, monitors):
     """``{key: what is wrong}`` for the tasks whose counted approvals are not in their
-    audit chain (rules/auditverify.py): a row written around signoff, not by it."""
+    audit chain: an approval on record that no chain entry records, or fewer
+    approvals than the quorum (a status or a row written around signoff). Two
+    queries a batch; the links and digests themselves are ``audit verify``'s.
+    """
     keys = [t.key for t in tasks]
-    chains, approvals = task_chains(keys), approvers(keys)
-    found = {t.key: chain_holds(chains[t.key], approvals[t.key], t.approved_digest,
-                                quorum_of(monitors.get(t.monitor))) for t in tasks}
-    return {key: problem for key, problem in found.items() if problem is not None}
+    counts, outside = approval_counts(keys), approvals_outside_chains(keys)
+    found = {}
+    for task in tasks:
+        needed = quorum_of(monitors.get(task.monitor))
+        if task.key in outside:
+            found[task.key] = "an approval on record is not in its chain"
+        elif counts.get(task.key, 0) < needed:
+            found[task.key] = f"{counts.get(task.key, 0)} of the {needed} approvals it needs"
+    return found
 
 
 def precheck(rt, task, batch, chain_problem=None):
