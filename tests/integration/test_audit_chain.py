@@ -10,10 +10,9 @@ verified.
 import json
 import logging
 import subprocess
-import threading
 
 import pytest
-from helpers import OPERATOR, child_env, read_here, ready_task, signoff_cmd
+from helpers import OPERATOR, child_env, ready_task, signoff_cmd
 
 from signoff.app import Signoff
 from signoff.chores import checkpoints
@@ -232,48 +231,6 @@ def test_the_export_verifies_on_the_command_line_with_the_home_moved_away(honest
                             env=env, capture_output=True, text=True, timeout=120)
     assert broken.returncode == 1
     assert broken.stdout.startswith("chain_broken: line 3")
-
-
-def test_concurrent_writers_of_one_chain_never_fork_it(home, clock):
-    """Three homes approve the same tasks at once; each task's chain stays one line."""
-    setup = read_here(Signoff.init(home, clock=clock))
-    setup.host().put_material("doc-demo", "2026-11-01")
-    setup.bind("doc-demo", "q", approvals=3)
-    tasks = []
-    for n in range(6):
-        setup.host().put_record(f"comment-{n}", document="doc-demo", text="t")
-        tasks.append(ready_task(setup, "q", f"comment-{n}", f"evt-{n}"))
-    setup.close()
-    barrier, errors = threading.Barrier(3), []
-
-    def approver(name):
-        app = Signoff(home, clock=clock)
-        try:
-            barrier.wait(timeout=30)
-            for key, digest in tasks:
-                app.approve(key, digest, by=name, channel="api")
-        except Exception as exc:  # reported below, with the thread's name
-            errors.append((name, exc))
-        finally:
-            app.close()
-
-    threads = [threading.Thread(target=approver, args=(n,)) for n in ("ana", "bob", "eve")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert not errors
-    check = read_here(Signoff(home, clock=clock))
-    try:
-        for key, _ in tasks:
-            rows = list(Audit.select().where(Audit.chain == task_chain(key)).order_by(Audit.seq))
-            assert [r.code for r in rows] == ["ready", "approval_added", "approval_added",
-                                              "approved"]
-            assert [r.prev for r in rows] == [None, *[r.hash for r in rows[:-1]]]
-        report = verify(check, export(check)[0])
-        assert report["ok"], report["failure"]
-    finally:
-        check.close()
 
 
 def test_the_workers_chore_seals_what_was_written_and_logs_the_head(rt, caplog):
