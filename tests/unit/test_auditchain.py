@@ -17,7 +17,7 @@ from webauthn.helpers import encode_cbor
 from signoff.rules.auditchain import (b64url, canonical_bytes, checkpoint_statement,
                                       close_statement, entry_hash, order_hash, statement_bytes,
                                       statement_hash, task_chain, tasks_hash)
-from signoff.rules.auditverify import read_public_key, verify_lines
+from signoff.rules.auditverify import CODES, read_public_key, verify_lines
 
 pytestmark = pytest.mark.backend_independent
 
@@ -279,5 +279,4 @@ def test_any_single_line_change_is_found(lines):
         return
     report = check(lines)
     assert not report["ok"]
-    assert report["failure"]["code"] in ("chain_broken", "bad_signature", "unknown_key",
-                                         "quorum_short", "digest_differs")
+    assert report["failure"]["code"] in CODES
