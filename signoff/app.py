@@ -6,7 +6,7 @@ import threading
 from peewee import DatabaseError
 
 from . import views
-from .admin import auditlog, gaps, monitors, resume, reviewers, secrets, subscriptions
+from .admin import gaps, monitors, resume, reviewers, secrets, subscriptions
 from .chores import retention
 from .decisions import approval, deadletters, deliveries, policy, redraft
 from .intake import enqueue, webhooks
@@ -19,7 +19,6 @@ from .config import (call_factory, load_config, load_plugin, make_private, resol
 from .rules.events import check_value
 from .models import MODELS
 from .storage.groupcommit import GATHER_S, GroupCommit
-from .storage.homekey import create_home_key
 from .storage.queue import close_queue, make_queue
 from .storage.urls import require_extras
 from .tasks import Wakers
@@ -95,7 +94,9 @@ class Signoff:
         rt = cls(path, clock=clock, create=True)
         try:
             storage.create_schema(rt.database, MODELS)
-            create_home_key(path)  # kept when it exists: it signs the audit's checkpoints
+            # Kept when it exists: it signs the audit's checkpoints.
+            from .storage.homekey import create_home_key
+            create_home_key(path)
             rt.host()  # a host that keeps files (the reference host) creates them now
             # A drafter that cannot start (a missing key) is said at once; not kept,
             # so that tracing started later still wraps the one the runtime uses.
@@ -515,11 +516,13 @@ class Signoff:
     def audit_key(home=None):
         """The public key of ``home`` (no database opened): ``{public_key, fingerprint,
         home, path}``."""
+        from .admin import auditlog  # cryptography, loaded by the commands that sign
         return auditlog.key_info(resolve_home(home))
 
     @_own_database
     def audit_export(self, write, since=None):
         """Write the audit export line by line through ``write``; returns its head."""
+        from .admin import auditlog
         return auditlog.export(self, write, since)
 
     @_own_database

@@ -21,6 +21,7 @@ ENTRY_FIELDS = ("chain", "prev", "at", "monitor", "event_id", "task_key", "code"
                 "channel", "note", "subject", "data")
 TASK_CHAIN = "task:"
 STATE_FIELDS = ("key", "status", "approved_digest")  # an export's task-state line
+APPROVING = ("approved", "approval_added", "auto_approved")  # a counted approval
 STATEMENT_VERSION = 1
 
 _SAFE_INT = 2**53 - 1

@@ -17,13 +17,12 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ..errors import Refused
-from .auditchain import (ENTRY_FIELDS, STATE_FIELDS, STATEMENT_VERSION, TASK_CHAIN, b64url,
-                         canonical_bytes, entry_hash, from_b64url, order_hash, statement_bytes,
-                         statement_hash, tasks_hash)
+from .auditchain import (APPROVING, ENTRY_FIELDS, STATE_FIELDS, STATEMENT_VERSION, TASK_CHAIN,
+                         b64url, canonical_bytes, entry_hash, from_b64url, order_hash,
+                         statement_bytes, statement_hash, tasks_hash)
 
 CODES = ("chain_broken", "bad_signature", "unknown_key", "quorum_short", "digest_differs",
          "head_mismatch")
-APPROVING = ("approved", "approval_added", "auto_approved")  # a counted approval
 COMPLETING = ("approved", "auto_approved")  # the approval that completed the quorum
 STARTING = ("ready", "redrafted")  # a draft's first entry: its digest and quorum
 ENDING = ("rejected", "superseded", "policy_revoked")  # approval no longer stands

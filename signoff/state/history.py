@@ -13,8 +13,7 @@ alone, committed to by the next checkpoint.
 from peewee import SQL, Value, fn
 
 from ..models import Approval, Attempt, Audit, DeadLetter
-from ..rules.auditchain import ENTRY_FIELDS, TASK_CHAIN, entry_hash, task_chain
-from ..rules.auditverify import APPROVING
+from ..rules.auditchain import APPROVING, ENTRY_FIELDS, TASK_CHAIN, entry_hash, task_chain
 from ..storage import insert_rows, key_in, select_tuples
 
 LONE = "lone"  # a row's key: True when its writer does not hold the task's row
