@@ -12,10 +12,12 @@ import logging
 import subprocess
 
 import pytest
+from click.testing import CliRunner
 from helpers import OPERATOR, child_env, ready_task, signoff_cmd
 
 from signoff.app import Signoff
 from signoff.chores import checkpoints
+from signoff.cli import main
 from signoff.models import Approval, Audit, Checkpoint, Task
 from signoff.rules.auditchain import entry_hash, task_chain
 from signoff.rules.auditverify import read_public_key, verify_lines
@@ -243,3 +245,26 @@ def test_the_workers_chore_seals_what_was_written_and_logs_the_head(rt, caplog):
     assert checkpoints.seal_all(rt) == []  # nothing new: no checkpoint
     lines, head = export(rt)
     assert head == made.hash and verify(rt, lines)["ok"]
+
+
+def test_the_listing_keeps_its_options_beside_its_subcommands(rt):
+    done_task(rt)
+
+    def run(*args):
+        result = CliRunner().invoke(main, ["--home", str(rt.home), "audit", *args])
+        assert "Traceback" not in result.output
+        return result
+
+    listed = run("--limit", "2", "--json")
+    assert listed.exit_code == 0 and len(json.loads(listed.stdout)) == 2
+    assert [r["code"] for r in json.loads(listed.stdout)] == ["done", "approved"]
+    key = run("key", "--json")
+    assert key.exit_code == 0
+    shown = json.loads(key.stdout)
+    assert set(shown) == {"public_key", "fingerprint", "home", "path"}
+    assert shown["fingerprint"].startswith("SHA256:" + shown["home"])
+    exported = run("export", "--json")
+    assert exported.exit_code == 0
+    assert json.loads(exported.stderr)["head"] == verify(rt, exported.stdout.splitlines())["head"]
+    unknown = run("export", "--since", "0" * 64, "--json")
+    assert unknown.exit_code == 1 and json.loads(unknown.stdout)["error"] == "unknown_head"
