@@ -17,8 +17,8 @@ nothing imports in a circle: ``lint-imports`` checks both, with the contracts in
 - the rooms of what people, operators and the fleet do: ``intake/`` (events
   arriving), ``decisions/`` (approve, edit, reject, cancel, retry, redraft,
   policies), ``views/`` (what every face shows), ``admin/`` (monitors, gaps,
-  subscriptions, reviewers, secrets), ``chores/`` (background jobs: the notify
-  outbox, retention);
+  subscriptions, reviewers, secrets, the audit's export), ``chores/``
+  (background jobs: the notify outbox, retention, the audit's checkpoints);
 - ``steps/``: what a worker does with the rows it claims (claiming, ingest,
   submit, the reaper, record batches); ``tasks``: the Huey tasks that wake it,
   and when wake-ups are sent;
@@ -29,7 +29,8 @@ nothing imports in a circle: ``lint-imports`` checks both, with the contracts in
 - plug-ins: ``hosts/`` (the systems signoff acts on; ``hosts.mcp`` with its MCP
   client) and ``drafters/``;
 - ``config``, ``rules/`` (pure decisions: digests, event validation, the gate,
-  retries, names, hidden characters, signatures), ``tracing`` (OpenTelemetry
+  retries, names, hidden characters, signatures, the audit's chain and its
+  offline check), ``tracing`` (OpenTelemetry
   spans, the one module that imports it), ``clock``; ``errors`` at the bottom.
 """
 

@@ -78,6 +78,9 @@ class Signoff:
         rt = cls(path, clock=clock, create=True)
         try:
             storage.create_schema(rt.database, MODELS)
+            # Kept when it exists: it signs the audit's checkpoints.
+            from .storage.homekey import create_home_key
+            create_home_key(path)
             rt.host()  # a host that keeps files (the reference host) creates them now
             # A drafter that cannot start (a missing key) is said at once; not kept,
             # so that tracing started later still wraps the one the runtime uses.
@@ -395,6 +398,19 @@ class Signoff:
     def audit(self, **kw):
         """Audit rows (``limit``, ``after``, ``latest``, ``newest_first``)."""
         return views.audit(**kw)
+
+    @staticmethod
+    def audit_key(home=None):
+        """The public key of ``home`` (no database opened): ``{public_key, fingerprint,
+        home, path}``."""
+        from .admin import auditlog  # cryptography, loaded by the commands that sign
+        return auditlog.key_info(resolve_home(home))
+
+    @own_database
+    def audit_export(self, write, since=None):
+        """Write the audit export line by line through ``write``; returns its head."""
+        from .admin import auditlog
+        return auditlog.export(self, write, since)
 
     @own_database
     def stats(self):

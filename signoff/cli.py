@@ -15,8 +15,9 @@ modules of ``commands/``:
 - the commands, a module per section of docs/cli.md: ``setup`` (``init``,
   ``host``), ``monitors``, ``events`` (``enqueue``, ``worker``, ``events``,
   ``dlq``), ``tasks`` (``tasks``, ``approve``, ``reject``, ``policy``),
-  ``watching`` (``audit``, ``stats``, ``healthcheck``, ``watch``, ``gaps``,
-  ``subscriptions``, ``purge``) and ``serving`` (``serve``, ``reviewer``,
+  ``watching`` (``stats``, ``healthcheck``, ``watch``, ``gaps``,
+  ``subscriptions``, ``purge``), ``auditing`` (``audit`` and its ``key``,
+  ``export``, ``verify``) and ``serving`` (``serve``, ``reviewer``,
   ``mcp``, ``demo``).
 
 ``main`` is the root group; ``signoff.__main__`` runs it in a process of its own.
@@ -26,7 +27,7 @@ import logging
 
 import click
 
-from .commands import events, monitors, serving, setup, tasks, watching
+from .commands import auditing, events, monitors, serving, setup, tasks, watching
 from .commands.libraries import import_libraries
 from .commands.logs import LOG_LEVELS, WARNING_LOGGERS, warning_lines
 from .commands.plumbing import ENV_PREFIX, Ctx, JsonAwareGroup, Launch, Seconds, Within
@@ -61,6 +62,6 @@ def main(ctx, home, log_level):
     tracing.start()  # when the OTEL_* variables ask for traces
 
 
-for _module in (setup, monitors, events, tasks, watching, serving):
+for _module in (setup, monitors, events, tasks, watching, auditing, serving):
     for _command in _module.COMMANDS:
         main.add_command(_command)

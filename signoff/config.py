@@ -47,6 +47,9 @@ lease_ttl_s = 30.0
 [retention]
 finished_days = 30
 
+[audit]
+# home_key = "home_key.pem"    # the home's Ed25519 key (PEM PKCS#8, mode 600), relative to the home
+
 """
 
 
@@ -98,6 +101,12 @@ class Config:
     queue_name: str = "signoff"
     max_record_bytes: int = 262144
     max_material_bytes: int = 262144
+    home_key: str = "home_key.pem"  # [audit] home_key, relative to the home
+
+    @property
+    def home_key_path(self):
+        """The home's Ed25519 key file: ``[audit] home_key``, relative to the home."""
+        return self.home / self.home_key
 
     @property
     def state_path(self):
@@ -148,14 +157,15 @@ NUMBER = (int, float)
 # Every table signoff.toml may hold. [serve] and [notify] are read, and their
 # keys checked, where they are used; the keys of the others are these.
 SECTIONS = ("host", "drafter", "retry", "worker", "retention", "database", "queue", "serve",
-            "notify")
+            "notify", "audit")
 KEYS = {"host": ("factory", "options", "max_record_bytes", "max_material_bytes"),
         "drafter": ("factory", "options"),
         "retry": tuple(f.name for f in fields(RetryPolicy)),
         "worker": ("lease_ttl_s", "batch_size", "watchdog_s"),
         "retention": ("finished_days",),
         "database": ("url",),
-        "queue": ("url", "name")}
+        "queue": ("url", "name"),
+        "audit": ("home_key",)}
 MAX_NESTING = 100  # a value nested deeper cannot be read (Python's parser recurses)
 
 # The home holds record snapshots, results and approvers' names: only its owner
@@ -337,6 +347,8 @@ def _build(home, raw, path):
                     if "watchdog_s" in worker else None),
         retention_days=float(number_in(_table(raw, "retention", path), "finished_days", NUMBER,
                                        30, DAYS, path, "retention")),
+        home_key=_typed(_table(raw, "audit", path), "home_key", str, Config.home_key, path,
+                        "audit"),
         **backends,
     )
 

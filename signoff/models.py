@@ -336,6 +336,29 @@ class Audit(BaseModel):
     # quorum's size, a signed statement and its signature, a key's public part),
     # never bodies, record text or secrets.
     data = JSON(null=True)
+    # The hash chain (rules/auditchain.py): the chain this entry joins (null: it
+    # stands alone), the hash of that chain's entry before it (null: the first),
+    # this entry's own hash, and the checkpoint that covers it (null: none yet).
+    chain = Text(null=True)
+    prev = CharField(max_length=64, null=True)
+    hash = CharField(max_length=64, null=True)
+    checkpoint = BigIntegerField(null=True)
+
+    class Meta:
+        # A chain's head is its entry of highest seq (state/history.py); the
+        # entries a checkpoint covers, or that none covers yet (null), in order.
+        indexes = ((("chain", "seq"), False), (("checkpoint", "seq"), False))
+
+
+class Checkpoint(BaseModel):
+    """A signed commitment to every chain's head: the statement and its signature
+    (rules/auditchain.py), made every minute by a worker and at each export."""
+
+    id = BigIntegerField(primary_key=True)  # the statement's ``n``: one after the last
+    at = DoubleField()
+    statement = JSON()
+    hash = CharField(max_length=64)
+    signature = Text()
 
 
 class AuditReviewer(BaseModel):
@@ -610,7 +633,7 @@ MODELS = [
     Monitor, Delivery, Inbox, Gap,
     Task, Attempt, DeadLetter, PurgedTask, MonitorBatching, RecordBatch, BatchMember,
     Approval, Policy, PolicyDecision,
-    Audit, AuditReviewer,
+    Audit, AuditReviewer, Checkpoint,
     WebhookSecret, WebhookAnswer, WebhookDigest, WebhookRefusal,
     Reviewer, ReviewerMonitor, ReviewSession,
     Notification, Cursor,

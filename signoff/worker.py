@@ -23,7 +23,7 @@ from peewee import InterfaceError, OperationalError, fn
 
 from .steps import recordbatches
 from .admin import subscriptions
-from .chores import Chore, Schedule, notify, retention
+from .chores import Chore, Schedule, checkpoints, notify, retention
 from .decisions import policy
 from . import storage, watchdog
 from .app import Signoff
@@ -54,6 +54,7 @@ CHORES = (
     Chore("close record batches", recordbatches.close_due),
     Chore("standing policies", policy.run_pass),
     retention.RETENTION,
+    checkpoints.CHECKPOINTS,
     Chore("prune heartbeats", lambda rt: heartbeats.prune(rt.clock.now()), every_s=60.0),
     Chore("fold tallies", tallies.fold_all, every_s=tallies.FOLD_EVERY_S, shared=True),
 )

@@ -226,7 +226,8 @@ def _record(rt, row, code, settings):
             move_notification(row.task_key, [N.PENDING], N.DEAD, now, attempts=attempts,
                               last_code=code)
             bury("notification", row.task_key, "notify", code, attempts, now)
-            audit(now, "dead_letter", task_key=row.task_key)
+            # About the task's notification, not the task: outside its chain.
+            audit(now, "dead_letter", task_key=row.task_key, lone=True)
         else:
             policy = _Policy(settings.base_delay_s, settings.max_delay_s)
             update_notification(row.task_key, now, attempts=attempts, last_code=code,
@@ -247,7 +248,7 @@ def replay(rt, letter, who=None):
             move_notification(letter.ref, [N.DEAD], N.PENDING, now, attempts=0, next_at=now)
             DeadLetter.update(replayed=DeadLetter.replayed + 1).where(
                 DeadLetter.id == letter.id).execute()
-            audit(now, "replayed", task_key=letter.ref, **(who or {}))
+            audit(now, "replayed", task_key=letter.ref, lone=True, **(who or {}))
     except Fenced:
         raise Refused("not_dead", "this notification was replayed already and is in progress") from None
 

@@ -1,5 +1,5 @@
-"""Watching and housekeeping: ``audit``, ``stats``, ``healthcheck``, ``watch``,
-``gaps``, ``subscriptions``, ``purge``."""
+"""Watching and housekeeping: ``stats``, ``healthcheck``, ``watch``, ``gaps``,
+``subscriptions``, ``purge`` (and the audit listing's columns, see ``auditing``)."""
 
 import sys
 
@@ -7,18 +7,11 @@ import click
 
 from ..config import PURGE_DAYS
 from .output import emit, safe, table
-from .plumbing import Seconds, Within, bounded, command, listing
+from .plumbing import Seconds, Within, command
 
 
 AUDIT_COLUMNS = ["seq", "at", "monitor", "event_id", "task_key", "code", "actor", "channel",
                  "note", "subject", "reviewer"]
-
-
-@command()
-@bounded
-def audit(obj, as_json, limit):
-    """The audit log, newest first: identifiers and codes, never content."""
-    listing(obj, as_json, "audit", limit, AUDIT_COLUMNS, short=("task_key",))
 
 
 SUBSCRIPTION_COLUMNS = ["monitor", "event", "subscription_id", "state", "refresh_before",
@@ -106,4 +99,4 @@ def watch(obj, as_json, interval):
     run_watch(obj.open(), interval, as_json)
 
 
-COMMANDS = [audit, stats, healthcheck, watch, gaps, subscriptions, purge]
+COMMANDS = [stats, healthcheck, watch, gaps, subscriptions, purge]

@@ -19,7 +19,7 @@ from ..steps.hostreads import BatchReads
 from ..errors import Blocked, InvalidRecord, Refused
 from ..rules.gate import INGEST_ACTIONS, GrantRead, gate
 from ..rules.names import Actor
-from ..state.approvals import add_approvals, approval_counts, edit_task
+from ..state.approvals import add_approvals, approval_counts, edit_task, quorum_of
 from ..state.history import audit
 from ..state.moves import Fenced
 from ..state.statuses import TaskStatus as T
@@ -192,7 +192,7 @@ def _readable_records(tasks, monitors, context, now):
 
 
 def _needed(monitor):
-    return max(1, getattr(monitor, "approvals", None) or 1)
+    return quorum_of(monitor)
 
 
 def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_characters=False,
@@ -232,7 +232,8 @@ def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_char
     try:
         with db.atomic():
             edit_task(key, reviewed, result, new_digest, edit, now)
-            audit(now, "edited", task.monitor, task_key=key, **actor.audit)
+            audit(now, "edited", task.monitor, task_key=key, **actor.audit,
+                  data={"from": reviewed, "digest": new_digest})
             _, moved, _, _ = add_approvals({key: (new_digest, _needed(monitor))}, actor, now)
             fresh = get_task(key)  # before commit, as in _approve
     except Fenced:

@@ -36,10 +36,10 @@ from ..errors import Refused
 from ..rules.gate import gate
 from ..rules.names import Actor
 from ..state.approvals import withdraw_approvals
-from ..state.history import audit
+from ..state.history import append_audits, audit
 from ..state.statuses import TaskStatus as T
 from ..state.tasks import move_tasks
-from ..models import Audit, Monitor, Policy, PolicyDecision, Task, db, insert_rows
+from ..models import Monitor, Policy, PolicyDecision, Task, db, insert_rows
 from ..storage import key_in, lock_rows, log_failed_pass
 
 HOUR_S = 60 * 60
@@ -218,8 +218,8 @@ def _return_tasks(now, tags):
         moved = move_tasks([k for k, _ in rows], [T.APPROVED], T.READY, now, where=not_started,
                            approved_digest=None, approved_by=None, approved_at=None,
                            parked=False, code="policy_revoked")
-        insert_rows(Audit, [{"at": now, "code": "policy_revoked", "monitor": m, "event_id": None,
-                             "task_key": k} for k, m in rows if k in moved])
+        append_audits([{"at": now, "code": "policy_revoked", "monitor": m, "task_key": k}
+                       for k, m in rows if k in moved])
         withdraw_approvals(tags, now)  # the places of the tasks it had approved
     return len(moved)
 

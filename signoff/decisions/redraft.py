@@ -25,7 +25,7 @@ from ..rules.gate import INGEST_ACTIONS, gate
 from ..steps import drafting
 from ..steps.ingest import new_task
 from ..rules.names import Actor
-from ..state.approvals import clear_approvals
+from ..state.approvals import clear_approvals, quorum_of
 from ..state.history import audit
 from ..state.moves import Fenced
 from ..state.statuses import TaskStatus as T
@@ -58,9 +58,11 @@ def redraft(rt, key, by=None, channel="cli", monitors=None):
     problem = acceptance(fresh["result"], record)
     if problem:
         raise Refused("acceptance_failed", f"the new draft fails acceptance: {problem}")
+    # The draft's first entry in its task's chain: its digest and the quorum it needs.
+    proof = {"digest": fresh["digest"], "quorum": quorum_of(monitor)}
     if fresh["key"] == task.key:
-        return _same_version(task, fresh, now, who)
-    return _new_version(task, fresh, now, who)
+        return _same_version(task, fresh, now, who, proof)
+    return _new_version(task, fresh, now, who, proof)
 
 
 def redraftable(status, code, write_possible):
@@ -114,7 +116,7 @@ def _earlier(task, now):
         {"at": now, "digest": task.digest, "result": task.result, "record": task.record}]
 
 
-def _same_version(task, fresh, now, who):
+def _same_version(task, fresh, now, who, proof):
     if task.status == T.READY and fresh["digest"] == task.digest and fresh["record"] == task.record:
         return _answer(task.key, task.status, task.digest, changed=False)
     try:
@@ -127,13 +129,13 @@ def _same_version(task, fresh, now, who):
                       approved_by=None, approved_at=None, failures={},
                       previous_drafts=_earlier(current, now))
             clear_approvals(task.key)
-            audit(now, "redrafted", task.monitor, task_key=task.key, **who)
+            audit(now, "redrafted", task.monitor, task_key=task.key, data=proof, **who)
     except Fenced:
         raise _moved_on() from None
     return _answer(task.key, "ready", fresh["digest"], changed=True)
 
 
-def _new_version(task, fresh, now, who):
+def _new_version(task, fresh, now, who, proof):
     fresh["previous_drafts"] = _earlier(task, now)
     try:
         with db.atomic():
@@ -143,7 +145,7 @@ def _new_version(task, fresh, now, who):
                       superseded_by=fresh["key"])
             audit(now, "superseded", task.monitor, task_key=task.key, **who)
             if made:
-                audit(now, "redrafted", task.monitor, task_key=fresh["key"], **who)
+                audit(now, "redrafted", task.monitor, task_key=fresh["key"], data=proof, **who)
     except Fenced:
         raise _moved_on() from None
     successor = Task.get_by_id(fresh["key"])  # made now, or by an event that came first

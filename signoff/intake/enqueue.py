@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from .. import tracing
 from ..errors import InvalidEvent, Refused
 from ..rules.events import read_events
-from ..models import Audit, db, insert_rows
+from ..models import db
 from ..state.deliveries import new_deliveries
+from ..state.history import append_audits
 
 CHUNK = 2000
 
@@ -161,8 +162,7 @@ def _store_batch(good, bad, now, traces):
             ids = new_deliveries([(m, ev) for m, _, ev in good], now, traces)
         if bad:
             # One row per bad line, and nothing from the line itself.
-            insert_rows(Audit, [{"at": now, "monitor": m, "event_id": None, "task_key": None,
-                                 "code": "invalid_event"} for m in bad])
+            append_audits([{"at": now, "monitor": m, "code": "invalid_event"} for m in bad])
     return ids
 
 

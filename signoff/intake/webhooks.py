@@ -11,8 +11,9 @@ from peewee import JOIN, InterfaceError, OperationalError, fn
 from . import enqueue
 from ..admin import subscriptions
 from ..rules.events import Event
-from ..models import Audit, WebhookAnswer, WebhookDigest, WebhookRefusal, db, insert_rows
+from ..models import WebhookAnswer, WebhookDigest, WebhookRefusal, db, insert_rows
 from ..state.deliveries import drop_deliveries
+from ..state.history import append_audits
 
 AUDITED_PER_MINUTE = 60
 REUSED = "webhook_id_reused"
@@ -188,6 +189,6 @@ def _count_refusals(refusals, now):
                            "code": r.code})
         seen[monitor] = (seen.get(monitor) or 0) + 1
         counts[(monitor, r.code)] = counts.get((monitor, r.code), 0) + 1
-    insert_rows(Audit, audits)
+    append_audits(audits)
     for (monitor, code), n in counts.items():
         WebhookRefusal.add(monitor, minute, code, n)

@@ -3,8 +3,9 @@ a policy's places withdrawn (docs/concepts.md, "Who decides")."""
 
 from peewee import fn
 
-from ..models import Approval, Audit, Task
+from ..models import Approval, Task
 from ..storage import insert_rows, key_in, lock_rows, select_tuples
+from .history import append_audits
 from .moves import Fenced
 from .statuses import TaskStatus as T
 from .tasks import move_tasks, update_task
@@ -44,14 +45,24 @@ def add_approvals(wanted, actor, now, audit_code="approved"):
     approved = move_tasks(complete, [T.READY], T.APPROVED, now, approved_digest=Task.digest,
                           approved_by=actor.identity, approved_at=now, next_at=now,
                           code=None) if complete else set()
+    # Each counted approval enters the task's chain with the digest it approved;
+    # the one that completed the quorum also with the quorum's size (what submit
+    # and `audit verify` count again).
     rows = [{"at": now, "code": audit_code if k in approved else "approval_added",
-             "monitor": None, "event_id": None, "task_key": k, **actor.audit}
+             "task_key": k, **actor.audit,
+             "data": {"digest": wanted[k][0], "quorum": wanted[k][1]} if k in approved
+             else {"digest": wanted[k][0]}}
             for k in keys if k in counted]
     if rows:
         monitors = dict(select_tuples(Task.select(Task.key, Task.monitor).where(
             key_in(Task.key, [r["task_key"] for r in rows]))))
-        insert_rows(Audit, [dict(r, monitor=monitors.get(r["task_key"])) for r in rows])
+        append_audits([dict(r, monitor=monitors.get(r["task_key"])) for r in rows])
     return counted, approved, set(live) - counted, stale
+
+
+def quorum_of(monitor):
+    """The distinct approvers a task of ``monitor`` needs (its ``approvals``, at least 1)."""
+    return max(1, getattr(monitor, "approvals", None) or 1)
 
 
 def approval_counts(keys):
@@ -83,10 +94,11 @@ def withdraw_approvals(policies, now):
     if not gone:
         return 0
     Approval.delete().where(Approval.id.in_([i for i, _, _ in gone])).execute()
-    monitors = dict(select_tuples(Task.select(Task.key, Task.monitor).where(
-        key_in(Task.key, list({k for _, k, _ in gone})))))
-    insert_rows(Audit, [{"at": now, "code": "approval_withdrawn", "monitor": monitors.get(k),
-                         "event_id": None, "task_key": k, "subject": by} for _, k, by in gone])
+    # Locked, as every writer of a task's chain holds its row (state/history.py).
+    monitors = dict(select_tuples(lock_rows(Task.select(Task.key, Task.monitor).where(
+        key_in(Task.key, sorted({k for _, k, _ in gone}))).order_by(Task.key))))
+    append_audits([{"at": now, "code": "approval_withdrawn", "monitor": monitors.get(k),
+                    "task_key": k, "subject": by} for _, k, by in gone])
     return len(gone)
 
 

@@ -1,23 +1,96 @@
-"""What happened, kept: audit rows, attempts, dead letters (identifiers and codes only)."""
+"""What happened, kept: audit rows, attempts, dead letters (identifiers and codes only).
 
-from ..models import Attempt, Audit, DeadLetter
-from ..storage import insert_rows
+Every audit row is written by ``append_audits`` (``audit`` for one), which links
+it into its hash chain (rules/auditchain.py): a task's entries into the task's
+chain, each holding its predecessor's hash. The writer holds the task's row
+(it created, moved or locked it in this transaction; SQLite's transaction holds
+the write lock from BEGIN), so two writers of one chain never read the same head
+and the chain never forks; writers of different tasks share no lock. An entry
+about a task whose row its writer does not hold is written ``lone`` and stands
+alone, committed to by the next checkpoint.
+"""
+
+from peewee import SQL, Value, fn
+
+from ..models import Approval, Attempt, Audit, DeadLetter
+from ..rules.auditchain import APPROVING, ENTRY_FIELDS, TASK_CHAIN, entry_hash, task_chain
+from ..storage import insert_rows, key_in, select_tuples
 from .tallies import count_attempts
+
+LONE = "lone"  # a row's key: True when its writer does not hold the task's row
+# A row's key: True when its writer created the task's row in this transaction, so
+# its chain begins here (tasks are never deleted: a key is never made twice).
+CREATED = "created"
 
 
 def audit(now, code, monitor=None, event_id=None, task_key=None, actor=None, channel=None,
-          note=None, subject=None, data=None):
+          note=None, subject=None, data=None, lone=False):
     """Append one audit row: identifiers and a code, never content; returns its ``seq``.
 
     ``actor`` (an identity) and ``channel`` name who decided and through which
     face, for human decisions (and ``policy``); the engine's own moves leave
     them null. ``note`` is the CLI's ``--by`` word; ``subject`` what a change of
     a reviewer, secret, policy or monitor was about; ``data`` a dict of further
-    identifiers and proofs (never content).
+    identifiers and proofs (never content). ``lone``: see ``append_audits``.
     """
-    return Audit.insert(at=now, code=code, monitor=monitor, event_id=event_id,
-                        task_key=task_key, actor=actor, channel=channel, note=note,
-                        subject=subject, data=data).execute()
+    [row] = _linked([{"at": now, "code": code, "monitor": monitor, "event_id": event_id,
+                      "task_key": task_key, "actor": actor, "channel": channel, "note": note,
+                      "subject": subject, "data": data, LONE: lone}])
+    return Audit.insert(**row).execute()
+
+
+def append_audits(rows):
+    """Append audit rows (dicts of ``at``, ``code`` and any other columns), in order,
+    each linked into its chain; run in the caller's transaction.
+
+    A row with a ``task_key`` joins that task's chain: its writer must hold the
+    task's row (module docstring), or give ``lone: True``; ``created: True`` says
+    the writer made the task's row, and spares the look for the chain's head.
+    """
+    if rows:
+        insert_rows(Audit, _linked(rows))
+
+
+def _linked(rows):
+    """``rows`` with every column, each with its chain, ``prev`` and ``hash``."""
+    linked, created = [], set()
+    for given in rows:
+        row = {name: given.get(name) for name in ENTRY_FIELDS}
+        if row["task_key"] is not None and not given.get(LONE):
+            row["chain"] = task_chain(row["task_key"])
+            if given.get(CREATED):
+                created.add(row["chain"])
+        linked.append(row)
+    heads = chain_heads({row["chain"] for row in linked if row["chain"] is not None} - created)
+    for row in linked:
+        if row["chain"] is not None:
+            row["prev"] = heads.get(row["chain"])
+        own = entry_hash(row)
+        if row["chain"] is not None:
+            heads[row["chain"]] = own
+        row["hash"] = own  # after: the body is the row without it
+    return linked
+
+
+def approvals_outside_chains(keys):
+    """The task ``keys`` with an approval on record that no entry of the task's chain
+    records (its identity approving): a row written around signoff, not by it."""
+    if not keys:
+        return set()
+    recorded = Audit.select(SQL("1")).where(
+        Audit.chain == Value(TASK_CHAIN).concat(Approval.task_key),
+        Audit.actor == Approval.by, Audit.code.in_(list(APPROVING)))
+    return {k for (k,) in select_tuples(Approval.select(Approval.task_key).distinct().where(
+        key_in(Approval.task_key, sorted(keys)), ~fn.EXISTS(recorded)))}
+
+
+def chain_heads(chains):
+    """``{chain: hash of its last entry}`` for those of ``chains`` that have entries."""
+    if not chains:
+        return {}
+    last = (Audit.select(fn.MAX(Audit.seq)).where(key_in(Audit.chain, sorted(chains)))
+            .group_by(Audit.chain))
+    return dict(select_tuples(Audit.select(Audit.chain, Audit.hash).where(Audit.seq.in_(last))))
 
 
 def record_attempts(rows):

@@ -19,7 +19,8 @@ from .hostreads import BatchReads
 from .outcomes import Step, failures_key
 from .outcomes import write as outcomes_write
 from ..state.deliveries import move_delivery, prepare_move_deliveries, relabel_duplicate
-from ..state.history import bury
+from ..state.approvals import quorum_of
+from ..state.history import CREATED, LONE, bury
 from ..state.moves import Fenced, RELEASED, run_moves
 from ..state.statuses import DeliveryStatus as D, TaskStatus as T
 from ..state.tasks import new_tasks
@@ -50,6 +51,9 @@ class Outcome:
     next_at: float | None = None
     failures: dict = field(default_factory=dict)
     reason: str | None = None  # why the attempt failed, in words (``reason_of``)
+    # What the task's first audit entry proves (its digest and quorum); only the
+    # event that creates the task keeps it (``_finish``).
+    audit_data: dict | None = None
 
 
 def ingest_batch(rt, owner):
@@ -158,7 +162,8 @@ def examine(rt, host, row, monitor, context, consumed, now):
     except Exception as exc:
         return failed(rt, row, "draft", exc, now, monitor)
     task = new_task(monitor, record, drafted, now)
-    return Outcome("final", "ready", "draft", consume=True, task_key=task["key"], task=task)
+    return Outcome("final", "ready", "draft", consume=True, task_key=task["key"], task=task,
+                   audit_data={"digest": task["digest"], "quorum": quorum_of(monitor)})
 
 
 def new_task(monitor, record, drafted, now):
@@ -244,8 +249,12 @@ def write_outcomes(rt, token, owner, rows, outcomes):
 def _audit_row(row, out, now):
     if out.kind in ("retry", "wait"):
         return None
+    # Only a task this batch created or joined is held (``_finish``): a duplicate's
+    # entry names its task but stands outside the task's chain.
     return {"at": now, "monitor": row.monitor, "event_id": row.event_id,
-            "task_key": out.task_key, "code": "dead_letter" if out.kind == "dead" else out.code}
+            "task_key": out.task_key, "code": "dead_letter" if out.kind == "dead" else out.code,
+            "data": out.audit_data, LONE: out.task is None,
+            CREATED: out.audit_data is not None}
 
 
 @dataclass
@@ -311,6 +320,10 @@ def _finish(finish, now):
         elif out.member is not None:
             members.append(out.member)
     created = {key for (key,) in finish.tasks.run(tasks)}
+    for i in ours:
+        out = finish.consumed[i][1]
+        if out.task is not None and out.task_key not in created:
+            out.audit_data = None  # the task's first entry said it
     _moved_on([finish.consumed[i] for i in ours], created)
     if members:  # in the transaction of their inbox rows: never lost, never twice
         recordbatches.join(members, now)

@@ -12,9 +12,9 @@ audit row. A row another worker or a cancel took meanwhile is skipped.
 from dataclasses import dataclass
 from typing import Callable
 
-from ..models import Audit, db, insert_rows
+from ..models import db
 from ..rules.canonical import canonical
-from ..state.history import record_attempts
+from ..state.history import append_audits, record_attempts
 from ..storage import retried
 
 
@@ -55,7 +55,7 @@ def write(rt, step, token, owner, pairs):
         if step.after is not None:
             step.after(skipped, token)
         record_attempts(attempts)
-        insert_rows(Audit, audits)
+        append_audits(audits)
 
 
 def failures_key(failures):

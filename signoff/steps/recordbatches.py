@@ -28,6 +28,7 @@ from ..rules.drafts import result_fields, task_fields
 from ..rules.canonical import digest
 from ..errors import AttemptFailed, Blocked, InvalidRecord
 from ..rules.gate import gate
+from ..state.approvals import quorum_of
 from ..state.batches import close_batch, hold_batch, new_batch, retry_batch
 from ..state.deliveries import link_batched
 from ..state.history import audit
@@ -165,7 +166,8 @@ def _close(rt, batch, trace):
             "version": len(records), "record": records, "result": result,
             "digest": digest(result), "approval_deadline": deadline, "created_at": now,
             "updated_at": now, **task_fields(drafted), **trace}
-    return _commit(batch, members, now, task=task, kept=[m for m, _ in kept])
+    return _commit(batch, members, now, task=task, kept=[m for m, _ in kept],
+                   quorum=quorum_of(monitor))
 
 
 def _read_back(host, monitor, members, max_bytes):
@@ -182,7 +184,7 @@ def _read_back(host, monitor, members, max_bytes):
     return kept
 
 
-def _commit(batch, members, now, task=None, kept=(), code=None):
+def _commit(batch, members, now, task=None, kept=(), code=None, quorum=None):
     """Close ``batch`` as drafted, if it is still open with exactly these members."""
     with db.atomic():
         query = RecordBatch.select(RecordBatch.id).where(RecordBatch.id == batch.id,
@@ -198,7 +200,8 @@ def _commit(batch, members, now, task=None, kept=(), code=None):
         if task:
             new_tasks([task]).run()
             link_batched(batch.monitor, [m.event_id for m in kept], key)
-        audit(now, "ready" if task else code, batch.monitor, task_key=key)
+        audit(now, "ready" if task else code, batch.monitor, task_key=key,
+              data={"digest": task["digest"], "quorum": quorum} if task else None)
     return 1
 
 

@@ -8,6 +8,7 @@ leaves the task ``uncertain``; its next try starts by reading the receipt under
 the same key. A new key is never minted.
 """
 
+import logging
 from dataclasses import dataclass
 
 from .. import tracing
@@ -19,7 +20,8 @@ from .hostreads import receipts, submit
 from .outcomes import Step, failures_key
 from .outcomes import write as outcomes_write
 from ..state.leases import release
-from ..state.history import bury
+from ..state.approvals import approval_counts, quorum_of
+from ..state.history import approvals_outside_chains, bury
 from ..state.moves import Fenced, RELEASED, run_moves
 from ..state.statuses import TASK_ACTIVE, TaskStatus as T
 from ..state.tasks import (mark_write_possible, maybe_written, move_task, prepare_move_tasks,
@@ -27,6 +29,8 @@ from ..state.tasks import (mark_write_possible, maybe_written, move_task, prepar
 from ..models import Task, db
 from ..storage import select_tuples
 from ..rules.retry import failed_try
+
+log = logging.getLogger(__name__)
 
 
 # What the audit log says for outcomes whose code is an exception's name.
@@ -43,6 +47,7 @@ class Outcome:
     next_at: float | None = None
     failures: dict | None = None
     unwritten: bool = False  # withdrawn: no write was ever possible before this attempt
+    data: dict | None = None  # what its audit entry proves (a written result's digests)
 
 
 def submit_batch(rt, owner):
@@ -57,7 +62,8 @@ def submit_batch(rt, owner):
     # One span per task, in the trace of the event that made it (tracing.py).
     spans = {t.key: tracing.begin("signoff.submit", t, task_key=t.key,
                                   monitor=t.monitor) for t in tasks} if tracing.enabled() else {}
-    outcomes = {t.key: precheck(rt, t, batch) for t in tasks}
+    problems = chain_problems(tasks, batch.monitors)
+    outcomes = {t.key: precheck(rt, t, batch, problems.get(t.key)) for t in tasks}
     # The receipt first: one already there is compared at once, and nothing is written.
     earlier = [t for t in tasks if outcomes[t.key].kind == "write"]
     if earlier:
@@ -74,7 +80,25 @@ def submit_batch(rt, owner):
     return len(tasks), batch.full
 
 
-def precheck(rt, task, batch):
+def chain_problems(tasks, monitors):
+    """``{key: what is wrong}`` for the tasks whose counted approvals are not in their
+    audit chain: an approval on record that no chain entry records, or fewer
+    approvals than the quorum (a status or a row written around signoff). Two
+    queries a batch; the links and digests themselves are ``audit verify``'s.
+    """
+    keys = [t.key for t in tasks]
+    counts, outside = approval_counts(keys), approvals_outside_chains(keys)
+    found = {}
+    for task in tasks:
+        needed = quorum_of(monitors.get(task.monitor))
+        if task.key in outside:
+            found[task.key] = "an approval on record is not in its chain"
+        elif counts.get(task.key, 0) < needed:
+            found[task.key] = f"{counts.get(task.key, 0)} of the {needed} approvals it needs"
+    return found
+
+
+def precheck(rt, task, batch, chain_problem=None):
     """The checks before any host call: ``kind == "write"`` means go on."""
     now = batch.keep_lease()
     if batch.context_error is not None:
@@ -84,6 +108,9 @@ def precheck(rt, task, batch):
         return Outcome("park", refusal, "gate")
     if digest(task.result) != task.approved_digest:
         return Outcome("blocked", "approval_mismatch", "verify")
+    if chain_problem is not None:
+        log.warning("task %s blocked (chain_broken): %s", task.key, chain_problem)
+        return Outcome("blocked", "chain_broken", "verify")
     return Outcome("write", "write")
 
 
@@ -139,10 +166,16 @@ def _write_all(rt, batch, tasks, spans):
 
 
 def confirm(receipt, task):
-    """Compare a receipt with the approved result."""
+    """Compare a receipt with the approved result.
+
+    The audit entry says which digest was written and which the receipt read
+    back has: the approved one, checked before the write (``precheck``).
+    """
     if receipt == task.result:
-        return Outcome("done", "done", "confirm")
-    return Outcome("blocked", "receipt_mismatch", "confirm")
+        return Outcome("done", "done", "confirm", data={"digest": task.approved_digest,
+                                                       "receipt": task.approved_digest})
+    return Outcome("blocked", "receipt_mismatch", "confirm",
+                   data={"digest": task.approved_digest, "receipt": digest(receipt)})
 
 
 def failed(rt, task, exc, now, code=None):
@@ -176,8 +209,8 @@ def write_outcomes(rt, token, owner, tasks, outcomes):
 def _audit_row(task, out, now):
     if out.kind in ("retry", "withdrawn"):
         return None
-    return {"at": now, "monitor": task.monitor, "event_id": None, "task_key": task.key,
-            "code": AUDIT_CODES.get(out.kind, out.code)}
+    return {"at": now, "monitor": task.monitor, "task_key": task.key,
+            "code": AUDIT_CODES.get(out.kind, out.code), "data": out.data}
 
 
 def _release(skipped, token):

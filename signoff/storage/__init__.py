@@ -12,7 +12,8 @@ queues, lives in this package.
   methods bound to their object's own database (``own_database``);
 - ``queue``: the Huey queue on SQLite, Redis or PostgreSQL;
 - ``net``: how long a server connection may stay silent before it counts as dead;
-- ``urls``: backend URLs as the drivers take them, and the extras they need.
+- ``urls``: backend URLs as the drivers take them, and the extras they need;
+- ``homekey``: the home's Ed25519 key file, which signs the audit's checkpoints.
 
 The functions below are the seam's face for the rest of signoff: each runs
 against the database the calling ``Signoff`` bound (``db``) or the one given.

@@ -22,9 +22,10 @@ SCHEMA_TABLE = "signoff_schema"
 # (traces, heartbeats, subscriptions, quorum and edits, pauses, reviewers per
 # monitor, decision notifications, drafter usage), which init adds with their
 # defaults; version 6 added columns only (identities' notes and audit subjects,
-# the reason of a delivery's failed attempt); version 7 added the audit's data and
-# the tallies of finished rows (counted from the rows by the upgrade), and indexed
-# tasks in the listings' order (all, and by monitor, replacing ``task_monitor``).
+# the reason of a delivery's failed attempt); version 7 added the audit's data, its
+# hash chain and the checkpoints that seal it (entries from before stand alone), the
+# tallies of finished rows (counted from the rows by the upgrade), and indexed tasks
+# in the listings' order (all, and by monitor, replacing ``task_monitor``).
 RETIRED_INDEXES = ("delivery_status_next_at", "task_status_next_at", "delivery_suspect",
                    "task_suspect", "task_monitor")
 # The tallies (state/tallies.py) counted afresh from the rows: what an upgrade to

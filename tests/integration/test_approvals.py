@@ -16,6 +16,7 @@ from helpers import OPERATOR, ready_task, refusal
 from signoff.app import Signoff
 from signoff.cli import main
 from signoff.models import Approval, Audit, Task
+from signoff.rules.auditchain import task_chain
 from signoff.rules.canonical import digest
 from signoff.rules.text import check_reason, hidden_characters, visible
 
@@ -253,6 +254,10 @@ def test_concurrent_approvals_from_two_homes_approve_once_and_lose_none(home, cl
             assert row.status == "approved" and row.approved_digest == d
             assert Approval.select().where(Approval.task_key == key).count() == 2
             assert Audit.select().where(Audit.task_key == key, Audit.code == "approved").count() == 1
+            # Both wrote to the task's audit chain at once: it stays one line.
+            chain = list(Audit.select().where(Audit.chain == task_chain(key)).order_by(Audit.seq))
+            assert [a.code for a in chain] == ["ready", "approval_added", "approved"]
+            assert [a.prev for a in chain] == [None, *[a.hash for a in chain[:-1]]]
     finally:
         check.close()
 

@@ -210,7 +210,10 @@ def test_an_outcome_write_converts_its_rows_before_its_transaction(rt, host, mon
     dumps = storage.lossless_dumps
 
     def recording_dumps(value, *args):
-        dumped_inside.append(rt.database.in_transaction())
+        # An audit entry's proofs (a digest and a quorum, some 100 bytes) are written
+        # with its link, which needs the chain's head as the transaction reads it.
+        if not (isinstance(value, dict) and set(value) == {"digest", "quorum"}):
+            dumped_inside.append(rt.database.in_transaction())
         return dumps(value, *args)
 
     monkeypatch.setattr(storage.bulk, "lossless_dumps", recording_dumps)
@@ -364,8 +367,8 @@ V6_COLUMNS = {"approval": ("note",), "audit": ("note", "subject"), "reviewer": (
 
 
 # What version 7 added: columns of older tables (tables it adds are dropped by name).
-V7_COLUMNS = {"audit": ("data",)}
-V7_TABLES = ("tally", "tally_delta")
+V7_COLUMNS = {"audit": ("data", "chain", "prev", "hash", "checkpoint")}
+V7_TABLES = ("tally", "tally_delta", "checkpoint")
 
 
 def _drop_columns(database, added):
