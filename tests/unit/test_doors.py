@@ -26,6 +26,8 @@ SIGNOFF = {
     # views
     "listing", "events", "tasks", "monitor_tasks", "delivery", "task", "dead_letters", "audit",
     "stats",
+    # the audit's chain, checked offline
+    "audit_key", "audit_export",
 }
 SITE = {"webhook_secrets", "subscription_callbacks", "first_webhook_answer", "write_webhooks",
         "reviewer_for_token", "viewer_for", "log_in", "log_out", "task_page", "review_list",
