@@ -98,6 +98,7 @@ class Config:
     queue_name: str = "signoff"
     max_record_bytes: int = 262144
     max_material_bytes: int = 262144
+    home_key_path: Path | None = None  # [audit] home_key; None: home_key.pem in the home
 
     @property
     def state_path(self):
@@ -148,14 +149,15 @@ NUMBER = (int, float)
 # Every table signoff.toml may hold. [serve] and [notify] are read, and their
 # keys checked, where they are used; the keys of the others are these.
 SECTIONS = ("host", "drafter", "retry", "worker", "retention", "database", "queue", "serve",
-            "notify")
+            "notify", "audit")
 KEYS = {"host": ("factory", "options", "max_record_bytes", "max_material_bytes"),
         "drafter": ("factory", "options"),
         "retry": tuple(f.name for f in fields(RetryPolicy)),
         "worker": ("lease_ttl_s", "batch_size", "watchdog_s"),
         "retention": ("finished_days",),
         "database": ("url",),
-        "queue": ("url", "name")}
+        "queue": ("url", "name"),
+        "audit": ("home_key",)}
 MAX_NESTING = 100  # a value nested deeper cannot be read (Python's parser recurses)
 
 # The home holds record snapshots, results and approvers' names: only its owner
@@ -337,8 +339,17 @@ def _build(home, raw, path):
                     if "watchdog_s" in worker else None),
         retention_days=float(number_in(_table(raw, "retention", path), "finished_days", NUMBER,
                                        30, DAYS, path, "retention")),
+        home_key_path=_home_key_path(home, _table(raw, "audit", path), path),
         **backends,
     )
+
+
+def _home_key_path(home, audit, path):
+    """``[audit] home_key``: the home key's file (relative to the home), or ``None``."""
+    value = _typed(audit, "home_key", str, None, path, "audit")
+    if value is not None and not value.strip():
+        raise ConfigError("bad_config", f"{path}: audit.home_key must name a file")
+    return None if value is None else home / Path(value).expanduser()
 
 
 # The servers a [database] or [queue] url may name, by their schemes.

@@ -10,7 +10,7 @@ from .statuses import TaskStatus as T
 from .tasks import move_tasks, update_task
 
 
-def add_approvals(wanted, actor, now, audit_code="approved"):
+def add_approvals(wanted, actor, now, audit_code="approved", proofs=None):
     """Record ``actor``'s approval of each task in ``wanted`` (``{key: (digest, needed)}``)
     and approve those whose digest now has ``needed`` distinct identities.
 
@@ -22,8 +22,10 @@ def add_approvals(wanted, actor, now, audit_code="approved"):
     needs people for every remaining place). Returns ``(counted, approved,
     repeated, stale)``: sets of keys whose approval was added, that moved to
     ``approved``, that the identity had approved already, and that moved on,
-    changed digest or were edited meanwhile.
+    changed digest or were edited meanwhile. ``proofs``: ``{key: (statement,
+    signature, audit data)}`` of signed approvals, kept on their rows.
     """
+    proofs = proofs or {}
     keys = sorted(wanted)
     policy = actor.channel == "policy"
     columns = (Task.key, Task.status, Task.digest) + ((Task.edits,) if policy else ())
@@ -34,7 +36,8 @@ def add_approvals(wanted, actor, now, audit_code="approved"):
     stale = set(keys) - set(live)
     counted = {k for (k,) in insert_rows(Approval, [
         {"task_key": k, "digest": wanted[k][0], "by": actor.identity, "channel": actor.channel,
-         "at": now, "note": actor.note} for k in live],
+         "at": now, "note": actor.note, "statement": proofs.get(k, (None,))[0],
+         "signature": proofs.get(k, (None, None))[1]} for k in live],
         ignore_conflicts=True, returning=("task_key",))} if live else set()
     counts = approval_counts(live)
     complete = [k for k in live if counts.get(k, 0) >= wanted[k][1]]
@@ -45,7 +48,8 @@ def add_approvals(wanted, actor, now, audit_code="approved"):
                           approved_by=actor.identity, approved_at=now, next_at=now,
                           code=None) if complete else set()
     rows = [{"at": now, "code": audit_code if k in approved else "approval_added",
-             "monitor": None, "event_id": None, "task_key": k, **actor.audit}
+             "monitor": None, "event_id": None, "task_key": k, **actor.audit,
+             "data": proofs.get(k, (None, None, None))[2]}
             for k in keys if k in counted]
     if rows:
         monitors = dict(select_tuples(Task.select(Task.key, Task.monitor).where(
