@@ -351,8 +351,9 @@ class Pages:
         return RedirectResponse(f"/tasks/{answer['key']}", status_code=303)
 
     def _refused(self, request, viewer, exc, key=""):
-        return self.render(request, "outcome.html", status_code=status_of(exc.code),
-                           viewer=viewer, title="Refused", results=[(key, exc.code, exc.message)])
+        status = getattr(exc, "status", None) or status_of(exc.code)  # a signed decision's: 403
+        return self.render(request, "outcome.html", status_code=status, viewer=viewer,
+                           title="Refused", results=[(key, exc.code, exc.message)])
 
 
 def return_path(value):

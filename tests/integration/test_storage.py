@@ -364,8 +364,9 @@ V6_COLUMNS = {"approval": ("note",), "audit": ("note", "subject"), "reviewer": (
 
 
 # What version 7 added: columns of older tables (tables it adds are dropped by name).
-V7_COLUMNS = {"audit": ("data",)}
-V7_TABLES = ()
+V7_COLUMNS = {"audit": ("data",), "monitor": ("signed_approvals",),
+              "approval": ("statement", "signature"), "task": ("reject_proof",)}
+V7_TABLES = ("reviewer_key", "statement_nonce")
 
 
 def _drop_columns(database, added):
