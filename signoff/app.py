@@ -458,6 +458,16 @@ class Signoff:
         return keys.add(self, name, data, by, channel)
 
     @_own_database
+    def passkey_options(self, name, origin):
+        """WebAuthn creation options for reviewer ``name`` on the page at ``origin``."""
+        return keys.passkey_options(self, name, origin)
+
+    @_own_database
+    def register_passkey(self, name, credential, origin):
+        """Keep the passkey reviewer ``name`` created at ``origin`` once it verifies."""
+        return keys.register_passkey(self, name, credential, origin)
+
+    @_own_database
     def reviewer_keys(self, name=None):
         """Reviewers' keys (of ``name`` alone, if given)."""
         return keys.listing(name)

@@ -6,11 +6,20 @@ says which keys could sign when. A key belongs to one reviewer: the same key
 again is refused ``key_exists``.
 """
 
-from peewee import IntegrityError
+import hashlib
+import json
+from urllib.parse import urlsplit
 
-from ..errors import Refused
+from peewee import IntegrityError
+from webauthn import generate_registration_options, options_to_json, verify_registration_response
+from webauthn.helpers.exceptions import InvalidRegistrationResponse
+from webauthn.helpers.structs import (AuthenticatorSelectionCriteria, PublicKeyCredentialDescriptor,
+                                      ResidentKeyRequirement, UserVerificationRequirement)
+
+from ..errors import Refused, SignatureRefused
 from ..rules import statements as st
 from ..rules.names import Actor
+from ..state import nonces
 from ..state.history import audit
 from ..models import ReviewerKey, db
 from . import reviewers
@@ -31,10 +40,61 @@ def add(rt, name, data, by=None, channel="cli"):
     return _store(rt, name, "ed25519", raw, None, actor)
 
 
-def add_passkey(rt, name, credential_id, cose_key, sign_count):
-    """Keep a passkey the reviewer ``name`` registered on the pages (audited as theirs)."""
-    return _store(rt, name, "webauthn", cose_key, (credential_id, sign_count),
-                  Actor.of(name, "page"))
+def passkey_options(rt, name, origin):
+    """The WebAuthn creation options for reviewer ``name`` to register a passkey at
+    ``origin`` (user verification required), with a challenge minted as a nonce."""
+    reviewer = _reviewer(name)
+    with db.atomic():
+        nonce = nonces.mint(reviewer, "register", rt.clock.now())
+    held = [c for (c,) in ReviewerKey.select(ReviewerKey.credential_id).where(
+        ReviewerKey.reviewer == reviewer, ReviewerKey.credential_id.is_null(False)).tuples()]
+    options = generate_registration_options(
+        rp_id=urlsplit(origin).hostname or "", rp_name="signoff", user_name=reviewer,
+        user_id=hashlib.sha256(reviewer.encode("utf-8")).digest()[:16],
+        challenge=st.unb64url(nonce, "challenge"),
+        authenticator_selection=AuthenticatorSelectionCriteria(
+            user_verification=UserVerificationRequirement.REQUIRED,
+            resident_key=ResidentKeyRequirement.PREFERRED),
+        exclude_credentials=[PublicKeyCredentialDescriptor(id=st.unb64url(c, "id")) for c in held])
+    return json.loads(options_to_json(options))
+
+
+def register_passkey(rt, name, credential, origin):
+    """Keep the passkey reviewer ``name`` created at ``origin`` (a ``PublicKeyCredential``
+    as JSON, base64url fields) once ``webauthn`` verifies it against the challenge
+    signoff minted; audited as theirs. Answers as ``add``."""
+    reviewer = _reviewer(name)
+    now = rt.clock.now()
+    nonce = _registration_nonce(credential)
+    row = nonces.find(nonce)
+    if row is None or (row.reviewer, row.decision) != (reviewer, "register"):
+        raise SignatureRefused("nonce_invalid", "this registration's challenge is not one "
+                               "signoff gave you: open the keys page again")
+    if row.used_at is not None or now > row.issued_at + st.NONCE_TTL_S:
+        raise SignatureRefused("nonce_expired", "this registration's challenge is used or "
+                               "older than 5 minutes: try again")
+    try:
+        verified = verify_registration_response(
+            credential=credential, expected_challenge=st.unb64url(nonce, "challenge"),
+            expected_origin=origin, expected_rp_id=urlsplit(origin).hostname or "",
+            require_user_verification=True)
+    except (InvalidRegistrationResponse, ValueError, KeyError, TypeError) as exc:
+        raise SignatureRefused("bad_signature", f"the passkey did not register: {exc}") from None
+    with db.atomic():
+        if not nonces.spend(nonce, now):
+            raise SignatureRefused("nonce_used", "this registration was completed already")
+        return _store(rt, reviewer, "webauthn", verified.credential_public_key,
+                      (st.b64url(verified.credential_id), verified.sign_count),
+                      Actor.of(reviewer, "page"))
+
+
+def _registration_nonce(credential):
+    """The challenge a registration answers (from its client data), or ``nonce_invalid``."""
+    try:
+        raw = credential["response"]["clientDataJSON"]
+        return json.loads(st.unb64url(raw, "clientDataJSON"))["challenge"]
+    except (TypeError, KeyError, ValueError, Refused):
+        raise SignatureRefused("nonce_invalid", "not a passkey registration") from None
 
 
 def _store(rt, name, kind, public, credential, actor):
@@ -64,7 +124,8 @@ def listing(name=None):
     if name is not None:
         query = query.where(ReviewerKey.reviewer == _reviewer(name))
     return [{"reviewer": k.reviewer, "key_id": k.key_id, "kind": k.kind,
-             "fingerprint": k.fingerprint, "created_at": k.created_at} for k in query]
+             "fingerprint": k.fingerprint, "credential_id": k.credential_id,
+             "created_at": k.created_at} for k in query]
 
 
 def remove(rt, name, key_id, by=None, channel="cli"):

@@ -1,4 +1,4 @@
-"""Checking a signed decision (docs/approvals.md, "Signed approvals").
+"""Checking a signed decision (docs/concepts.md, "Signed approvals").
 
 On a monitor bound with ``--signed-approvals`` only a decision carrying a valid
 signature of its reviewer counts: an Ed25519 signature of the statement's
@@ -69,7 +69,8 @@ def required(monitor, proof):
     """Refuse (``signature_required``) an unsigned decision on a monitor that asks for signatures."""
     if proof is None and monitor is not None and monitor.signed_approvals:
         raise SignatureRefused("signature_required", f"monitor {monitor.id!r} counts only "
-                               "signed decisions: sign the task's statement (docs/approvals.md)")
+                               "signed decisions: sign the task's statement with one of "
+                               "your keys (`signoff approve --sign-with`, the API, a passkey)")
 
 
 def check(rt, proof, task, reviewer, digest, now):

@@ -22,16 +22,16 @@ from starlette.routing import Route
 
 from ..decisions.signing import Proof
 from ..errors import Refused
-from ..rules.events import broken_json_reason, decode_json
-from .bodies import API_LIMIT, read_body
+from .bodies import API_LIMIT, json_object, read_body
 from .pages import STATUSES
+from .passkeys import origin_of
 from .refusals import status_of
 
 PREFIX = "/api/v1"
 DEFAULT_LIMIT, MAX_LIMIT = 50, 1000
 # Fields each action's body may hold, and their types; the rest is refused.
 # A signed decision adds its statement and an Ed25519 signature with its key's
-# id, or a passkey's assertion (docs/approvals.md, "Signed approvals").
+# id, or a passkey's assertion (docs/concepts.md, "Signed approvals").
 SIGNED_FIELDS = {"statement": dict, "signature": str, "key_id": str, "webauthn": dict}
 APPROVE_FIELDS = {"digest": str, "edit": str, "ack_hidden_characters": bool, **SIGNED_FIELDS}
 REJECT_FIELDS = {"reason": str, **SIGNED_FIELDS}
@@ -201,11 +201,6 @@ def proof_of(fields, expect, origin):
                  given.get("webauthn"), origin)
 
 
-def origin_of(request):
-    """The origin a browser on this server names in a passkey's assertion."""
-    return f"{request.url.scheme}://{request.url.netloc}"
-
-
 def _number(query, name, default, low, high):
     text = query.get(name)
     if text is None or text == "":
@@ -221,17 +216,7 @@ def _body(raw, types, required=()):
     An empty body is an empty object. A key named twice, an unknown field or
     one of the wrong type is refused.
     """
-    if not raw.strip():
-        value = {}
-    else:
-        try:
-            value = decode_json(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise Refused("invalid_body", "body: not UTF-8") from None
-        except (ValueError, RecursionError) as exc:
-            raise Refused("invalid_body", broken_json_reason(exc, "body")) from None
-    if not isinstance(value, dict):
-        raise Refused("invalid_body", "body: must be one JSON object")
+    value = json_object(raw)
     for name, item in value.items():
         if name not in types:
             raise Refused("invalid_body", f"{name}: not a field of this request "

@@ -185,6 +185,8 @@ class Pages:
                 "previous_drafts": (t.get("previous_drafts") or [])[-LIST_LIMIT:],
                 "draft_changes": t.get("draft_changes"), "list_limit": LIST_LIMIT,
                 "may_cancel": t["status"] in TASK_OPEN,
+                "signed": any(m["id"] == t["monitor"] and m["signed_approvals"]
+                              for m in self.rt.monitors()),
                 "may_redraft": redraftable(t["status"], t["code"], t["write_possible"])}
 
     async def delivery(self, request):

@@ -1,4 +1,4 @@
-"""The home key: the Ed25519 key a home signs with (docs/approvals.md, "Signed approvals").
+"""The home key: the Ed25519 key a home signs with (docs/concepts.md, "Signed approvals").
 
 Made by ``signoff init`` and kept by every later ``init``; a PKCS#8 PEM file
 only its owner may read (mode 600), at ``<home>/home_key.pem`` unless ``[audit]
