@@ -76,7 +76,7 @@ def sign_and_decide(rt, key, digest, private_pem, name, decision="approve", reas
               .where(ReviewerMonitor.reviewer == name).tuples()]
     monitors = frozenset(limits) if limits else None
     minted = mint(rt, key, name, decision, monitors=monitors)
-    if decision == "approve" and minted["statement"]["digest"] != digest:
+    if minted["statement"]["digest"] != digest:
         raise Refused("digest_mismatch", "the digest does not match the task's result")
     signature = st.b64url(private.sign(minted["canonical"].encode("utf-8")))
     proof = signing.Proof(minted["statement"], decision, signature, held.key_id)

@@ -81,6 +81,9 @@ def test_two_reviewers_signing_complete_the_quorum_and_the_task_is_done(signed, 
         ("approval_added", "ana", people["ana"][1]), ("approved", "bo", people["bo"][1])]
     assert all(a.data["digest"] == digest and a.data["signature"] for a in entries)
     assert {r.used_at is not None for r in StatementNonce.select()} == {True}
+    shown = rt.task(key)["approvals"]
+    assert [a["signature"]["key_id"] for a in shown] == [people["ana"][1], people["bo"][1]]
+    assert shown[0]["statement"] == rows[0].statement
 
 
 def test_each_bad_signature_is_refused_with_its_code_and_nothing_is_recorded(signed, clock):
@@ -146,6 +149,7 @@ def test_a_signed_reject_keeps_its_proof_and_an_unsigned_one_is_refused(signed):
     task = Task.get_by_id(key)
     assert task.reject_proof == {"statement": minted["canonical"], "signature": proof.signature,
                                  "key_id": key_id}
+    assert rt.task(key)["reject_proof"] == task.reject_proof
     [row] = Audit.select().where(Audit.task_key == key, Audit.code == "rejected")
     assert row.data["statement"] == minted["canonical"]
 
@@ -274,3 +278,22 @@ def test_monitor_bind_and_set_turn_signed_approvals_on_and_off(cli_home):
     off = json.loads(cli(home, "monitor", "set", "s", "--no-signed-approvals", "--json"))
     assert off["signed_approvals"] is False
     assert "unknown_monitor" in cli(home, "monitor", "set", "nope", "--signed-approvals", code=1)
+
+
+def test_the_cli_signs_a_reject_and_a_removed_key_signs_nothing(cli_home, tmp_path):
+    home, key, digest, _ = cli_home
+    cli(home, "reviewer", "add", "cy")
+    key_id = json.loads(cli(home, "reviewer", "key", "add", "cy", "--public-key",
+                            str(tmp_path / "cy.pub"), "--json"))["key_id"]
+    signing = ("--sign-with", str(tmp_path / "cy.pem"), "--as", "cy")
+    assert "digest_mismatch" in cli(home, "reject", key, "--digest", "0" * 64, *signing, code=1)
+    assert "--digest" in cli(home, "reject", key, *signing, code=2)
+    cli(home, "reviewer", "key", "remove", "cy", key_id)
+    assert "unknown_key" in cli(home, "reject", key, "--digest", digest, *signing, code=1)
+    cli(home, "reviewer", "key", "add", "cy", "--public-key", str(tmp_path / "cy.pub"))
+    answer = json.loads(cli(home, "reject", key, "--digest", digest, "--reason", "not now",
+                            *signing, "--json"))
+    assert answer["status"] == "rejected"
+    shown = json.loads(cli(home, "tasks", "show", key, "--json"))
+    assert shown["rejected_by"] == "cy" and json.loads(
+        shown["reject_proof"]["statement"])["decision"] == "reject"
