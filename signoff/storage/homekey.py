@@ -14,7 +14,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ..config import PRIVATE_FILE
+from ..config import PRIVATE_FILE, Config
 from ..errors import ConfigError
 
 KEY_NAME = "home_key.pem"
@@ -22,10 +22,9 @@ KEY_NAME = "home_key.pem"
 
 def key_path(home):
     """Where the home key of ``home`` (a ``Config``, or a home folder) lives."""
-    configured = getattr(home, "home_key_path", None)
-    if configured is not None:
-        return Path(configured)
-    return Path(getattr(home, "home", home)) / KEY_NAME
+    if isinstance(home, Config):
+        return home.home_key_path or home.home / KEY_NAME
+    return Path(home) / KEY_NAME
 
 
 def load_home_key(home):

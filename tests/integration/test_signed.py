@@ -297,3 +297,24 @@ def test_the_cli_signs_a_reject_and_a_removed_key_signs_nothing(cli_home, tmp_pa
     shown = json.loads(cli(home, "tasks", "show", key, "--json"))
     assert shown["rejected_by"] == "cy" and json.loads(
         shown["reject_proof"]["statement"])["decision"] == "reject"
+
+
+def test_the_home_key_can_live_where_the_config_says(home, clock, tmp_path):
+    Signoff.init(home, clock=clock).close()
+    elsewhere = tmp_path / "keys" / "signoff.pem"
+    elsewhere.parent.mkdir()
+    with open(home / "signoff.toml", "a", encoding="utf-8") as config:
+        config.write(f'\n[audit]\nhome_key = "{elsewhere}"\n')
+    rt = Signoff.init(home, clock=clock)
+    try:
+        assert homekey.key_path(rt.config) == elsewhere
+        assert stat.S_IMODE(elsewhere.stat().st_mode) == 0o600
+        assert homekey.load_home_key(rt.config).public_key() != homekey.load_home_key(
+            home).public_key()  # the file in the home is no longer the home's key
+    finally:
+        rt.close()
+    (home / "signoff.toml").write_text((home / "signoff.toml").read_text().replace(
+        str(elsewhere), ""), encoding="utf-8")
+    with pytest.raises(Exception) as refused:
+        Signoff(home, clock=clock)
+    assert getattr(refused.value, "code", None) == "bad_config"
