@@ -8,7 +8,8 @@ difference between engines, is ``storage``'s.
 
 The concepts, in this order: intake (monitors, deliveries, the event-id inbox,
 gaps), tasks (and their attempts, dead letters, purges, batches), approvals
-(and standing policies), the audit log, webhooks, reviewers, notifications,
+(the nonces of signed ones, and standing policies), the audit log, webhooks,
+reviewers (and their keys), notifications,
 MCP Events subscriptions, the drafter's usage, and workers. ``MODELS`` is every
 table of the one schema each home has.
 """

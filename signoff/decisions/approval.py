@@ -169,7 +169,9 @@ def _record(rt, items, tasks, monitors, moves, who, out, now):
         proofs = {}
         for i in list(moves):
             try:
-                proofs.update(_signed(rt, who, tasks[items[i][0]], monitors, items[i][1], now))
+                task = tasks[items[i][0]]
+                proofs.update(_signed(rt, who.actor, who.proof, task, monitors.get(task.monitor),
+                                      items[i][1], now))
             except Refused as exc:
                 out[i] = exc
                 moves.remove(i)
@@ -194,13 +196,14 @@ def _record(rt, items, tasks, monitors, moves, who, out, now):
     return moved
 
 
-def _signed(rt, who, task, monitors, digest, now):
-    """``{key: Checked}`` for a signed approval, ``{}`` for an unsigned one a monitor
-    allows; refuses one it does not, and a signature that does not hold."""
-    signing.required(monitors.get(task.monitor), who.proof)
-    if who.proof is None:
+def _signed(rt, actor, proof, task, monitor, digest, now):
+    """``{key: Checked}`` for ``actor``'s decision on ``task`` at ``digest`` signed with
+    ``proof``, ``{}`` for an unsigned one its ``monitor`` allows; refuses one it does
+    not, and a signature that does not hold. Run in the decision's transaction."""
+    signing.required(monitor, proof)
+    if proof is None:
         return {}
-    return {task.key: signing.check(rt, who.proof, task, who.actor.identity, digest, now)}
+    return {task.key: signing.check(rt, proof, task, actor.identity, digest, now)}
 
 
 def _answers(keys, needed):
@@ -264,10 +267,9 @@ def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_char
     edit = {"by": actor.identity, "channel": actor.channel, "note": actor.note, "at": now,
             "from_digest": task.digest, "to_digest": new_digest,
             "diff": draft_diff(task.result.get("draft"), result["draft"], task.digest, new_digest)}
-    signer = Who(actor, "approved", True, frozenset(), proof)
     try:
         with db.atomic():
-            signed = _signed(rt, signer, task, {task.monitor: monitor}, new_digest, now)
+            signed = _signed(rt, actor, proof, task, monitor, new_digest, now)
             edit_task(key, reviewed, result, new_digest, edit, now)
             audit(now, "edited", task.monitor, task_key=key, **actor.audit)
             _, moved, _, _ = add_approvals(
@@ -403,8 +405,7 @@ def reject(rt, key, reason=None, by=None, channel="cli", digest=None, monitors=N
         digest = task.digest
     seen = () if digest is None else (Task.digest == digest,)
     with db.atomic():
-        signed = _signed(rt, Who(actor, "rejected", True, frozenset(), proof), task,
-                         {task.monitor: Monitor.get_or_none(Monitor.id == task.monitor)},
+        signed = _signed(rt, actor, proof, task, Monitor.get_or_none(Monitor.id == task.monitor),
                          digest, now).get(key)
         moved = move_tasks([key], [T.READY], T.REJECTED, now, where=seen[0] if seen else None,
                            code="rejected", rejected_by=actor.identity, reject_reason=reason,

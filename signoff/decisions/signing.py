@@ -78,7 +78,8 @@ def home_of(rt):
 
 
 def required(monitor, proof):
-    """Refuse (``signature_required``) an unsigned decision on a monitor that asks for signatures."""
+    """Refuse (``signature_required``) an unsigned decision on a monitor that asks for
+    signatures."""
     if proof is None and monitor is not None and monitor.signed_approvals:
         raise SignatureRefused("signature_required", f"monitor {monitor.id!r} counts only "
                                "signed decisions: sign the task's statement with one of "
@@ -105,8 +106,10 @@ def _verified(proof, text, reviewer):
     """``(key, what the row keeps of the signature, passkey counter)`` once it verifies."""
     if proof.webauthn is not None:
         return _verified_passkey(proof, text, reviewer)
-    key = ReviewerKey.get_or_none(ReviewerKey.key_id == proof.key_id, ReviewerKey.kind == "ed25519",
-                                  ReviewerKey.reviewer == reviewer) if isinstance(proof.key_id, str) else None
+    key = None
+    if isinstance(proof.key_id, str):
+        key = ReviewerKey.get_or_none(ReviewerKey.key_id == proof.key_id,
+                                      ReviewerKey.kind == "ed25519", ReviewerKey.reviewer == reviewer)
     if key is None:
         raise SignatureRefused("unknown_key", f"reviewer {reviewer!r} holds no key "
                                f"{proof.key_id!r} (`signoff reviewer key list`)")
@@ -120,13 +123,15 @@ def _verified_passkey(proof, text, reviewer):
     given = proof.webauthn
     if not isinstance(given, dict) or sorted(given) != sorted(WEBAUTHN_FIELDS) or not all(
             isinstance(given[f], str) for f in WEBAUTHN_FIELDS):
-        raise SignatureRefused("bad_signature", f"webauthn: an object of {', '.join(WEBAUTHN_FIELDS)}")
+        raise SignatureRefused("bad_signature",
+                               f"webauthn: an object of {', '.join(WEBAUTHN_FIELDS)}")
     key = ReviewerKey.get_or_none(ReviewerKey.credential_id == given["credential_id"],
                                   ReviewerKey.reviewer == reviewer)
     if key is None:
         raise SignatureRefused("unknown_key", f"reviewer {reviewer!r} holds no passkey "
                                "with this credential id")
-    credential = {"id": given["credential_id"], "rawId": given["credential_id"], "type": "public-key",
+    credential = {"id": given["credential_id"], "rawId": given["credential_id"],
+                  "type": "public-key",
                   "response": {"authenticatorData": given["authenticator_data"],
                                "clientDataJSON": given["client_data_json"],
                                "signature": given["signature"]}}
@@ -137,7 +142,8 @@ def _verified_passkey(proof, text, reviewer):
             credential_public_key=st.unb64url(key.public_key, "key"),
             credential_current_sign_count=key.sign_count, require_user_verification=True)
     except (InvalidAuthenticationResponse, ValueError, KeyError, TypeError) as exc:
-        raise SignatureRefused("bad_signature", f"the passkey's assertion does not hold: {exc}") from None
+        raise SignatureRefused("bad_signature",
+                               f"the passkey's assertion does not hold: {exc}") from None
     return key, {"webauthn": dict(given)}, verified.new_sign_count
 
 
@@ -148,8 +154,9 @@ def rp_id_of(origin):
 
 def _check_nonce(value, reviewer, now):
     row = nonces.find(value["nonce"])
-    if row is None or (row.reviewer, row.decision, row.task_key, row.digest, int(row.issued_at)) != (
-            reviewer, value["decision"], value["task"], value["digest"], value["at"]):
+    minted_for = (reviewer, value["decision"], value["task"], value["digest"], value["at"])
+    if row is None or (row.reviewer, row.decision, row.task_key, row.digest,
+                       int(row.issued_at)) != minted_for:
         raise SignatureRefused("nonce_invalid", "the statement's nonce is not one signoff "
                                "minted for this decision: fetch the statement again")
     if row.used_at is not None:

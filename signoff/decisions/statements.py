@@ -35,7 +35,8 @@ def mint(rt, key, reviewer, decision="approve", edit=None, monitors=None):
         raise Refused("not_ready", f"task is {task.status}, not ready")
     digest = task.digest
     if edit is not None:
-        digest = digest_of(dict(task.result, draft=approval.check_edit(edit, rt.config.max_record_bytes)))
+        text = approval.check_edit(edit, rt.config.max_record_bytes)
+        digest = digest_of(dict(task.result, draft=text))
     now = rt.clock.now()
     with db.atomic():
         nonce = nonces.mint(reviewer, decision, now, task.key, digest)

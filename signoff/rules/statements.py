@@ -39,7 +39,8 @@ def canonical_text(value):
 
 
 def challenge(text):
-    """base64url (no padding) of SHA-256 of the statement's canonical text: a passkey's challenge."""
+    """base64url (no padding) of SHA-256 of the statement's canonical text: a passkey's
+    challenge."""
     return b64url(hashlib.sha256(text.encode("utf-8")).digest())
 
 
@@ -70,10 +71,19 @@ def parse_statement(given):
             value = json.loads(given)
         except ValueError:
             raise SignatureRefused("statement_mismatch", "statement: not JSON") from None
-    if not isinstance(value, dict) or sorted(value) != sorted(FIELDS) or value["v"] != VERSION:
-        raise SignatureRefused("statement_mismatch", f"statement: an object of exactly {', '.join(FIELDS)} "
-                      f"with v {VERSION}")
+    if not (isinstance(value, dict) and sorted(value) == sorted(FIELDS)
+            and all(_whole(value[name]) for name in ("v", "at"))
+            and all(isinstance(value[name], str) for name in FIELDS if name not in ("v", "at"))
+            and value["v"] == VERSION):
+        raise SignatureRefused("statement_mismatch", "statement: an object of exactly "
+                               f"{', '.join(FIELDS)} (v {VERSION}, at a whole number, the rest "
+                               "text)")
     return value
+
+
+def _whole(number):
+    # I-JSON's range: RFC 8785 writes no other integer.
+    return isinstance(number, int) and not isinstance(number, bool) and 0 <= number < 2 ** 53
 
 
 def read_public_key(data):

@@ -39,7 +39,8 @@ def load_home_key(home):
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
-        raise ConfigError("bad_config", f"{path}: not an unencrypted PEM private key ({exc})") from None
+        raise ConfigError("bad_config",
+                          f"{path}: not an unencrypted PEM private key ({exc})") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise ConfigError("bad_config", f"{path}: not an Ed25519 key")
     return key

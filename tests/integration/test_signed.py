@@ -318,3 +318,17 @@ def test_the_home_key_can_live_where_the_config_says(home, clock, tmp_path):
     with pytest.raises(Exception) as refused:
         Signoff(home, clock=clock)
     assert getattr(refused.value, "code", None) == "bad_config"
+
+
+@pytest.mark.parametrize("change", [{"at": 1.5}, {"at": 2 ** 60}, {"v": True}, {"nonce": 7},
+                                    {"extra": 1}])
+def test_a_malformed_statement_is_a_mismatch_and_changes_nothing(signed, change):
+    rt, people = signed
+    key, digest = ready_task(rt, "s")
+    minted = rt.statement(key, "ana")
+    private, key_id = people["ana"]
+    before = counted(rt)
+    proof = Proof(dict(minted["statement"], **change), "approve", sign(private, minted), key_id)
+    assert refusal(rt.approve, key, digest, by="ana", channel="api", proof=proof) == \
+        "statement_mismatch"
+    assert counted(rt) == before
