@@ -11,8 +11,17 @@ import secrets
 from ..models import ReviewerKey, StatementNonce
 
 
+# A nonce's row is kept a day, long past its five minutes: until then a late
+# statement is refused as expired (or used), and after as one signoff does not
+# know (nonce_invalid). Each mint drops its reviewer's older rows, so the table
+# holds about a day of statements.
+KEEP_S = 24 * 60 * 60
+
+
 def mint(reviewer, decision, now, task_key=None, digest=None):
     """Write a new nonce for ``reviewer``'s ``decision`` (of ``task_key`` at ``digest``)."""
+    StatementNonce.delete().where(StatementNonce.reviewer == reviewer,
+                                  StatementNonce.issued_at < now - KEEP_S).execute()
     nonce = secrets.token_urlsafe(24)
     StatementNonce.create(nonce=nonce, reviewer=reviewer, decision=decision, task_key=task_key,
                           digest=digest, issued_at=now)

@@ -113,6 +113,10 @@ def test_each_bad_signature_is_refused_with_its_code_and_nothing_is_recorded(sig
                    ) == "nonce_expired"
     assert counted(rt) == before and rt.task(key)["status"] == "ready"
     assert StatementNonce.get_by_id(minted["statement"]["nonce"]).used_at is None
+    # A day on, the next statement ana fetches drops the old nonces: a late one is unknown.
+    clock.advance(24 * 3600)
+    rt.statement(key, "ana")
+    assert StatementNonce.get_or_none(StatementNonce.nonce == minted["statement"]["nonce"]) is None
 
 
 def test_a_counted_statement_never_counts_again_even_after_an_edit_restarts_the_quorum(signed):
