@@ -1,5 +1,5 @@
 """Passkeys on the review pages: registering one at ``/keys``, and the task page's
-signed approval, whose WebAuthn assertion signs the task's statement.
+signed approval and reject, whose WebAuthn assertion signs the task's statement.
 
 The browser's side is ``templates/passkeys.js`` (served as ``/passkeys.js``, so the
 CSP allows scripts from this site alone). Its requests are JSON with the session's
@@ -72,14 +72,21 @@ class Passkeys:
         return await self._json(request, mint)
 
     async def approve(self, request):
-        """``POST /tasks/{key}/approve-signed`` ``{digest, statement, webauthn}``."""
+        """``POST /tasks/{key}/approve-signed`` ``{digest, statement, webauthn,
+        ack_hidden_characters?}``."""
         def decide(viewer, body):
-            if not isinstance(body.get("digest"), str):
-                raise Refused("invalid_body", "digest: missing")
-            proof = Proof(body.get("statement"), "approve", webauthn=body.get("webauthn"),
-                          origin=origin_of(request))
-            return self.rt.approve(request.path_params["key"], body["digest"], by=viewer.name,
-                                   channel="page", monitors=viewer.monitors, proof=proof)
+            return self.rt.approve(request.path_params["key"], _digest(body), by=viewer.name,
+                                   channel="page", monitors=viewer.monitors,
+                                   ack_hidden_characters=body.get("ack_hidden_characters") is True,
+                                   proof=_proof(body, "approve", request))
+        return await self._json(request, decide)
+
+    async def reject(self, request):
+        """``POST /tasks/{key}/reject-signed`` ``{digest, statement, webauthn, reason?}``."""
+        def decide(viewer, body):
+            return self.rt.reject(request.path_params["key"], body.get("reason"), by=viewer.name,
+                                  channel="page", digest=_digest(body), monitors=viewer.monitors,
+                                  proof=_proof(body, "reject", request))
         return await self._json(request, decide)
 
     async def _json(self, request, action):
@@ -99,3 +106,13 @@ class Passkeys:
         except Refused as exc:
             return _refusal(exc)
 
+
+def _digest(body):
+    if not isinstance(body.get("digest"), str):
+        raise Refused("invalid_body", "digest: missing")
+    return body["digest"]
+
+
+def _proof(body, decision, request):
+    return Proof(body.get("statement"), decision, webauthn=body.get("webauthn"),
+                 origin=origin_of(request))

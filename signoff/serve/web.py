@@ -113,6 +113,7 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
         Route("/keys/register", passkeys.register, methods=["POST"]),
         Route("/tasks/{key}/statement", passkeys.statement, methods=["POST"]),
         Route("/tasks/{key}/approve-signed", passkeys.approve, methods=["POST"]),
+        Route("/tasks/{key}/reject-signed", passkeys.reject, methods=["POST"]),
         *Api(rt, logins).routes(),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,

@@ -17,10 +17,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 @pytest.fixture
 def site(home):
-    """Monitor ``s`` (signed approvals) with a ready task, reviewer alice, a server."""
+    """Monitor ``s`` (signed approvals) with two ready tasks, reviewer alice, a server."""
     rt = read_here(make_home(home))
     rt.bind("doc-demo", "s", window_s=3600, signed_approvals=True)
-    rt.enqueue_events([event(1)], monitor_id="s")
+    rt.host().put_record("comment-2", document="doc-demo", text="comment 2")
+    rt.enqueue_events([event(1), event(2)], monitor_id="s")
     rt.run_until_idle()
     token = rt.add_reviewer("alice")["token"]
     server = Server(home)
@@ -37,7 +38,7 @@ def log_in_at(page, base, name, token):
     assert page.url == base + "/"
 
 
-def test_a_passkey_registered_on_the_keys_page_approves_a_signed_task(browser, site):
+def test_a_passkey_registered_on_the_keys_page_approves_and_rejects_signed_tasks(browser, site):
     rt, server, token = site
     # A passkey's relying party is a host name, never an address: localhost is this server.
     base = server.url.replace("127.0.0.1", "localhost")
@@ -48,7 +49,7 @@ def test_a_passkey_registered_on_the_keys_page_approves_a_signed_task(browser, s
         "protocol": "ctap2", "transport": "internal", "hasResidentKey": True,
         "hasUserVerification": True, "isUserVerified": True}})
     log_in_at(page, base, "alice", token)
-    [task] = rt.tasks("ready")
+    task, other = sorted(rt.tasks("ready"), key=lambda t: t["record_id"])
     # Unsigned, the page's approval would not count: the page offers the passkey instead.
     page.goto(f"{base}/tasks/{task['key']}")
     assert page.locator("#approve").count() == 0 and page.locator("#approve-signed").count() == 1
@@ -72,3 +73,12 @@ def test_a_passkey_registered_on_the_keys_page_approves_a_signed_task(browser, s
     assert '"decision":"approve"' in approval.statement
     rt.run_until_idle()
     assert rt.task(task["key"])["status"] == "done"
+    # The other one rejected, with a reason, signed by the same passkey.
+    page.goto(f"{base}/tasks/{other['key']}")
+    page.fill("#reject-reason-input", "not this week")
+    page.click("#reject-signed")
+    page.wait_for_selector('#status[data-status="rejected"]', timeout=30_000)
+    rejected = rt.task(other["key"])
+    assert (rejected["rejected_by"], rejected["reject_reason"]) == ("alice", "not this week")
+    assert set(rejected["reject_proof"]["webauthn"]) == {
+        "credential_id", "authenticator_data", "client_data_json", "signature"}

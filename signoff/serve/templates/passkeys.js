@@ -1,5 +1,5 @@
-// Passkeys on the review pages: register one (/keys), and approve a task of a monitor
-// with signed approvals by signing its statement (the WebAuthn challenge is the
+// Passkeys on the review pages: register one (/keys), and approve or reject a task of
+// a monitor with signed approvals by signing its statement (the WebAuthn challenge is the
 // statement's). Every request carries the session's CSRF token in X-CSRF-Token.
 "use strict";
 
@@ -50,21 +50,28 @@ async function registerPasskey(button) {
   window.location.reload();
 }
 
-async function approveSigned(button) {
+async function decideSigned(button, decision) {
   const csrf = button.dataset.csrf, key = button.dataset.key;
-  const minted = await send("/tasks/" + key + "/statement", csrf, {decision: "approve"});
+  const minted = await send("/tasks/" + key + "/statement", csrf, {decision: decision});
   const proof = await navigator.credentials.get({publicKey: {
     challenge: toBytes(minted.challenge), rpId: window.location.hostname,
     userVerification: "required", timeout: 60000,
     allowCredentials: minted.credentials.map((id) => ({type: "public-key", id: toBytes(id)})),
   }});
-  await send("/tasks/" + key + "/approve-signed", csrf, {
+  const body = {
     digest: button.dataset.digest, statement: minted.statement,
     webauthn: {credential_id: toText(proof.rawId),
                authenticator_data: toText(proof.response.authenticatorData),
                client_data_json: toText(proof.response.clientDataJSON),
                signature: toText(proof.response.signature)},
-  });
+  };
+  if (decision === "reject") {
+    body.reason = document.getElementById("reject-reason-input").value || null;
+  } else {
+    const ack = document.getElementById("ack-hidden");
+    body.ack_hidden_characters = Boolean(ack && ack.checked);
+  }
+  await send("/tasks/" + key + "/" + decision + "-signed", csrf, body);
   window.location.reload();
 }
 
@@ -81,4 +88,5 @@ function wire(id, action) {
 }
 
 wire("add-passkey", registerPasskey);
-wire("approve-signed", approveSigned);
+wire("approve-signed", (button) => decideSigned(button, "approve"));
+wire("reject-signed", (button) => decideSigned(button, "reject"));
