@@ -36,6 +36,7 @@ from helpers import (ARGS, CHROMIUM, PLUGINS, ROOT, T0, child_env, make_event, o
 from signoff import storage
 from signoff.app import Signoff
 from signoff.clock import FakeClock
+from signoff.serve.site import Site
 
 
 @pytest.fixture
@@ -228,6 +229,14 @@ def rt(home, clock, tmp_path_factory):
     app.bind("doc-demo")
     yield read_here(app)
     app.close()
+
+
+@pytest.fixture
+def site(rt, clock):
+    """``rt``'s home opened again as ``signoff serve`` opens it (a ``Site``), on its clock."""
+    opened = Site(rt.home, clock=clock)
+    yield opened
+    opened.close()
 
 
 @pytest.fixture

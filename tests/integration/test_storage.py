@@ -214,7 +214,7 @@ def test_an_outcome_write_converts_its_rows_before_its_transaction(rt, host, mon
         return dumps(value, *args)
 
     monkeypatch.setattr(storage.bulk, "lossless_dumps", recording_dumps)
-    claimed, _ = rt.ingest_batch("w")
+    claimed, _ = rt.engine.ingest_batch("w")
     assert claimed == 10
     assert Task.select().where(Task.status == TaskStatus.READY).count() == 10
     # Each task's record and result are JSON: all of it dumped before BEGIN.
@@ -366,7 +366,7 @@ V6_COLUMNS = {"approval": ("note",), "audit": ("note", "subject"), "reviewer": (
 # What version 7 added: columns of older tables (tables it adds are dropped by name).
 V7_COLUMNS = {"audit": ("data",), "monitor": ("signed_approvals",),
               "approval": ("statement", "signature"), "task": ("reject_proof",)}
-V7_TABLES = ("reviewer_key", "statement_nonce")
+V7_TABLES = ("tally", "tally_delta", "reviewer_key", "statement_nonce")
 
 
 def _drop_columns(database, added):
@@ -883,9 +883,9 @@ def test_a_batch_looks_its_rows_up_by_key_whatever_their_status(rt, host):
     conn = rt.database.connection()
     conn.set_trace_callback(statements.append)
     try:
-        rt.ingest_batch("w1")
+        rt.engine.ingest_batch("w1")
         assert rt.approve_many([(t.key, t.digest) for t in Task.select()])
-        rt.submit_batch("w1")
+        rt.engine.submit_batch("w1")
     finally:
         conn.set_trace_callback(None)
     assert {t.status for t in Task.select()} == {"done"}
