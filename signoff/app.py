@@ -5,9 +5,9 @@ import threading
 from peewee import DatabaseError
 
 from . import views
-from .admin import gaps, monitors, resume, reviewers, secrets, subscriptions
+from .admin import gaps, keys, monitors, resume, reviewers, secrets, subscriptions
 from .chores import retention
-from .decisions import approval, deadletters, deliveries, policy, redraft
+from .decisions import approval, deadletters, deliveries, policy, redraft, statements
 from .engine import Engine
 from .intake import enqueue
 from .steps import drafting
@@ -78,9 +78,10 @@ class Signoff:
         rt = cls(path, clock=clock, create=True)
         try:
             storage.create_schema(rt.database, MODELS)
-            # Kept when it exists: it signs the audit's checkpoints.
+            # Kept when it exists: it names the home in signed statements and signs the
+            # audit's checkpoints (cryptography loads only where a key is used).
             from .storage.homekey import create_home_key
-            create_home_key(path)
+            create_home_key(rt.config)
             rt.host()  # a host that keeps files (the reference host) creates them now
             # A drafter that cannot start (a missing key) is said at once; not kept,
             # so that tracing started later still wraps the one the runtime uses.
@@ -164,6 +165,11 @@ class Signoff:
     def cancel(self, monitor_id, by=None, channel="cli"):
         """Cancel a monitor and end its open tasks."""
         return monitors.cancel(self, monitor_id, by, channel)
+
+    @own_database
+    def set_signed_approvals(self, monitor_id, signed, by=None, channel="cli"):
+        """Count only signed decisions on a monitor, or stop asking (``monitors.set_signed``)."""
+        return monitors.set_signed(self, monitor_id, signed, by, channel)
 
     @own_database
     def pause(self, monitor_id, by=None, channel="cli"):
@@ -252,15 +258,26 @@ class Signoff:
 
     @own_database
     def approve(self, key, digest, by=None, channel="cli", edit=None,
-                ack_hidden_characters=False, monitors=None):
+                ack_hidden_characters=False, monitors=None, proof=None):
         """Approve a ready task whose result has ``digest`` (one place of its quorum).
 
         ``edit``: the draft's new text, approved as edited (its own digest).
         ``ack_hidden_characters``: the approver saw the draft's hidden characters marked.
         ``monitors``: a limited reviewer's monitors; another monitor's task is unknown.
+        ``proof``: ``by``'s signature of the decision (``decisions.signing.Proof``).
         """
         return approval.approve(self, key, digest, by, channel, edit, ack_hidden_characters,
-                                monitors)
+                                monitors, proof)
+
+    @own_database
+    def statement(self, key, reviewer, decision="approve", edit=None, monitors=None):
+        """``{statement, canonical, challenge}`` for ``reviewer`` to sign (``statements.mint``)."""
+        return statements.mint(self, key, reviewer, decision, edit, monitors)
+
+    @own_database
+    def sign_and_decide(self, key, digest, private_pem, name, decision="approve", reason=None):
+        """Approve or reject as reviewer ``name``, signed with their Ed25519 key file's contents."""
+        return statements.sign_and_decide(self, key, digest, private_pem, name, decision, reason)
 
     @own_database
     def approve_many(self, items, by=None, channel="cli", ack_hidden_characters=False,
@@ -271,10 +288,12 @@ class Signoff:
                                      monitors=monitors)
 
     @own_database
-    def reject(self, key, reason=None, by=None, channel="cli", digest=None, monitors=None):
+    def reject(self, key, reason=None, by=None, channel="cli", digest=None, monitors=None,
+               proof=None):
         """Reject a ready task; ``reason`` (1-200 printable characters) is kept and shown;
-        ``digest``: the result the person saw (refused ``digest_mismatch`` once it changed)."""
-        return approval.reject(self, key, reason, by, channel, digest, monitors)
+        ``digest``: the result the person saw (refused ``digest_mismatch`` once it changed);
+        ``proof``: ``by``'s signature of the reject."""
+        return approval.reject(self, key, reason, by, channel, digest, monitors, proof)
 
     @own_database
     def cancel_task(self, key, by=None, channel="cli", monitors=None):
@@ -344,6 +363,21 @@ class Signoff:
     def remove_secret(self, monitor_id, secret_id, by=None, channel="cli"):
         """Remove one of a monitor's webhook secrets."""
         return secrets.remove(self, monitor_id, secret_id, by, channel)
+
+    @own_database
+    def add_reviewer_key(self, name, data, by=None, channel="cli"):
+        """Give a reviewer an Ed25519 public key (PEM or ``ssh-ed25519`` bytes) to sign with."""
+        return keys.add(self, name, data, by, channel)
+
+    @own_database
+    def reviewer_keys(self, name=None):
+        """Reviewers' keys (of ``name`` alone, if given)."""
+        return keys.listing(name)
+
+    @own_database
+    def remove_reviewer_key(self, name, key_id, by=None, channel="cli"):
+        """Take a key from a reviewer."""
+        return keys.remove(self, name, key_id, by, channel)
 
     @own_database
     def reviewers(self):

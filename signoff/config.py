@@ -101,12 +101,7 @@ class Config:
     queue_name: str = "signoff"
     max_record_bytes: int = 262144
     max_material_bytes: int = 262144
-    home_key: str = "home_key.pem"  # [audit] home_key, relative to the home
-
-    @property
-    def home_key_path(self):
-        """The home's Ed25519 key file: ``[audit] home_key``, relative to the home."""
-        return self.home / self.home_key
+    home_key_path: Path | None = None  # [audit] home_key; None: home_key.pem in the home
 
     @property
     def state_path(self):
@@ -347,10 +342,17 @@ def _build(home, raw, path):
                     if "watchdog_s" in worker else None),
         retention_days=float(number_in(_table(raw, "retention", path), "finished_days", NUMBER,
                                        30, DAYS, path, "retention")),
-        home_key=_typed(_table(raw, "audit", path), "home_key", str, Config.home_key, path,
-                        "audit"),
+        home_key_path=_home_key_path(home, _table(raw, "audit", path), path),
         **backends,
     )
+
+
+def _home_key_path(home, audit, path):
+    """``[audit] home_key``: the home key's file (relative to the home), or ``None``."""
+    value = _typed(audit, "home_key", str, None, path, "audit")
+    if value is not None and not value.strip():
+        raise ConfigError("bad_config", f"{path}: audit.home_key must name a file")
+    return None if value is None else home / Path(value).expanduser()
 
 
 # The servers a [database] or [queue] url may name, by their schemes.

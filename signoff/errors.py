@@ -99,3 +99,13 @@ class McpCallError(Exception):
     def __init__(self, text, code=None, message=None, data=None):
         super().__init__(text)
         self.code, self.message, self.data = code, message or text, data
+
+
+class SignatureRefused(Refused):
+    """A signed decision was refused: its signature, key, statement or nonce does not hold.
+
+    Answered 403 on the JSON API and the pages (a webhook's ``bad_signature``
+    stays 401: that is a request not authenticated, this a decision not proven).
+    """
+
+    status = 403

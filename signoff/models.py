@@ -8,7 +8,8 @@ difference between engines, is ``storage``'s.
 
 The concepts, in this order: intake (monitors, deliveries, the event-id inbox,
 gaps), tasks (and their attempts, dead letters, purges, batches), approvals
-(and standing policies), the audit log, webhooks, reviewers, notifications,
+(the nonces of signed ones, and standing policies), the audit log, webhooks,
+reviewers (and their keys), notifications,
 MCP Events subscriptions, the drafter's usage, and workers. ``MODELS`` is every
 table of the one schema each home has.
 """
@@ -52,6 +53,8 @@ class Monitor(BaseModel):
     window_s = DoubleField()
     approval_ttl_s = DoubleField(null=True)
     approvals = IntegerField(default=1)  # distinct approvers a task's digest needs (quorum)
+    # Only a decision signed by its reviewer's key counts (decisions/signing.py).
+    signed_approvals = BooleanField(default=False)
     grant_digest = CharField(max_length=64)
     active = BooleanField(default=True)
     created_at = DoubleField()
@@ -178,6 +181,9 @@ class Task(BaseModel):
     # The drafter call's metadata (model, response id, prompt version, tokens,
     # seconds); never content, never in audit.
     draft_meta = JSON(null=True)
+    # A signed reject's proof: {statement (its canonical text), signature, key_id}
+    # or {statement, webauthn}.
+    reject_proof = JSON(null=True)
 
     class Meta:
         # Claim order (storage.claim): due first, then as created, then by key. The
@@ -281,9 +287,29 @@ class Approval(BaseModel):
     channel = Text()  # cli, page, api or policy
     at = DoubleField()
     note = Text(null=True)  # the CLI's ``--by`` word: shown, never counted
+    # A signed decision's statement (its RFC 8785 text) and proof: {signature,
+    # key_id} or {webauthn: {...}}. Null for an unsigned one.
+    statement = Text(null=True)
+    signature = JSON(null=True)
 
     class Meta:
         indexes = ((("task_key", "digest", "by"), True),)
+
+
+class StatementNonce(BaseModel):
+    """A challenge signoff minted: a statement's nonce, or a passkey registration's.
+
+    Valid five minutes by signoff's clock; spent (``used_at``) by the one
+    decision that counted with it, never twice.
+    """
+
+    nonce = CharField(max_length=64, primary_key=True)
+    reviewer = CharField()
+    decision = CharField()  # approve, reject, edit, or register (a passkey)
+    task_key = CharField(max_length=64, null=True)
+    digest = CharField(max_length=64, null=True)
+    issued_at = DoubleField()
+    used_at = DoubleField(null=True)
 
 
 class Policy(BaseModel):
@@ -455,6 +481,24 @@ class ReviewerMonitor(BaseModel):
 
     class Meta:
         primary_key = CompositeKey("reviewer", "monitor")
+
+
+class ReviewerKey(BaseModel):
+    """A public key a reviewer signs decisions with: an Ed25519 key or a passkey.
+
+    ``public_key`` is base64url: the 32 raw bytes of an Ed25519 key, or a
+    passkey's COSE key; ``credential_id`` (base64url) names a passkey to its
+    authenticator, and ``sign_count`` is the authenticator's last counter.
+    """
+
+    key_id = CharField(max_length=64, primary_key=True)
+    reviewer = CharField(index=True)
+    kind = CharField()  # ed25519 or webauthn
+    public_key = Text()
+    fingerprint = Text(unique=True)
+    credential_id = Text(null=True, unique=True)
+    sign_count = BigIntegerField(default=0)
+    created_at = DoubleField()
 
 
 class ReviewSession(BaseModel):
@@ -632,10 +676,10 @@ class TallyDelta(Tallied):
 MODELS = [
     Monitor, Delivery, Inbox, Gap,
     Task, Attempt, DeadLetter, PurgedTask, MonitorBatching, RecordBatch, BatchMember,
-    Approval, Policy, PolicyDecision,
+    Approval, StatementNonce, Policy, PolicyDecision,
     Audit, AuditReviewer, Checkpoint,
     WebhookSecret, WebhookAnswer, WebhookDigest, WebhookRefusal,
-    Reviewer, ReviewerMonitor, ReviewSession,
+    Reviewer, ReviewerMonitor, ReviewerKey, ReviewSession,
     Notification, Cursor,
     Subscription, EventDeliveryCount,
     DrafterUsage, DrafterCallCount,

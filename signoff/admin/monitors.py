@@ -8,10 +8,11 @@ from ..rules.events import check_label
 from ..rules.names import Actor
 from ..errors import InvalidEvent
 from ..state.history import audit
-from ..state.monitors import end_monitor, end_pause, new_monitor, start_pause
+from ..state.monitors import (end_monitor, end_pause, new_monitor, set_signed_approvals,
+                              start_pause)
 from ..state.statuses import DELIVERY_WAITING
 from ..state.tasks import cancel_tasks
-from ..models import Delivery, Monitor, Task, db
+from ..models import Delivery, Monitor, Policy, Task, db
 from ..rules.retry import TRANSIENT
 from ..storage import retried
 
@@ -33,7 +34,8 @@ def check_id(monitor_id):
 
 
 def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, window_s=60,
-         approval_ttl_s=None, batch_window_s=None, within=None, approvals=1):
+         approval_ttl_s=None, batch_window_s=None, within=None, approvals=1,
+         signed_approvals=False):
     """Bind a monitor from the host's current grant context.
 
     An id that exists already (active or cancelled) is refused: a cancelled
@@ -41,7 +43,8 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
     a host whose MCP server offers events the monitor is subscribed first
     (``subscriptions.subscribe``); ``event_names`` then defaults to the
     subscribed event's name. ``within()`` runs in the transaction that writes
-    the monitor. ``approvals``: the distinct approvers each task's digest needs.
+    the monitor. ``approvals``: the distinct approvers each task's digest needs;
+    ``signed_approvals``: only decisions signed by their reviewers count.
     """
     events = subscriptions.settings_of(rt)
     if event_names is None:
@@ -70,10 +73,13 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
             new_monitor(monitor_id, now, document=document, event_names=list(event_names),
                         expires_at=now + ttl_s, window_s=window_s,
                         approval_ttl_s=approval_ttl_s, approvals=approvals,
-                        grant_digest=digest(context))
+                        grant_digest=digest(context), signed_approvals=bool(signed_approvals))
             if batch_window_s is not None:
                 recordbatches.set_window(monitor_id, batch_window_s)
             audit(now, "bound", monitor_id, subject=monitor_id)
+            if signed_approvals:
+                audit(now, "monitor_signed_approvals", monitor_id, subject=monitor_id,
+                      data={"signed_approvals": True})
             if within is not None:
                 within()
         return row(Monitor.get_by_id(monitor_id))
@@ -180,6 +186,31 @@ def _set_paused(rt, monitor_id, paused, by, channel):
     return row(Monitor.get_by_id(monitor_id))
 
 
+@retried
+def set_signed(rt, monitor_id, signed, by=None, channel="cli"):
+    """Turn a monitor's signed approvals on or off (audited ``monitor_signed_approvals``).
+
+    Turning them on is refused (``policy_active``) while a policy approves there:
+    a policy cannot sign. Setting what is set already answers as it is.
+    """
+    actor = Actor.of(by, channel)
+    now = rt.clock.now()
+    with db.atomic():
+        monitor = Monitor.get_or_none(Monitor.id == monitor_id)
+        if monitor is None:
+            raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
+        if not monitor.active:
+            raise Refused("cancelled", f"monitor {monitor_id!r} is cancelled")
+        if signed and Policy.select().where(Policy.monitor == monitor_id,
+                                            Policy.ended_at.is_null()).exists():
+            raise Refused("policy_active", f"monitor {monitor_id!r} has an active policy, which "
+                          "cannot sign: `policy revoke` it first")
+        if set_signed_approvals(monitor_id, signed):
+            audit(now, "monitor_signed_approvals", monitor_id, subject=monitor_id,
+                  data={"signed_approvals": bool(signed)}, **actor.audit)
+    return row(Monitor.get_by_id(monitor_id))
+
+
 def row(monitor):
     """A monitor as the CLI shows it."""
     return {"id": monitor.id, "document": monitor.document,
@@ -187,6 +218,7 @@ def row(monitor):
             "paused": monitor.paused_at is not None, "paused_at": monitor.paused_at,
             "expires_at": monitor.expires_at, "window_s": monitor.window_s,
             "approval_ttl_s": monitor.approval_ttl_s, "approvals": monitor.approvals,
+            "signed_approvals": bool(monitor.signed_approvals),
             "grant_digest": monitor.grant_digest,
             "batch_window_s": recordbatches.windows([monitor.id]).get(monitor.id)}
 

@@ -16,7 +16,8 @@ from peewee import IntegrityError
 from ..errors import Refused
 from ..rules.names import Actor, clash, normal_name, skeleton
 from ..state.history import audit
-from ..models import AuditReviewer, Monitor, Reviewer, ReviewerMonitor, ReviewSession, db
+from ..models import (AuditReviewer, Monitor, Reviewer, ReviewerKey, ReviewerMonitor,
+                      ReviewSession, db)
 
 SESSION_TTL_S = 12 * 3600
 
@@ -136,8 +137,18 @@ def remove(rt, name, by=None, channel="cli"):
         name = row.name
         ended = ReviewSession.delete().where(ReviewSession.reviewer == name).execute()
         ReviewerMonitor.delete().where(ReviewerMonitor.reviewer == name).execute()
+        _remove_keys(name, now, actor.audit)
         audit(now, "reviewer_removed", subject=name, **actor.audit)
     return {"name": name, "removed": True, "sessions_ended": ended}
+
+
+def _remove_keys(reviewer, now, who):
+    """Remove every key of ``reviewer`` (being removed: a later reviewer of the name
+    signs with none of them), each audited as ``keys.remove`` audits it."""
+    for (key_id,) in ReviewerKey.select(ReviewerKey.key_id).where(
+            ReviewerKey.reviewer == reviewer).tuples():
+        ReviewerKey.delete().where(ReviewerKey.key_id == key_id).execute()
+        audit(now, "reviewer_key_removed", subject=reviewer, **who, data={"key_id": key_id})
 
 
 def listing():

@@ -30,13 +30,30 @@ MONITOR_COLUMNS = ["id", "document", "event_names", "active", "paused", "expires
               help="Seconds: gather the document's records arriving within it into one task.")
 @command_line_only("--approvals", type=click.IntRange(min=1), default=1,
           show_default=True, help="Distinct approvers each task's digest needs (a quorum).")
+@command_line_only("--signed-approvals", is_flag=True,
+                   help="Count only decisions signed by their reviewer's key (no policies).")
 def monitor_bind(obj, as_json, monitor_id, document, events, ttl, window, approval_ttl,
-                 batch_window, approvals):
+                 batch_window, approvals, signed_approvals):
     """Bind a monitor from the host's current grant (subscribing it when the host offers events)."""
     m = obj.open().bind(document, monitor_id, event_names=list(events) or None,
                         ttl_s=ttl, window_s=window, approval_ttl_s=approval_ttl,
-                        batch_window_s=batch_window, approvals=approvals)
+                        batch_window_s=batch_window, approvals=approvals,
+                        signed_approvals=signed_approvals)
     emit(m, as_json, lambda m: table([m], MONITOR_COLUMNS, short=("grant_digest",)))
+
+
+@command("set", group=monitor)
+@click.argument("monitor_id")
+@command_line_only("--signed-approvals/--no-signed-approvals", "signed", default=None,
+                   help="Count only decisions signed by their reviewer's key, or stop asking.")
+@by_option
+def monitor_set(obj, as_json, monitor_id, signed, by):
+    """Change a monitor's settings: --signed-approvals or --no-signed-approvals."""
+    if signed is None:
+        raise click.UsageError("give --signed-approvals or --no-signed-approvals")
+    m = obj.open().set_signed_approvals(monitor_id, signed, by=by)
+    emit(m, as_json, lambda m: f"monitor {m['id']}: signed approvals "
+         + ("on" if m["signed_approvals"] else "off"))
 
 
 @command("cancel", group=monitor)

@@ -183,6 +183,15 @@ def by_option(f):
                          "counted as operator:<your OS account>.")(f)
 
 
+def sign_options(f):
+    """``--sign-with KEYFILE --as NAME``: a decision signed with reviewer NAME's key."""
+    f = command_line_only("--as", "signer", default=None,
+                          help="The reviewer whose key signs; the decision counts as theirs.")(f)
+    return command_line_only("--sign-with", type=click.File("rb"), default=None,
+                             help="An unencrypted PKCS#8 PEM Ed25519 private key (openssl genpkey "
+                                  "-algorithm ed25519) to sign the decision's statement with.")(f)
+
+
 def _os_message(exc):
     """An operating-system failure in words: what failed, on which path."""
     what = exc.strerror or "the operating system refused"

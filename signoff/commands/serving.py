@@ -51,6 +51,42 @@ def reviewer_remove(obj, as_json, name, by):
          lambda r: f"reviewer {r['name']} removed; {r['sessions_ended']} session(s) ended")
 
 
+@reviewer.group("key")
+def reviewer_key():
+    """Reviewers' Ed25519 public keys, which sign their decisions (passkeys: the /keys page)."""
+
+
+@command("add", group=reviewer_key)
+@click.argument("name")
+@command_line_only("--public-key", type=click.File("rb"), required=True,
+                   help="PEM SubjectPublicKeyInfo (openssl pkey -pubout) or an OpenSSH "
+                        "ssh-ed25519 line.")
+@by_option
+def reviewer_key_add(obj, as_json, name, public_key, by):
+    """Give reviewer NAME an Ed25519 key to sign decisions with."""
+    answer = obj.open().add_reviewer_key(name, public_key.read(), by=by)
+    emit({k: answer[k] for k in ("reviewer", "key_id", "fingerprint")}, as_json,
+         lambda r: f"reviewer {r['reviewer']}: key {r['key_id']} ({r['fingerprint']})")
+
+
+@command("list", group=reviewer_key)
+@click.argument("name", required=False)
+def reviewer_key_list(obj, as_json, name):
+    """Reviewers' keys (of NAME alone, if given)."""
+    emit(obj.open().reviewer_keys(name), as_json,
+         lambda rows: table(rows, ["reviewer", "key_id", "kind", "fingerprint", "created_at"]))
+
+
+@command("remove", group=reviewer_key)
+@click.argument("name")
+@click.argument("key_id")
+@by_option
+def reviewer_key_remove(obj, as_json, name, key_id, by):
+    """Take key KEY_ID from reviewer NAME: it signs nothing from now on."""
+    emit(obj.open().remove_reviewer_key(name, key_id, by=by), as_json,
+         lambda r: f"reviewer {r['reviewer']}: key {r['key_id']} removed")
+
+
 @command("list", group=reviewer)
 def reviewer_list(obj, as_json):
     """Reviewers (never their tokens)."""

@@ -6,7 +6,7 @@ from ..errors import Refused
 from ..state.statuses import TaskStatus as T
 from .output import emit, table
 from .plumbing import (INT64_MAX, KEY_HINT, SECONDS, Status, bounded, by_option, command,
-                       command_line_only, group, listing)
+                       command_line_only, group, listing, sign_options)
 
 
 @group()
@@ -70,16 +70,33 @@ def tasks_redraft(obj, as_json, key, by):
                "binds the edited draft.")
 @command_line_only("--ack-hidden-characters", is_flag=True,
           help="Approve a draft holding hidden characters (shown as <U+XXXX> by tasks show).")
-def approve(obj, as_json, key, digest, by, edit_file, ack_hidden_characters):
+@sign_options
+def approve(obj, as_json, key, digest, by, edit_file, ack_hidden_characters, sign_with, signer):
     """Approve a ready task (KEY or a unique prefix) whose result has DIGEST.
 
     With a quorum (monitor bind --approvals N) the task is approved once N
     different people approved the same digest; until then it stays ready.
+    With --sign-with KEYFILE --as NAME the approval is signed with reviewer
+    NAME's Ed25519 key and counts as NAME's.
     """
+    if _signing(sign_with, signer, edit_file, ack_hidden_characters, by):
+        emit(obj.open().sign_and_decide(key, digest, sign_with.read(), signer), as_json,
+             _approved_line)
+        return
     edit = None if edit_file is None else _edit_text(edit_file.read())
     emit(obj.open().approve(key, digest, by, edit=edit,
                             ack_hidden_characters=ack_hidden_characters),
          as_json, _approved_line)
+
+
+def _signing(sign_with, signer, *unsigned):
+    """True for a signed decision; a usage error for half of one, or one with unsigned options."""
+    if (sign_with is None) != (signer is None):
+        raise click.UsageError("--sign-with and --as go together")
+    if sign_with is not None and any(unsigned):
+        raise click.UsageError("a signed decision takes neither --by, --edit nor "
+                               "--ack-hidden-characters")
+    return sign_with is not None
 
 
 def _edit_text(data):
@@ -101,9 +118,19 @@ def _approved_line(a):
 @click.option("--reason", default=None,
               help="Why (1-200 printable characters); kept and shown with the task.")
 @by_option
-def reject(obj, as_json, key, reason, by):
-    """Reject a ready task."""
-    emit(obj.open().reject(key, reason, by=by), as_json, lambda a: f"{a['key']}: {a['status']}")
+@command_line_only("--digest", default=None,
+                   help="Digest of the result you reviewed (a signed reject needs it).")
+@sign_options
+def reject(obj, as_json, key, reason, by, digest, sign_with, signer):
+    """Reject a ready task (signed with --sign-with KEYFILE --as NAME: as reviewer NAME)."""
+    if _signing(sign_with, signer, by):
+        if digest is None:
+            raise click.UsageError("a signed reject names the result it saw: --digest")
+        answer = obj.open().sign_and_decide(key, digest, sign_with.read(), signer, "reject",
+                                            reason)
+    else:
+        answer = obj.open().reject(key, reason, by=by, digest=digest)
+    emit(answer, as_json, lambda a: f"{a['key']}: {a['status']}")
 
 
 @group()

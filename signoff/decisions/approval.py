@@ -19,6 +19,7 @@ from ..steps.hostreads import BatchReads
 from ..errors import Blocked, InvalidRecord, Refused
 from ..rules.gate import INGEST_ACTIONS, GrantRead, gate
 from ..rules.names import Actor
+from . import signing
 from ..state.approvals import add_approvals, approval_counts, edit_task, quorum_of
 from ..state.history import audit
 from ..state.moves import Fenced
@@ -39,20 +40,22 @@ def answer(task, missing=0):
 
 
 def approve(rt, key, reviewed_digest, by, channel="cli", edit=None, ack_hidden_characters=False,
-            monitors=None):
+            monitors=None, proof=None):
     """Approve task ``key`` (or a unique key prefix) if ``reviewed_digest`` is its result's.
 
     With ``edit`` (the draft's new text) the draft is replaced first and the
     approval binds the edited result's digest (``edit_and_approve``). A draft
     holding hidden characters needs ``ack_hidden_characters``. ``monitors``: the
     deciding reviewer's limits (another monitor's task is ``unknown_task``).
+    ``proof``: the reviewer ``by``'s signature of the decision (``signing.Proof``),
+    which a monitor bound with ``--signed-approvals`` requires.
     """
     if edit is not None:
         return edit_and_approve(rt, key, reviewed_digest, edit, by, channel, ack_hidden_characters,
-                                monitors)
+                                monitors, proof)
     outcome = approve_many(rt, [(resolve_key(key, monitors), reviewed_digest)], by,
                            channel=channel, ack_hidden_characters=ack_hidden_characters,
-                           monitors=monitors)[0]
+                           monitors=monitors, proof=proof)[0]
     if isinstance(outcome, Refused):
         raise outcome
     return outcome
@@ -67,7 +70,7 @@ _READ = (Task.key, Task.monitor, Task.record_id, Task.status, Task.record, Task.
 
 
 def approve_many(rt, items, by, audit_code="approved", channel="cli", ack_hidden_characters=False,
-                 monitors=None):
+                 monitors=None, proof=None):
     """Approve many ``(key, digest)`` pairs: one grant read, one transaction.
 
     Returns, in order, the answer dict or the ``Refused`` for each pair; the
@@ -76,9 +79,13 @@ def approve_many(rt, items, by, audit_code="approved", channel="cli", ack_hidden
     audit log says (a standing policy's approvals say ``auto_approved``). Each
     approval counts towards its task's quorum under the actor's identity; the
     one that completes it approves. A policy never approves an edited draft; a
-    reviewer limited to ``monitors`` finds no other monitor's task.
+    reviewer limited to ``monitors`` finds no other monitor's task. A ``proof``
+    (one item alone) signs the approval; a signed monitor's task is refused
+    ``signature_required`` without one.
     """
-    actor = Actor.of(by, channel, monitors)
+    if proof is not None and len(items) != 1:
+        raise ValueError("a signature proves one approval")
+    actor = Actor.of(by, channel, monitors, signed=proof is not None)
     items = _full_keys(items, actor.monitors)
     read = _READ + ((Task.edits,) if actor.channel == "policy" else ())
     within = () if actor.monitors is None else (Task.monitor.in_(sorted(actor.monitors)),)
@@ -88,7 +95,7 @@ def approve_many(rt, items, by, audit_code="approved", channel="cli", ack_hidden
     spans = {i: tracing.begin("signoff.approve", tasks[key], task_key=key,
                               monitor=tasks[key].monitor)
              for i, (key, _) in enumerate(items) if key in tasks} if tracing.enabled() else {}
-    who = Who(actor, audit_code, ack_hidden_characters, _given(actor.identity, items))
+    who = Who(actor, audit_code, ack_hidden_characters, _given(actor.identity, items), proof)
     try:
         out = _approve(rt, items, tasks, who, spans)
     except Exception as exc:  # e.g. host_unavailable: the whole call is refused
@@ -110,6 +117,7 @@ class Who:
     audit_code: str
     ack_hidden: bool
     given: frozenset  # (key, digest) pairs the identity approved already
+    proof: object = None  # signing.Proof of a signed approval
 
 
 def _given(identity, items):
@@ -148,13 +156,34 @@ def _approve(rt, items, tasks, who, spans):
             moves.append(i)
         except Refused as exc:
             out[i] = exc
-    first = {}  # a key given twice is approved once; the repeat is refused as moved on
-    for i in moves:
-        first.setdefault(items[i][0], i)
-    needed = {k: _needed(monitors.get(tasks[k].monitor)) for k in first}
+    moved = _record(rt, items, tasks, monitors, moves, who, out, now)
+    if moved:
+        rt.wakers.wake("submit", len(moved))
+    return out
+
+
+def _record(rt, items, tasks, monitors, moves, who, out, now):
+    """Count the checked approvals (``moves``) in one transaction, with their
+    signatures' checks; fills ``out`` and returns the keys approved."""
     with db.atomic():
+        proofs = {}
+        for i in list(moves):
+            try:
+                task = tasks[items[i][0]]
+                proofs.update(_signed(rt, who.actor, who.proof, task, monitors.get(task.monitor),
+                                      items[i][1], now))
+            except Refused as exc:
+                out[i] = exc
+                moves.remove(i)
+        first = {}  # a key given twice is approved once; the repeat is refused as moved on
+        for i in moves:
+            first.setdefault(items[i][0], i)
+        needed = {k: _needed(monitors.get(tasks[k].monitor)) for k in first}
         counted, moved, repeated, _ = add_approvals(
-            {k: (items[i][1], needed[k]) for k, i in first.items()}, who.actor, now, who.audit_code)
+            {k: (items[i][1], needed[k]) for k, i in first.items()}, who.actor, now, who.audit_code,
+            {k: (p.text, p.signature, p.data) for k, p in proofs.items()})
+        for key in counted & set(proofs):
+            signing.spend(proofs[key], now)
         taken = counted | repeated
         for i in moves:
             if first[items[i][0]] != i or items[i][0] not in taken:
@@ -164,9 +193,17 @@ def _approve(rt, items, tasks, who, spans):
         answers = _answers([items[i][0] for i in done], needed)
     for i in done:
         out[i] = answers[items[i][0]]
-    if moved:
-        rt.wakers.wake("submit", len(moved))
-    return out
+    return moved
+
+
+def _signed(rt, actor, proof, task, monitor, digest, now):
+    """``{key: Checked}`` for ``actor``'s decision on ``task`` at ``digest`` signed with
+    ``proof``, ``{}`` for an unsigned one its ``monitor`` allows; refuses one it does
+    not, and a signature that does not hold. Run in the decision's transaction."""
+    signing.required(monitor, proof)
+    if proof is None:
+        return {}
+    return {task.key: signing.check(rt, proof, task, actor.identity, digest, now)}
 
 
 def _answers(keys, needed):
@@ -196,15 +233,16 @@ def _needed(monitor):
 
 
 def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_characters=False,
-                     monitors=None):
+                     monitors=None, proof=None):
     """Replace the draft of ready task ``key`` by ``text`` and approve the edited result.
 
     ``reviewed`` is the digest the editor saw (stale → ``digest_mismatch``,
     nothing changed). The edited result keeps the sources and questions, passes
     acceptance again and gets its own digest, which the approval binds; the
-    quorum starts again with the editor's approval as its first.
+    quorum starts again with the editor's approval as its first. A ``proof``
+    signs the edit (its statement names the edited digest).
     """
-    actor = Actor.of(by, channel, monitors)
+    actor = Actor.of(by, channel, monitors, signed=proof is not None)
     if actor.channel == "policy":  # a programming error: policies approve drafts as drafted
         raise ValueError("a policy never edits a draft")
     now = rt.clock.now()
@@ -217,7 +255,7 @@ def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_char
     new_digest = digest(result)
     if new_digest == task.digest:  # nothing changed: an approval as it stands
         return approve(rt, key, reviewed, by, channel, ack_hidden_characters=ack_hidden_characters,
-                       monitors=monitors)
+                       monitors=monitors, proof=proof)
     if hidden_characters(result["draft"]) and not ack_hidden_characters:
         raise _hidden_refusal(result["draft"])
     problem = acceptance(result, task.record)
@@ -231,10 +269,15 @@ def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_char
             "diff": draft_diff(task.result.get("draft"), result["draft"], task.digest, new_digest)}
     try:
         with db.atomic():
+            signed = _signed(rt, actor, proof, task, monitor, new_digest, now)
             edit_task(key, reviewed, result, new_digest, edit, now)
             audit(now, "edited", task.monitor, task_key=key, **actor.audit,
                   data={"from": reviewed, "digest": new_digest})
-            _, moved, _, _ = add_approvals({key: (new_digest, _needed(monitor))}, actor, now)
+            _, moved, _, _ = add_approvals(
+                {key: (new_digest, _needed(monitor))}, actor, now,
+                proofs={k: (p.text, p.signature, p.data) for k, p in signed.items()})
+            for checked in signed.values():
+                signing.spend(checked, now)
             fresh = get_task(key)  # before commit, as in _approve
     except Fenced:
         raise Refused("digest_mismatch", "the task changed while it was being edited; "
@@ -291,7 +334,9 @@ def _precheck(task, key, reviewed, now, who):
     if who.actor.channel == "policy" and task.edits:
         raise Refused("edited", "a person edited this draft: a policy approves only a draft as "
                       "drafted, so every remaining place needs a person other than the editor")
-    if (task.key, reviewed) in who.given:  # the same identity again counts once
+    # The same identity again counts once; a signed repeat is checked first, so a
+    # statement that counted already is refused as used.
+    if (task.key, reviewed) in who.given and who.proof is None:
         return answer(task, max(0, _needed(Monitor.get_or_none(Monitor.id == task.monitor))
                                 - approval_counts([task.key]).get(task.key, 0)))
     if not who.ack_hidden and hidden_characters((task.result or {}).get("draft")):
@@ -343,24 +388,35 @@ def acceptance(result, record):
     return None
 
 
-def reject(rt, key, reason=None, by=None, channel="cli", digest=None, monitors=None):
+def reject(rt, key, reason=None, by=None, channel="cli", digest=None, monitors=None, proof=None):
     """Reject a ready task, keeping who rejected it and why (``reason``, optional).
 
     ``digest``: the result the person saw; the task is rejected only while it is
     still that result, checked in the transaction that rejects it (else
-    ``digest_mismatch``, nothing changed).
+    ``digest_mismatch``, nothing changed). ``proof``: the reviewer ``by``'s
+    signature of the reject (its statement's digest is the result seen), which a
+    monitor bound with ``--signed-approvals`` requires.
     """
-    actor = Actor.of(by, channel, monitors)
+    actor = Actor.of(by, channel, monitors, signed=proof is not None)
     reason = check_reason(reason)
     now = rt.clock.now()
     task = get_task(key, actor.monitors)
     key = task.key
+    if digest is None and proof is not None:
+        digest = task.digest
     seen = () if digest is None else (Task.digest == digest,)
     with db.atomic():
+        signed = _signed(rt, actor, proof, task, Monitor.get_or_none(Monitor.id == task.monitor),
+                         digest, now).get(key)
         moved = move_tasks([key], [T.READY], T.REJECTED, now, where=seen[0] if seen else None,
-                           code="rejected", rejected_by=actor.identity, reject_reason=reason)
+                           code="rejected", rejected_by=actor.identity, reject_reason=reason,
+                           **({} if signed is None else {"reject_proof": dict(
+                               statement=signed.text, **signed.signature)}))
         if moved:
-            audit(now, "rejected", task.monitor, task_key=key, **actor.audit)
+            audit(now, "rejected", task.monitor, task_key=key, **actor.audit,
+                  data=None if signed is None else signed.data)
+            if signed is not None:
+                signing.spend(signed, now)
     if not moved:
         now_task = get_task(key)
         if now_task.status == T.READY:

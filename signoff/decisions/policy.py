@@ -54,6 +54,12 @@ def tag(policy_id):
     return f"policy:{policy_id}"
 
 
+def _refuse_signed(monitor):
+    if monitor.signed_approvals:
+        raise Refused("signed_approvals", f"monitor {monitor.id!r} counts only signed decisions "
+                      "(monitor bind --signed-approvals): a policy cannot sign")
+
+
 def add(rt, monitor_id, ttl_s=None, max_per_hour=None, by=None, include_waiting=False):
     """Add a standing approval policy for an active monitor, bound to its grant.
 
@@ -70,6 +76,7 @@ def add(rt, monitor_id, ttl_s=None, max_per_hour=None, by=None, include_waiting=
     monitor = Monitor.get_or_none(Monitor.id == monitor_id)
     if monitor is None:
         raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
+    _refuse_signed(monitor)
     now = rt.clock.now()
     context = rt.host().context()
     refusal = gate(monitor, context, now)
@@ -78,7 +85,7 @@ def add(rt, monitor_id, ttl_s=None, max_per_hour=None, by=None, include_waiting=
     ends = monitor.expires_at if ttl_s is None else min(now + ttl_s, monitor.expires_at)
     with db.atomic():
         # Adds for one monitor queue here, so only one of two at once finds none active.
-        lock_rows(Monitor.select().where(Monitor.id == monitor.id)).get()
+        _refuse_signed(lock_rows(Monitor.select().where(Monitor.id == monitor.id)).get())
         _end_or_refuse(monitor, context, now)
         policy = Policy.create(monitor=monitor.id, grant_digest=monitor.grant_digest,
                                expires_at=ends, max_per_hour=max_per_hour,

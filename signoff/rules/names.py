@@ -96,10 +96,12 @@ class Actor:
     monitors: frozenset | None = None
 
     @classmethod
-    def of(cls, by, channel, monitors=None):
+    def of(cls, by, channel, monitors=None, signed=False):
         """The actor of a call through ``channel``: on the CLI (the Python API's default
         channel too) the OS account, with ``by`` kept as a note; elsewhere ``by``
         itself, the identity the face authenticated (a reviewer, ``policy:<id>``).
+        A ``signed`` decision is ``by``'s on every channel: the reviewer's key proves
+        it (the decision is refused unless it does).
 
         A channel signoff does not have is a programming error (``ValueError``);
         a ``by`` that is not a clean label is refused ``invalid_name``.
@@ -107,7 +109,7 @@ class Actor:
         if channel not in CHANNELS:
             raise ValueError(f"unknown channel {channel!r}")
         limits = None if monitors is None else frozenset(monitors)
-        if channel == "cli":
+        if channel == "cli" and not signed:
             return cls(OPERATOR + os_account(), "cli",
                        None if by is None else check_name("by", by), limits)
         return cls(check_name("by", by), channel, None, limits)

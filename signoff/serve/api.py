@@ -20,23 +20,29 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from ..decisions.signing import Proof
 from ..errors import Refused
-from ..rules.events import broken_json_reason, decode_json
-from .bodies import API_LIMIT, read_body
+from .bodies import API_LIMIT, json_object, read_body
 from .pages import STATUSES
+from .passkeys import origin_of
 from .refusals import status_of
 
 PREFIX = "/api/v1"
 DEFAULT_LIMIT, MAX_LIMIT = 50, 1000
 # Fields each action's body may hold, and their types; the rest is refused.
-APPROVE_FIELDS = {"digest": str, "edit": str, "ack_hidden_characters": bool}
-REJECT_FIELDS = {"reason": str}
+# A signed decision adds its statement and an Ed25519 signature with its key's
+# id, or a passkey's assertion (docs/concepts.md, "Signed approvals").
+SIGNED_FIELDS = {"statement": dict, "signature": str, "key_id": str, "webauthn": dict}
+APPROVE_FIELDS = {"digest": str, "edit": str, "ack_hidden_characters": bool, **SIGNED_FIELDS}
+REJECT_FIELDS = {"reason": str, **SIGNED_FIELDS}
+STATEMENT_FIELDS = {"edit": str}
 
 
-def refusal(code, message):
-    """A refusal answered as the CLI's ``--json`` prints it, with the pages' status."""
+def refusal(code, message, status=None):
+    """A refusal answered as the CLI's ``--json`` prints it, with the pages' status
+    (``status``: a refusal's own, as a signed decision's 403)."""
     return JSONResponse({"error": code, "message": message},
-                        status_code=status_of(code),
+                        status_code=status or status_of(code),
                         headers={"www-authenticate": "Bearer"} if code == "unauthorized" else None)
 
 
@@ -54,6 +60,8 @@ class Api:
         """The routes to mount in the serve app."""
         return [Route(PREFIX + "/tasks", self.endpoint(self.list_tasks), methods=["GET"]),
                 Route(PREFIX + "/tasks/{key}", self.endpoint(self.show_task), methods=["GET"]),
+                Route(PREFIX + "/tasks/{key}/statement", self.endpoint(self.statement, write=True),
+                      methods=["GET", "POST"]),
                 Route(PREFIX + "/tasks/{key}/approve", self.endpoint(self.approve, write=True),
                       methods=["POST"]),
                 Route(PREFIX + "/tasks/{key}/reject", self.endpoint(self.reject, write=True),
@@ -78,7 +86,7 @@ class Api:
                 body = await read_body(request, API_LIMIT) if write else b""
                 answer = await run_in_threadpool(action, request, viewer, body)
             except Refused as exc:
-                return refusal(exc.code, exc.message)
+                return refusal(exc.code, exc.message, getattr(exc, "status", None))
             return JSONResponse(answer)
         return run
 
@@ -128,22 +136,37 @@ class Api:
 
     # -- deciding ----------------------------------------------------------------
 
+    def statement(self, request, viewer, body):
+        """``GET …/statement[?decision=approve|reject]`` (``POST …?decision=edit`` with
+        ``{edit}``): ``{statement, canonical, challenge}`` for the reviewer to sign;
+        a new nonce each call."""
+        decision = request.query_params.get("decision") or "approve"
+        edit = _body(body, STATEMENT_FIELDS).get("edit") if request.method == "POST" else None
+        if (request.method == "POST") != (decision == "edit"):
+            raise Refused("invalid_body", "an edit's statement is a POST of {edit} with "
+                          "decision=edit; approve and reject statements are a GET")
+        return self.rt.statement(request.path_params["key"], viewer.name, decision, edit,
+                                 viewer.monitors)
+
     def approve(self, request, viewer, body):
-        """``POST …/approve`` ``{digest, edit?, ack_hidden_characters?}``."""
+        """``POST …/approve`` ``{digest, edit?, ack_hidden_characters?}``, signed with
+        ``{statement, signature, key_id}`` or ``{statement, webauthn}``."""
         fields = _body(body, APPROVE_FIELDS, required=("digest",))
         extra = {name: fields[name] for name in ("edit", "ack_hidden_characters")
                  if name in fields}
         missing = set(extra) - self.approve_takes
         if missing:
             raise Refused("invalid_body", f"{sorted(missing)[0]}: not supported by this server")
+        proof = proof_of(fields, "edit" if "edit" in fields else "approve", origin_of(request))
         return self.rt.approve(request.path_params["key"], fields["digest"], by=viewer.name,
-                               channel="api", monitors=viewer.monitors, **extra)
+                               channel="api", monitors=viewer.monitors, proof=proof, **extra)
 
     def reject(self, request, viewer, body):
-        """``POST …/reject`` ``{reason}``."""
+        """``POST …/reject`` ``{reason}``, signed as ``approve`` is."""
         fields = _body(body, REJECT_FIELDS)
         return self.rt.reject(request.path_params["key"], reason=fields.get("reason"),
-                              by=viewer.name, channel="api", monitors=viewer.monitors)
+                              by=viewer.name, channel="api", monitors=viewer.monitors,
+                              proof=proof_of(fields, "reject", origin_of(request)))
 
     def cancel(self, request, viewer, body):
         """``POST …/cancel`` (an empty body or ``{}``): the life cycle's cancel of one task."""
@@ -165,6 +188,19 @@ class Api:
                                monitors=viewer.monitors)
 
 
+def proof_of(fields, expect, origin):
+    """The ``Proof`` a request's signed fields make, or ``None`` for an unsigned decision."""
+    given = {name: fields[name] for name in SIGNED_FIELDS if name in fields}
+    if not given:
+        return None
+    ed25519 = {"statement", "signature", "key_id"}
+    if set(given) not in (ed25519, {"statement", "webauthn"}):
+        raise Refused("invalid_body", "a signed decision sends statement with signature and "
+                      "key_id, or statement with webauthn")
+    return Proof(given["statement"], expect, given.get("signature"), given.get("key_id"),
+                 given.get("webauthn"), origin)
+
+
 def _number(query, name, default, low, high):
     text = query.get(name)
     if text is None or text == "":
@@ -180,17 +216,7 @@ def _body(raw, types, required=()):
     An empty body is an empty object. A key named twice, an unknown field or
     one of the wrong type is refused.
     """
-    if not raw.strip():
-        value = {}
-    else:
-        try:
-            value = decode_json(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise Refused("invalid_body", "body: not UTF-8") from None
-        except (ValueError, RecursionError) as exc:
-            raise Refused("invalid_body", broken_json_reason(exc, "body")) from None
-    if not isinstance(value, dict):
-        raise Refused("invalid_body", "body: must be one JSON object")
+    value = json_object(raw)
     for name, item in value.items():
         if name not in types:
             raise Refused("invalid_body", f"{name}: not a field of this request "

@@ -13,7 +13,7 @@ from starlette.formparsers import FormParser, MultiPartException, MultiPartParse
 
 from ..errors import Refused
 from ..hosts.mcp.events import MAX_DELIVERY_BYTES
-from ..rules.events import MAX_LINE_BYTES
+from ..rules.events import MAX_LINE_BYTES, broken_json_reason, decode_json
 
 HOOK_LIMIT = MAX_LINE_BYTES  # one event object, 64 KiB
 EVENTS_LIMIT = MAX_DELIVERY_BYTES  # one MCP Events delivery, 256 KiB (the draft's limit)
@@ -62,3 +62,19 @@ async def read_form(request, limit):
         return await MultiPartParser(request.headers, stream, max_files=0).parse()
     except MultiPartException as exc:
         raise Refused("invalid_body", f"form: {exc.message}") from None
+
+
+def json_object(raw):
+    """A JSON body as one object (an empty body is ``{}``); ``invalid_body`` for one that
+    is not UTF-8, not JSON (a key named twice included) or not an object."""
+    if not raw.strip():
+        return {}
+    try:
+        value = decode_json(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise Refused("invalid_body", "body: not UTF-8") from None
+    except (ValueError, RecursionError) as exc:
+        raise Refused("invalid_body", broken_json_reason(exc, "body")) from None
+    if not isinstance(value, dict):
+        raise Refused("invalid_body", "body: must be one JSON object")
+    return value

@@ -185,6 +185,8 @@ class Pages:
                 "previous_drafts": (t.get("previous_drafts") or [])[-LIST_LIMIT:],
                 "draft_changes": t.get("draft_changes"), "list_limit": LIST_LIMIT,
                 "may_cancel": t["status"] in TASK_OPEN,
+                "signed": any(m["id"] == t["monitor"] and m["signed_approvals"]
+                              for m in self.rt.monitors()),
                 "may_redraft": redraftable(t["status"], t["code"], t["write_possible"])}
 
     async def delivery(self, request):
@@ -351,8 +353,9 @@ class Pages:
         return RedirectResponse(f"/tasks/{answer['key']}", status_code=303)
 
     def _refused(self, request, viewer, exc, key=""):
-        return self.render(request, "outcome.html", status_code=status_of(exc.code),
-                           viewer=viewer, title="Refused", results=[(key, exc.code, exc.message)])
+        status = getattr(exc, "status", None) or status_of(exc.code)  # a signed decision's: 403
+        return self.render(request, "outcome.html", status_code=status, viewer=viewer,
+                           title="Refused", results=[(key, exc.code, exc.message)])
 
 
 def return_path(value):

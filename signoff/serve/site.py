@@ -6,7 +6,7 @@ of it imports the web stack: ``web`` and ``server`` do.
 """
 
 from .. import storage, views
-from ..admin import gaps, reviewers, secrets, subscriptions
+from ..admin import gaps, keys, reviewers, secrets, subscriptions
 from ..app import Signoff
 from ..intake import webhooks
 from ..steps import drafting
@@ -69,6 +69,16 @@ class Site(Signoff):
     def log_out(self, session_token):
         """End a review-page session."""
         return reviewers.log_out(session_token)
+
+    @own_database
+    def passkey_options(self, name, origin):
+        """WebAuthn creation options for reviewer ``name`` on the page at ``origin``."""
+        return keys.passkey_options(self, name, origin)
+
+    @own_database
+    def register_passkey(self, name, credential, origin):
+        """Keep the passkey reviewer ``name`` created at ``origin`` once it verifies."""
+        return keys.register_passkey(self, name, credential, origin)
 
     # -- what the pages and the API list --------------------------------------
 

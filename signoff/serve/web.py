@@ -14,10 +14,13 @@ from .groupcommit import GroupCommit
 from .hooks import make_endpoint, reader
 from .logins import Logins
 from .pages import Pages
+from .passkeys import Passkeys
 
 SECURITY_HEADERS = {
-    # No scripts, no inline styles, forms post only here, never framed.
-    "content-security-policy": "default-src 'none'; style-src 'self'; img-src 'self'; "
+    # Scripts from this site alone (passkeys.js: no inline script), no inline styles,
+    # requests and forms only here, never framed.
+    "content-security-policy": "default-src 'none'; script-src 'self'; connect-src 'self'; "
+                               "style-src 'self'; img-src 'self'; "
                                "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
@@ -62,6 +65,7 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
     reads = GroupCommit(reader(rt), window_s=0, name="signoff-reads")
     logins = logins or Logins()
     pages = Pages(rt, logins, secure_cookies=secure_cookies)
+    passkeys = Passkeys(rt, pages)
     registry = metrics.registry_for(rt, logins)
 
     async def healthz(request):
@@ -103,6 +107,13 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
         Route("/monitors/{monitor}/unpause", pages.unpause, methods=["POST"]),
         Route("/dead-letters/{letter:int}/replay", pages.replay, methods=["POST"]),
         Route("/style.css", pages.style, methods=["GET"]),
+        Route("/passkeys.js", passkeys.script, methods=["GET"]),
+        Route("/keys", passkeys.keys_page, methods=["GET"]),
+        Route("/keys/options", passkeys.options, methods=["POST"]),
+        Route("/keys/register", passkeys.register, methods=["POST"]),
+        Route("/tasks/{key}/statement", passkeys.statement, methods=["POST"]),
+        Route("/tasks/{key}/approve-signed", passkeys.approve, methods=["POST"]),
+        Route("/tasks/{key}/reject-signed", passkeys.reject, methods=["POST"]),
         *Api(rt, logins).routes(),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,

@@ -11,7 +11,7 @@ from .statuses import TaskStatus as T
 from .tasks import move_tasks, update_task
 
 
-def add_approvals(wanted, actor, now, audit_code="approved"):
+def add_approvals(wanted, actor, now, audit_code="approved", proofs=None):
     """Record ``actor``'s approval of each task in ``wanted`` (``{key: (digest, needed)}``)
     and approve those whose digest now has ``needed`` distinct identities.
 
@@ -23,8 +23,10 @@ def add_approvals(wanted, actor, now, audit_code="approved"):
     needs people for every remaining place). Returns ``(counted, approved,
     repeated, stale)``: sets of keys whose approval was added, that moved to
     ``approved``, that the identity had approved already, and that moved on,
-    changed digest or were edited meanwhile.
+    changed digest or were edited meanwhile. ``proofs``: ``{key: (statement,
+    signature, audit data)}`` of signed approvals, kept on their rows.
     """
+    proofs = proofs or {}
     keys = sorted(wanted)
     policy = actor.channel == "policy"
     columns = (Task.key, Task.status, Task.digest) + ((Task.edits,) if policy else ())
@@ -35,7 +37,8 @@ def add_approvals(wanted, actor, now, audit_code="approved"):
     stale = set(keys) - set(live)
     counted = {k for (k,) in insert_rows(Approval, [
         {"task_key": k, "digest": wanted[k][0], "by": actor.identity, "channel": actor.channel,
-         "at": now, "note": actor.note} for k in live],
+         "at": now, "note": actor.note, "statement": proofs.get(k, (None,))[0],
+         "signature": proofs.get(k, (None, None))[1]} for k in live],
         ignore_conflicts=True, returning=("task_key",))} if live else set()
     counts = approval_counts(live)
     complete = [k for k in live if counts.get(k, 0) >= wanted[k][1]]
@@ -50,8 +53,9 @@ def add_approvals(wanted, actor, now, audit_code="approved"):
     # and `audit verify` count again).
     rows = [{"at": now, "code": audit_code if k in approved else "approval_added",
              "task_key": k, **actor.audit,
-             "data": {"digest": wanted[k][0], "quorum": wanted[k][1]} if k in approved
-             else {"digest": wanted[k][0]}}
+             "data": {**({"digest": wanted[k][0], "quorum": wanted[k][1]} if k in approved
+                         else {"digest": wanted[k][0]}),
+                      **(proofs.get(k, (None, None, None))[2] or {})}}
             for k in keys if k in counted]
     if rows:
         monitors = dict(select_tuples(Task.select(Task.key, Task.monitor).where(

@@ -38,3 +38,9 @@ def end_pause(monitor_id, now):
     return paused_at is not None and bool(Monitor.update(
         paused_at=None, last_pause_from=paused_at, last_pause_until=now).where(
         Monitor.id == monitor_id, Monitor.paused_at == paused_at).execute())
+
+
+def set_signed_approvals(monitor_id, signed):
+    """Ask for signed decisions on the monitor, or stop asking; True if this changed it."""
+    return bool(Monitor.update(signed_approvals=bool(signed)).where(
+        Monitor.id == monitor_id, Monitor.signed_approvals != bool(signed)).execute())

@@ -14,13 +14,17 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ..config import PRIVATE_FILE, load_config
+from ..config import PRIVATE_FILE, Config, load_config
 from ..errors import ConfigError
+
+KEY_NAME = "home_key.pem"
 
 
 def key_path(home):
-    """Where the key of ``home`` lives (the config's ``[audit] home_key``)."""
-    return load_config(Path(home)).home_key_path
+    """Where the key of ``home`` (a ``Config``, or a home folder) lives: the config's
+    ``[audit] home_key``, by default ``home_key.pem`` in the home."""
+    config = home if isinstance(home, Config) else load_config(Path(home))
+    return config.home_key_path or config.home / KEY_NAME
 
 
 def load_home_key(home):

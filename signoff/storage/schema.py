@@ -24,8 +24,10 @@ SCHEMA_TABLE = "signoff_schema"
 # defaults; version 6 added columns only (identities' notes and audit subjects,
 # the reason of a delivery's failed attempt); version 7 added the audit's data, its
 # hash chain and the checkpoints that seal it (entries from before stand alone), the
-# tallies of finished rows (counted from the rows by the upgrade), and indexed tasks
-# in the listings' order (all, and by monitor, replacing ``task_monitor``).
+# tallies of finished rows (counted from the rows by the upgrade), tasks indexed in
+# the listings' order (all, and by monitor, replacing ``task_monitor``), and the
+# signed approvals' columns and tables (reviewer keys, statement nonces, a monitor's
+# signed approvals, the statements and signatures kept with decisions).
 RETIRED_INDEXES = ("delivery_status_next_at", "task_status_next_at", "delivery_suspect",
                    "task_suspect", "task_monitor")
 # The tallies (state/tallies.py) counted afresh from the rows: what an upgrade to

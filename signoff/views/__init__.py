@@ -409,7 +409,9 @@ def decisions(t):
     """Who decided what on task ``t``: its quorum, its edits, its rejection, and the
     hidden characters its draft holds (``⟨U+XXXX⟩`` on every face)."""
     needed = Monitor.select(Monitor.approvals).where(Monitor.id == t.monitor).scalar() or 1
-    given = [{"by": a.by, "channel": a.channel, "at": a.at, "note": a.note}
+    # A signed approval shows its statement and signature (docs/concepts.md, "Signed approvals").
+    given = [{"by": a.by, "channel": a.channel, "at": a.at, "note": a.note,
+              **({"statement": a.statement, "signature": a.signature} if a.statement else {})}
              for a in Approval.select().where(
         Approval.task_key == t.key, Approval.digest == t.digest).order_by(Approval.at, Approval.id)]
     edits = list(t.edits or [])
@@ -418,6 +420,7 @@ def decisions(t):
             "approvals_missing": max(0, needed - len(given)) if t.status == T.READY else 0,
             "edits": edits, "drafted_digest": edits[0]["from_digest"] if edits else t.digest,
             "rejected_by": t.rejected_by, "reject_reason": t.reject_reason,
+            **({"reject_proof": t.reject_proof} if t.reject_proof else {}),
             "hidden_characters": hidden_characters(draft)}
 
 

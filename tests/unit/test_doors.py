@@ -23,6 +23,9 @@ SIGNOFF = {
     "approve", "approve_many", "reject", "cancel_task", "retry", "retry_delivery", "redraft",
     "add_policy", "policies", "revoke_policy", "add_reviewer", "reviewers", "remove_reviewer",
     "replay", "purge", "add_secret", "monitor_secrets", "remove_secret",
+    # signed approvals: monitors that ask for them, reviewer keys, statements to sign
+    "set_signed_approvals", "add_reviewer_key", "reviewer_keys", "remove_reviewer_key",
+    "statement", "sign_and_decide",
     # views
     "listing", "events", "tasks", "monitor_tasks", "delivery", "task", "dead_letters", "audit",
     "stats",
@@ -31,7 +34,7 @@ SIGNOFF = {
 }
 SITE = {"webhook_secrets", "subscription_callbacks", "first_webhook_answer", "write_webhooks",
         "reviewer_for_token", "viewer_for", "log_in", "log_out", "task_page", "review_list",
-        "unobserved", "metrics"}
+        "unobserved", "metrics", "passkey_options", "register_passkey"}
 ENGINE = {"claim_limit", "ingest_batch", "submit_batch", "reap", "tend_subscriptions"}
 
 
