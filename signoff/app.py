@@ -8,7 +8,7 @@ from peewee import DatabaseError
 from . import views
 from .admin import gaps, monitors, resume, reviewers, secrets, subscriptions
 from .chores import retention
-from .decisions import approval, deadletters, deliveries, policy, redraft
+from .decisions import approval, deadletters, deliveries, links, policy, redraft
 from .intake import enqueue, webhooks
 from .steps import drafting, ingest, reaper, submit
 from .steps.claiming import ClaimSizes
@@ -356,9 +356,16 @@ class Signoff:
         return policy.revoke(self, policy_id, by, channel)
 
     @_own_database
-    def add_reviewer(self, name, read_only=False, monitors=(), by=None, channel="cli"):
-        """Create a reviewer, optionally limited to ``monitors``; its token is answered once."""
-        return reviewers.add(self, name, read_only, monitors, by, channel)
+    def add_reviewer(self, name, read_only=False, monitors=(), by=None, channel="cli",
+                     email=None):
+        """Create a reviewer, optionally limited to ``monitors`` and reached at ``email``;
+        its token is answered once."""
+        return reviewers.add(self, name, read_only, monitors, by, channel, email)
+
+    @_own_database
+    def set_reviewer(self, name, email, by=None, channel="cli"):
+        """Change a reviewer's email address (``""``: none)."""
+        return reviewers.set_contact(self, name, email, by, channel)
 
     @_own_database
     def reviewer_for_token(self, token):
@@ -426,6 +433,17 @@ class Signoff:
         """``(session token, reviewer)`` for a good login, ``(None, reviewer or None)``
         otherwise (``reviewers.log_in``)."""
         return reviewers.log_in(name, token, self.clock.now())
+
+    @_own_database
+    def open_link(self, token):
+        """What an email link leads to, and why it decides nothing if it does not
+        (``links.open_link``)."""
+        return links.open_link(self, token)
+
+    @_own_database
+    def decide_by_link(self, token, decision, reason=None, ack_hidden_characters=False):
+        """Approve or reject (``decision``) through an email link (``links.decide``)."""
+        return links.decide(self, token, decision, reason, ack_hidden_characters)
 
     @_own_database
     def log_out(self, session_token):

@@ -34,10 +34,12 @@ def reviewer():
 @command_line_only("--read-only", is_flag=True, help="May look, may not approve or change anything.")
 @command_line_only("--monitor", "monitors", multiple=True,
           help="Limit the reviewer to this monitor's tasks (repeatable; default: every monitor).")
+@command_line_only("--email", default=None, help="Where links to decide tasks are mailed.")
 @by_option
-def reviewer_add(obj, as_json, name, read_only, monitors, by):
+def reviewer_add(obj, as_json, name, read_only, monitors, email, by):
     """Create a reviewer; their login and API token is printed this once."""
-    emit(obj.open().add_reviewer(name, read_only, monitors, by=by, channel="cli"), as_json,
+    emit(obj.open().add_reviewer(name, read_only, monitors, by=by, channel="cli", email=email),
+         as_json,
          lambda r: f"reviewer {r['name']}{' (read-only)' if r['read_only'] else ''}, "
                    f"token (shown once): {r['token']}")
 
@@ -51,11 +53,22 @@ def reviewer_remove(obj, as_json, name, by):
          lambda r: f"reviewer {r['name']} removed; {r['sessions_ended']} session(s) ended")
 
 
+@command("set", group=reviewer)
+@click.argument("name")
+@command_line_only("--email", required=True,
+                   help="Where links to decide tasks are mailed (\"\": none).")
+@by_option
+def reviewer_set(obj, as_json, name, email, by):
+    """Change a reviewer's contact."""
+    emit(obj.open().set_reviewer(name, email, by=by), as_json,
+         lambda r: f"reviewer {r['name']}: email {r['email'] or '(none)'}")
+
+
 @command("list", group=reviewer)
 def reviewer_list(obj, as_json):
     """Reviewers (never their tokens)."""
     emit(obj.open().reviewers(), as_json,
-         lambda rows: table(rows, ["name", "read_only", "monitors", "created_at"]))
+         lambda rows: table(rows, ["name", "read_only", "monitors", "email", "created_at"]))
 
 
 @command("mcp")

@@ -12,6 +12,7 @@ from . import metrics
 from .api import Api
 from .groupcommit import GroupCommit
 from .hooks import make_endpoint, reader
+from .links import LinkPages
 from .logins import Logins
 from .pages import Pages
 
@@ -62,6 +63,7 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
     reads = GroupCommit(reader(rt), window_s=0, name="signoff-reads")
     logins = logins or Logins()
     pages = Pages(rt, logins, secure_cookies=secure_cookies)
+    linked = LinkPages(rt, pages)
     registry = metrics.registry_for(rt, logins)
 
     async def healthz(request):
@@ -103,6 +105,9 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
         Route("/monitors/{monitor}/unpause", pages.unpause, methods=["POST"]),
         Route("/dead-letters/{letter:int}/replay", pages.replay, methods=["POST"]),
         Route("/style.css", pages.style, methods=["GET"]),
+        Route("/r/{token}", linked.show, methods=["GET"]),
+        Route("/r/{token}/approve", linked.approve, methods=["POST"]),
+        Route("/r/{token}/reject", linked.reject, methods=["POST"]),
         *Api(rt, logins).routes(),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,

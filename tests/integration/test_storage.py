@@ -364,8 +364,8 @@ V6_COLUMNS = {"approval": ("note",), "audit": ("note", "subject"), "reviewer": (
 
 
 # What version 7 added: columns of older tables (tables it adds are dropped by name).
-V7_COLUMNS = {"audit": ("data",)}
-V7_TABLES = ()
+V7_COLUMNS = {"audit": ("data",), "reviewer": ("email",), "notification": ("reviewer",)}
+V7_TABLES = ("email_link", "monitor_reminders", "task_nudge")
 
 
 def _drop_columns(database, added):
