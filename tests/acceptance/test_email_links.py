@@ -2,12 +2,14 @@
 does once (channel ``email``), and a used, outdated, expired or unknown link decides
 nothing; the same links in headless Chromium (``browser``)."""
 
+import json
 import re
+import subprocess
 
 import httpx
 import pytest
 
-from helpers import LOCAL_TLS, shown_status, wait_for
+from helpers import LOCAL_TLS, child_env, shown_status, signoff_cmd, wait_for
 from mailkit import inbox, link_of, toml  # noqa: F401 (inbox: a fixture)
 from servekit import Server, event, make_home
 from signoff.chores import mail, notify
@@ -144,3 +146,20 @@ def test_a_link_followed_in_chromium(served, inbox, browser):
     assert "the draft changed" in page.inner_text("#link-problem")
     assert not page.is_visible("#approve")
     assert rt.task(second["key"])["status"] == "ready"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_demo_approves_a_task_from_an_email_link(tmp_path):
+    keep = tmp_path / "demo"
+    proc = subprocess.run(signoff_cmd(tmp_path, "demo", "--channels", "--keep", str(keep),
+                                      "--json"),
+                          env=child_env(), capture_output=True, text=True, timeout=240)
+    assert "Traceback" not in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["passed"] is True and all(s["ok"] for s in report["steps"])
+    assert report["seconds"] < 60
+    counts = report["counts"]
+    assert counts["messages"] == 1 and counts["results_on_host"] == 1
+    assert counts["tasks"]["done"] == 1 and counts["seconds_ready_to_mail"] >= 0

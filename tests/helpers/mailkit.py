@@ -1,44 +1,9 @@
-"""A real SMTP server in the test process (aiosmtpd), and reading what it received."""
-
-import email
-import email.policy
-import re
-import socket
-import threading
+"""A real SMTP server in the test process (aiosmtpd, as ``signoff demo --channels`` runs
+it), and reading what it received."""
 
 import pytest
-from aiosmtpd.controller import Controller
 
-LINK = re.compile(r"(https?://\S+/r/(sol_[A-Za-z0-9_-]+))")
-
-
-class Inbox:
-    """An SMTP server on 127.0.0.1 that keeps every message it is sent (``messages``)."""
-
-    def __init__(self):
-        self.messages = []  # (envelope recipients, parsed message)
-        self._lock = threading.Lock()
-        port = _free_port()  # aiosmtpd checks its server by connecting: it needs a real port
-        self.controller = Controller(self, hostname="127.0.0.1", port=port)
-        self.controller.start()
-        self.url = f"smtp://127.0.0.1:{port}"
-
-    async def handle_DATA(self, server, session, envelope):
-        """aiosmtpd's hook: keep the message."""
-        parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
-        with self._lock:
-            self.messages.append((list(envelope.rcpt_tos), parsed))
-        return "250 OK"
-
-    def to(self, address):
-        """The messages sent to ``address`` so far, oldest first."""
-        with self._lock:
-            return [m for rcpts, m in self.messages if address in rcpts]
-
-    def close(self):
-        """Stop the server (once)."""
-        if self.controller._thread is not None:
-            self.controller.stop()
+from signoff.demo.channels import LINK, Mailbox as Inbox
 
 
 @pytest.fixture
@@ -47,12 +12,6 @@ def inbox():
     box = Inbox()
     yield box
     box.close()
-
-
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def toml(inbox, public_url="http://127.0.0.1:1", **extra):
