@@ -368,6 +368,11 @@ class Signoff:
         return reviewers.set_contact(self, name, email, by, channel)
 
     @_own_database
+    def viewer_for_task(self, viewer, key):
+        """``viewer`` widened to task ``key``'s monitor when it was escalated to them."""
+        return reviewers.viewer_for_task(viewer, key)
+
+    @_own_database
     def reviewer_for_token(self, token):
         """The reviewer (a ``reviewers.Viewer``) whose API token is ``token``, or ``None``."""
         return reviewers.viewer_for_token(token)

@@ -461,7 +461,7 @@ class EmailLink(BaseModel):
     task_key = CharField(max_length=64, index=True)
     digest = CharField(max_length=64)
     created_at = DoubleField()
-    expires_at = DoubleField()
+    expires_at = DoubleField(index=True)  # pruned a week after (chores/reminders.py)
     spent_at = DoubleField(null=True)  # the first decision through it
 
 
@@ -480,8 +480,10 @@ class Notification(BaseModel):
     """One notification to send (the outbox).
 
     A ``task.ready`` one is keyed by its task (one per task, ever). A decision's
-    (``task.rejected``, ``task.approval_added``) is keyed by the digest of its
-    audit row's seq, and names its task in ``task`` and its row in ``audit_seq``.
+    (``task.rejected``, ``task.approval_added``), a reminder's or an escalation's is
+    keyed by the digest of its audit row's seq, and names its task in ``task`` and
+    its row in ``audit_seq``; an email (type ``email``, chores/mail.py) by the digest
+    of its row's seq and its ``reviewer``.
     """
 
     task_key = CharField(max_length=64, primary_key=True)

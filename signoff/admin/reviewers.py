@@ -6,6 +6,7 @@ of a session is derived from its cookie, so it needs no storage of its own.
 A reviewer added with monitors sees and acts on those monitors' tasks only.
 """
 
+import dataclasses
 import hashlib
 import hmac
 import secrets
@@ -13,11 +14,12 @@ from dataclasses import dataclass
 
 from peewee import IntegrityError
 
+from ..chores.reminders import escalated_to
 from ..errors import Refused
 from ..rules.contacts import check_email
 from ..rules.names import Actor, clash, normal_name, skeleton
 from ..state.history import audit
-from ..models import AuditReviewer, Monitor, Reviewer, ReviewerMonitor, ReviewSession, db
+from ..models import AuditReviewer, Monitor, Reviewer, ReviewerMonitor, ReviewSession, Task, db
 
 SESSION_TTL_S = 12 * 3600
 
@@ -184,6 +186,19 @@ def _limits(name):
 def _monitors_of(name):
     limits = _limits(name).get(name)
     return None if limits is None else frozenset(limits)
+
+
+def viewer_for_task(viewer, key):
+    """``viewer`` as it may see and decide task ``key`` (a full key): a reviewer limited
+    to other monitors may, once the task was escalated to them (chores/reminders.py),
+    and for that task alone."""
+    if viewer is None or viewer.monitors is None or not isinstance(key, str):
+        return viewer
+    task = Task.select(Task.key, Task.monitor).where(Task.key == key).first()
+    if (task is None or task.monitor in viewer.monitors
+            or viewer.name not in escalated_to([task]).get(task.key, ())):
+        return viewer
+    return dataclasses.replace(viewer, monitors=viewer.monitors | {task.monitor})
 
 
 def viewer_for_token(token):

@@ -17,8 +17,8 @@ once, each round and each escalation is written exactly once.
 
 import math
 
-from ..models import (Approval, MonitorReminders, Reviewer, ReviewerMonitor, Task, TaskNudge,
-                      db)
+from ..models import (Approval, Monitor, MonitorReminders, Reviewer, ReviewerMonitor, Task,
+                      TaskNudge, db)
 from ..state import links
 from ..state.history import audit
 from ..state.statuses import TaskStatus as T
@@ -83,7 +83,10 @@ def deciders(tasks):
 def run(rt):
     """One pass: the reminders and escalations due now; ``{reminded, escalated}``."""
     now = rt.clock.now()
-    settings = {r.monitor: r for r in MonitorReminders.select()}
+    settings = {r.monitor: r for r in MonitorReminders.select().join(
+        Monitor, on=(Monitor.id == MonitorReminders.monitor)).where(
+        Monitor.active, Monitor.expires_at > now)}
+    _forget_decided()
     if not settings:
         return None
     tasks = list(Task.select(Task.key, Task.monitor, Task.digest, Task.created_at,
@@ -101,6 +104,13 @@ def run(rt):
         reminded += _remind(task, settings[task.monitor], nudges.get(task.key), now)
     links.prune(now - LINKS_KEPT_S)
     return {"reminded": reminded, "escalated": escalated}
+
+
+def _forget_decided():
+    """Drop the rounds of tasks no longer waiting: nothing reminds them again."""
+    TaskNudge.delete().where(TaskNudge.task_key.in_(
+        Task.select(Task.key).where(Task.key.in_(TaskNudge.select(TaskNudge.task_key)),
+                                    unindexed(Task.status) != T.READY))).execute()
 
 
 def _escalate(task, setting, nudge, now):

@@ -124,7 +124,8 @@ class Api:
 
     def show_task(self, request, viewer, body):
         """``GET /api/v1/tasks/{key}``: the task as ``tasks show --json``."""
-        return self.rt.task(request.path_params["key"], viewer.monitors)
+        key = request.path_params["key"]
+        return self.rt.task(key, self.rt.viewer_for_task(viewer, key).monitors)
 
     # -- deciding ----------------------------------------------------------------
 
@@ -136,14 +137,16 @@ class Api:
         missing = set(extra) - self.approve_takes
         if missing:
             raise Refused("invalid_body", f"{sorted(missing)[0]}: not supported by this server")
-        return self.rt.approve(request.path_params["key"], fields["digest"], by=viewer.name,
-                               channel="api", monitors=viewer.monitors, **extra)
+        key = request.path_params["key"]
+        return self.rt.approve(key, fields["digest"], by=viewer.name, channel="api",
+                               monitors=self.rt.viewer_for_task(viewer, key).monitors, **extra)
 
     def reject(self, request, viewer, body):
         """``POST …/reject`` ``{reason}``."""
         fields = _body(body, REJECT_FIELDS)
-        return self.rt.reject(request.path_params["key"], reason=fields.get("reason"),
-                              by=viewer.name, channel="api", monitors=viewer.monitors)
+        key = request.path_params["key"]
+        return self.rt.reject(key, reason=fields.get("reason"), by=viewer.name, channel="api",
+                              monitors=self.rt.viewer_for_task(viewer, key).monitors)
 
     def cancel(self, request, viewer, body):
         """``POST …/cancel`` (an empty body or ``{}``): the life cycle's cancel of one task."""

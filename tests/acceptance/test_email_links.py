@@ -12,7 +12,7 @@ import pytest
 from helpers import LOCAL_TLS, child_env, shown_status, signoff_cmd, wait_for
 from mailkit import inbox, link_of, toml  # noqa: F401 (inbox: a fixture)
 from servekit import Server, event, make_home
-from signoff.chores import mail, notify
+from signoff.chores import mail, notify, reminders
 from signoff.models import Audit
 
 
@@ -163,3 +163,32 @@ def test_demo_approves_a_task_from_an_email_link(tmp_path):
     counts = report["counts"]
     assert counts["messages"] == 1 and counts["results_on_host"] == 1
     assert counts["tasks"]["done"] == 1 and counts["seconds_ready_to_mail"] >= 0
+
+
+def test_an_escalated_reviewer_limited_to_other_monitors_decides_that_task_alone(home):
+    rt = make_home(home)
+    rt.bind("doc-demo", "other")
+    bob = rt.add_reviewer("bob", monitors=["other"])["token"]
+    rt.bind("doc-demo", "nudged", window_s=3600, escalate_after_s=1, escalate_to=["bob"])
+    rt.enqueue_events([event(1)], "nudged")
+    rt.enqueue_events([event(1, event_id="evt-default")])
+    rt.run_until_idle()
+    [task] = [t for t in rt.tasks("ready") if t["monitor"] == "nudged"]
+    [elsewhere] = [t for t in rt.tasks("ready") if t["monitor"] == "default"]
+    server = Server(home)
+    try:
+        with client_of(server) as api:
+            api.headers["authorization"] = f"Bearer {bob}"
+            approve = {"digest": task["digest"]}
+            assert api.get(f"/api/v1/tasks/{task['key']}").status_code == 404
+            assert api.post(f"/api/v1/tasks/{task['key']}/approve", json=approve).status_code == 404
+            wait_for(lambda: reminders.run(rt)["escalated"], timeout=30, what="the escalation")
+            assert api.get(f"/api/v1/tasks/{task['key']}").status_code == 200
+            assert api.get(f"/api/v1/tasks/{elsewhere['key']}").status_code == 404
+            assert [t["key"] for t in api.get("/api/v1/tasks").json()["tasks"]] == []
+            answer = api.post(f"/api/v1/tasks/{task['key']}/approve", json=approve)
+            assert answer.status_code == 200 and answer.json()["status"] == "approved"
+    finally:
+        assert server.stop() == 0, server.stderr()
+    assert rt.task(task["key"])["approvals"][0]["by"] == "bob"
+    rt.close()
