@@ -31,6 +31,7 @@ behind that start, so tasks that were ready before are not announced.
     timeout_s = 5.0
 """
 
+import contextlib
 import datetime
 import json
 import logging
@@ -294,9 +295,7 @@ class Pump:
             self._pump()
 
     def _pump(self):
-        import httpx
-        timeout = self.settings.timeout_s if self.settings else 5.0
-        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+        with self._client() as client:
             while not self._stop.wait(INTERVAL_S):
                 try:
                     collect(self.rt.clock.now(), self.settings is not None, self.email is not None)
@@ -305,6 +304,13 @@ class Pump:
                     log_failed_pass(log, "notification pass", "retrying on the next pass")
                     db.close()  # this thread's connection: the next pass reconnects
         db.close()
+
+    def _client(self):
+        """The webhook's HTTP client (none for email alone: httpx is the serve extra's)."""
+        if self.settings is None:
+            return contextlib.nullcontext()
+        import httpx
+        return httpx.Client(timeout=self.settings.timeout_s, follow_redirects=False)
 
     def stop(self):
         """Stop after the try in progress (bounded by the request timeout)."""

@@ -6,7 +6,9 @@ import pytest
 from helpers import make_event, read_here, refusal
 from mailkit import body, inbox, link_of, toml  # noqa: F401 (inbox: a fixture)
 from signoff.chores import mail, notify, reminders
+from signoff.errors import ConfigError
 from signoff.models import Approval, Audit, EmailLink, Notification
+from signoff.rules import signatures
 
 HIDDEN = "please add the demo date\u202e moc.example"
 
@@ -144,3 +146,37 @@ def test_reminders_each_round_once_and_escalation_lets_a_limited_reviewer_decide
     assert rt.open_link(link_of(reminded)[1]).problem == "link_used"
     clock.advance(100)
     assert reminders.run(rt) == {"reminded": 0, "escalated": 0}  # decided: no more rounds
+
+
+# -- the [notify.email] table -------------------------------------------------------------
+
+GOOD = {"smtp_url": '"smtp://127.0.0.1:2525"', "from": '"signoff@example.com"',
+        "public_url": '"https://review.example"'}
+
+
+@pytest.mark.parametrize("change", [
+    {"smtp_url": '"http://mail.example"'}, {"smtp_url": '"smtp://user:pw@mail.example"'},
+    {"smtp_url": '"smtps://mail.example"', "starttls": "true"}, {"starttls": '"yes"'},
+    {"from": '"Signoff <s@example.com>"'}, {"from": "1"}, {"public_url": '"review.example"'},
+    {"public_url": '"https://review.example/?a=1"'}, {"link_ttl_s": "0"},
+    {"link_ttl_s": "99999999"}, {"attempts": "0"}, {"sender": '"x@example.com"'},
+    {"smtp_url": None}, {"public_url": None}])
+def test_a_bad_email_table_is_refused_naming_the_key(rt, change):
+    table = {k: v for k, v in dict(GOOD, **change).items() if v is not None}
+    with open(rt.home / "signoff.toml", "a", encoding="utf-8") as f:
+        f.write("\n[notify.email]\n" + "".join(f"{k} = {v}\n" for k, v in table.items()))
+    with pytest.raises(ConfigError) as info:
+        mail.email_settings(rt.home)
+    assert info.value.code == "bad_config" and "notify.email" in info.value.message
+
+
+def test_email_and_the_webhook_are_configured_side_by_side(rt):
+    assert mail.email_settings(rt.home) is None and notify.notify_settings(rt.home) is None
+    with open(rt.home / "signoff.toml", "a", encoding="utf-8") as f:
+        f.write('\n[notify]\nurl = "https://hooks.example/signoff"\n'
+                f'secret = "{signatures.generate()}"\n'
+                "[notify.email]\n" + "".join(f"{k} = {v}\n" for k, v in GOOD.items()))
+    settings = mail.email_settings(rt.home)
+    assert (settings.server, settings.sender, settings.link_ttl_s, settings.starttls) == (
+        ("smtp", "127.0.0.1", 2525), "signoff@example.com", 86400, False)
+    assert notify.notify_settings(rt.home).url == "https://hooks.example/signoff"
