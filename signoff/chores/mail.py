@@ -159,7 +159,7 @@ def try_send(rt, row, settings, now):
         return NOT_NEEDED
     cause = Audit.get_or_none(Audit.seq == row.audit_seq)
     token = links.mint(reviewer.name, task.key, task.digest, now, settings.link_ttl_s)
-    message = compose(task, reviewer, settings, token, cause.code if cause else "ready")
+    message = compose(task, reviewer, settings, token, cause)
     try:
         deliver(settings, message)
     except (smtplib.SMTPException, OSError) as exc:
@@ -168,13 +168,15 @@ def try_send(rt, row, settings, now):
 
 
 def compose(task, reviewer, settings, token, cause):
-    """The message to ``reviewer`` about ``task`` holding the link ``token``."""
+    """The message to ``reviewer`` about ``task`` holding the link ``token``; ``cause``:
+    the audit row it answers (``ready``, ``reminded`` or ``escalated``)."""
     monitor = Monitor.get_or_none(Monitor.id == task.monitor)
+    why = _why(cause)
     records = task.record if isinstance(task.record, list) else [task.record or {}]
     link = settings.public_url.rstrip("/") + "/r/" + token
     draft = (task.result or {}).get("draft") or ""
     lines = [f"Task {task.key[:12]} of monitor {visible(task.monitor)} "
-             f"{MAILED.get(cause, MAILED['ready'])}.", "",
+             f"{why}.", "",
              f"Document: {visible(str(records[0].get('document', '')))}",
              f"Record:   {visible(task.record_id)}, version {task.version}",
              f"Digest:   {task.digest[:12]}",
@@ -188,7 +190,7 @@ def compose(task, reviewer, settings, token, cause):
               "Opening the link decides nothing: the page's buttons do."]
     message = EmailMessage()
     message["Subject"] = (f"[signoff] {visible(task.monitor)}: {visible(task.record_id)} "
-                          f"{MAILED.get(cause, MAILED['ready'])}")
+                          f"{why}")
     message["From"] = settings.sender
     message["To"] = reviewer.email
     message["Date"] = formatdate(localtime=False)
@@ -196,6 +198,14 @@ def compose(task, reviewer, settings, token, cause):
     message["Auto-Submitted"] = "auto-generated"
     message.set_content("\n".join(lines))
     return message
+
+
+def _why(cause):
+    """What the message says of the task: it waits, still waits (reminder N), escalated."""
+    code = cause.code if cause is not None and cause.code in MAILED else "ready"
+    if code == "reminded":
+        return f"{MAILED[code]} (reminder {(cause.data or {}).get('round', 1)})"
+    return MAILED[code]
 
 
 def _shown(text):

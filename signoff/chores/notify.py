@@ -212,7 +212,9 @@ def send_due(rt, settings, client, email=None):
         channel = email if row.type == mail.TYPE else settings
         if channel is None:
             continue  # its channel is not configured here: another worker's, or for later
-        # Hold the row for the length of a try so another pump leaves it alone.
+        # Hold the row for the length of a try so another pump leaves it alone: from
+        # now, not the pass's start, which the tries before it (SMTP's) may have aged.
+        now = rt.clock.now()
         if not hold_notification(row.task_key, row.next_at, now + 2 * channel.timeout_s + 1):
             continue
         code = _send_one(rt, row, channel, client, now)
