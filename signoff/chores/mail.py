@@ -149,7 +149,7 @@ def collect(rows, now):
     return new_decision_notifications(out, now)
 
 
-def try_send(rt, row, settings, now):
+def try_send(row, settings, now):
     """Send outbox ``row``'s message; ``None`` when sent, ``NOT_NEEDED`` when no message
     is wanted any more, else the failure's code."""
     task = Task.get_or_none(Task.key == row.task)

@@ -217,7 +217,7 @@ def send_due(rt, settings, client, email=None):
         now = rt.clock.now()
         if not hold_notification(row.task_key, row.next_at, now + 2 * channel.timeout_s + 1):
             continue
-        code = _send_one(rt, row, channel, client, now)
+        code = _send_one(row, channel, client, now)
         if code is None or code == mail.NOT_NEEDED:
             sent += 1
         else:
@@ -226,10 +226,10 @@ def send_due(rt, settings, client, email=None):
     return sent, failed
 
 
-def _send_one(rt, row, channel, client, now):
+def _send_one(row, channel, client, now):
     """One try of outbox ``row`` through its channel: ``None`` when sent, else a code."""
     if row.type == mail.TYPE:
-        return mail.try_send(rt, row, channel, now)
+        return mail.try_send(row, channel, now)
     task = Task.get_or_none(Task.key == (row.task or row.task_key))
     return _try_send(client, task, channel, now, row) if task else "unknown_task"
 

@@ -79,6 +79,8 @@ def decide(rt, token, decision, reason=None, ack_hidden_characters=False):
     """Approve (``decision`` ``approve``) or reject the task of ``token`` as its reviewer,
     channel ``email``; then the link is spent. A link that may not decide is refused
     with its problem's code, nothing changed."""
+    if decision not in ("approve", "reject"):
+        raise ValueError(f"a link approves or rejects, not {decision!r}")
     opened = open_link(rt, token)
     if opened.problem:
         raise Refused(opened.problem, PROBLEMS[opened.problem])
