@@ -18,7 +18,8 @@ nothing imports in a circle: ``lint-imports`` checks both, with the contracts in
   arriving), ``decisions/`` (approve, edit, reject, cancel, retry, redraft,
   policies), ``views/`` (what every face shows), ``admin/`` (monitors, gaps,
   subscriptions, reviewers, secrets, the audit's export), ``chores/``
-  (background jobs: the notify outbox, retention, the audit's checkpoints);
+  (background jobs: the notify outbox and its email, reminders and escalation,
+  retention, the audit's checkpoints);
 - ``steps/``: what a worker does with the rows it claims (claiming, ingest,
   submit, the reaper, record batches); ``tasks``: the Huey tasks that wake it,
   and when wake-ups are sent;

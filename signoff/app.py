@@ -332,9 +332,16 @@ class Signoff:
         return policy.revoke(self, policy_id, by, channel)
 
     @own_database
-    def add_reviewer(self, name, read_only=False, monitors=(), by=None, channel="cli"):
-        """Create a reviewer, optionally limited to ``monitors``; its token is answered once."""
-        return reviewers.add(self, name, read_only, monitors, by, channel)
+    def add_reviewer(self, name, read_only=False, monitors=(), by=None, channel="cli",
+                     email=None):
+        """Create a reviewer, optionally limited to ``monitors`` and reached at ``email``;
+        its token is answered once."""
+        return reviewers.add(self, name, read_only, monitors, by, channel, email)
+
+    @own_database
+    def set_reviewer(self, name, email, by=None, channel="cli"):
+        """Change a reviewer's email address (``""``: none)."""
+        return reviewers.set_contact(self, name, email, by, channel)
 
     @own_database
     def replay(self, letter_id, by=None, channel="cli", monitors=None):

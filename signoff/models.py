@@ -235,6 +235,27 @@ class PurgedTask(BaseModel):
     purged_at = DoubleField()
 
 
+class MonitorReminders(BaseModel):
+    """A monitor bound with ``--remind-after`` / ``--escalate-after`` (chores/reminders.py)."""
+
+    monitor = CharField(primary_key=True)
+    remind_after_s = DoubleField(null=True)
+    escalate_after_s = DoubleField(null=True)
+    escalate_to = JSON(default=list)  # reviewer names
+
+
+class TaskNudge(BaseModel):
+    """How far a ready task's reminders have got: the last round sent, and its escalation.
+
+    A round is claimed by moving ``rounds`` forward in a guarded update, so of
+    many workers exactly one reminds each round.
+    """
+
+    task_key = CharField(max_length=64, primary_key=True)
+    rounds = IntegerField(default=0)
+    escalated_at = DoubleField(null=True)
+
+
 class MonitorBatching(BaseModel):
     """A monitor bound with ``--batch-window``: its records gather into batches."""
 
@@ -468,6 +489,7 @@ class Reviewer(BaseModel):
     # The name's UTS #39 skeleton: unique, so two adds at once can never make
     # two reviewers who look alike. Null for reviewers added before version 6.
     skeleton = Text(null=True)
+    email = Text(null=True)  # where email links to decide go (rules/contacts.py); null: none
 
     class Meta:
         indexes = ((("skeleton",), True),)
@@ -501,6 +523,18 @@ class ReviewerKey(BaseModel):
     created_at = DoubleField()
 
 
+class EmailLink(BaseModel):
+    """A link mailed to a reviewer to decide one task's one digest: only its token's sha256."""
+
+    token_hash = CharField(max_length=64, primary_key=True)
+    reviewer = CharField()
+    task_key = CharField(max_length=64, index=True)
+    digest = CharField(max_length=64)
+    created_at = DoubleField()
+    expires_at = DoubleField(index=True)  # pruned a week after (chores/reminders.py)
+    spent_at = DoubleField(null=True)  # the first decision through it
+
+
 class ReviewSession(BaseModel):
     """A logged-in browser: the sha256 of its cookie, whose session it is, until when."""
 
@@ -516,14 +550,17 @@ class Notification(BaseModel):
     """One notification to send (the outbox).
 
     A ``task.ready`` one is keyed by its task (one per task, ever). A decision's
-    (``task.rejected``, ``task.approval_added``) is keyed by the digest of its
-    audit row's seq, and names its task in ``task`` and its row in ``audit_seq``.
+    (``task.rejected``, ``task.approval_added``), a reminder's or an escalation's is
+    keyed by the digest of its audit row's seq, and names its task in ``task`` and
+    its row in ``audit_seq``; an email (type ``email``, chores/mail.py) by the digest
+    of its row's seq and its ``reviewer``.
     """
 
     task_key = CharField(max_length=64, primary_key=True)
     type = Text(null=True)  # null: task.ready
     task = CharField(max_length=64, null=True)
     audit_seq = BigIntegerField(null=True)
+    reviewer = Text(null=True)  # an email's addressee (type ``email``)
     status = CharField(default="pending")  # pending, sent, dead
     attempts = IntegerField(default=0)
     last_code = CharField(null=True)
@@ -676,10 +713,11 @@ class TallyDelta(Tallied):
 MODELS = [
     Monitor, Delivery, Inbox, Gap,
     Task, Attempt, DeadLetter, PurgedTask, MonitorBatching, RecordBatch, BatchMember,
+    MonitorReminders, TaskNudge,
     Approval, StatementNonce, Policy, PolicyDecision,
     Audit, AuditReviewer, Checkpoint,
     WebhookSecret, WebhookAnswer, WebhookDigest, WebhookRefusal,
-    Reviewer, ReviewerMonitor, ReviewerKey, ReviewSession,
+    Reviewer, ReviewerMonitor, ReviewerKey, EmailLink, ReviewSession,
     Notification, Cursor,
     Subscription, EventDeliveryCount,
     DrafterUsage, DrafterCallCount,

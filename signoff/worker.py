@@ -23,7 +23,7 @@ from peewee import InterfaceError, OperationalError, fn
 
 from .steps import recordbatches
 from .admin import subscriptions
-from .chores import Chore, Schedule, checkpoints, notify, retention
+from .chores import Chore, Schedule, checkpoints, notify, reminders, retention
 from .decisions import policy
 from . import storage, watchdog
 from .app import Signoff
@@ -55,6 +55,7 @@ CHORES = (
     Chore("standing policies", policy.run_pass),
     retention.RETENTION,
     checkpoints.CHECKPOINTS,
+    reminders.REMINDERS,
     Chore("prune heartbeats", lambda rt: heartbeats.prune(rt.clock.now()), every_s=60.0),
     Chore("fold tallies", tallies.fold_all, every_s=tallies.FOLD_EVERY_S, shared=True),
 )
@@ -180,7 +181,7 @@ def _loop(rt, workers, drain, drain_wait, dog):
     stop.install()
     started = time.monotonic()
     reaped = _reap(rt)
-    notifier = notify.start(rt)  # task.ready notifications, when [notify] url is set
+    notifier = notify.start(rt)  # when [notify] url or [notify.email] is set
     tender = subscriptions.start(rt)  # when the host's MCP server offers events
     start_consumer(consumer, stop)
     beats = _Beats(rt, workers)

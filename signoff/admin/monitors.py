@@ -1,6 +1,7 @@
 """Monitors: bind one from the host's current grant, pause, unpause or cancel it, list them."""
 
-from . import subscriptions
+from . import reviewers, subscriptions
+from ..chores import reminders
 from ..steps import recordbatches
 from ..rules.canonical import digest
 from ..errors import Refused
@@ -35,7 +36,7 @@ def check_id(monitor_id):
 
 def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, window_s=60,
          approval_ttl_s=None, batch_window_s=None, within=None, approvals=1,
-         signed_approvals=False):
+         signed_approvals=False, remind_after_s=None, escalate_after_s=None, escalate_to=()):
     """Bind a monitor from the host's current grant context.
 
     An id that exists already (active or cancelled) is refused: a cancelled
@@ -45,15 +46,19 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
     subscribed event's name. ``within()`` runs in the transaction that writes
     the monitor. ``approvals``: the distinct approvers each task's digest needs;
     ``signed_approvals``: only decisions signed by their reviewers count.
+    ``remind_after_s``, ``escalate_after_s``, ``escalate_to``: reminders and
+    escalation of its waiting tasks (``chores/reminders.py``).
     """
     events = subscriptions.settings_of(rt)
     if event_names is None:
         event_names = [events.name] if events is not None else list(DEFAULT_EVENTS)
     _check_options(monitor_id, document, event_names, events,
                    {"ttl": ttl_s, "window": window_s, "approval-ttl": approval_ttl_s,
-                    "batch-window": batch_window_s})
+                    "batch-window": batch_window_s, "remind-after": remind_after_s,
+                    "escalate-after": escalate_after_s})
     if isinstance(approvals, bool) or not isinstance(approvals, int) or not 1 <= approvals <= MAX_APPROVALS:
         raise Refused("invalid_monitor", f"approvals: must be a whole number from 1 to {MAX_APPROVALS}")
+    escalate_to = _escalation(escalate_after_s, escalate_to)
     try:
         context = rt.host().context()
     except TRANSIENT as exc:  # e.g. a host URL that cannot be reached: the message names it
@@ -76,6 +81,7 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
                         grant_digest=digest(context), signed_approvals=bool(signed_approvals))
             if batch_window_s is not None:
                 recordbatches.set_window(monitor_id, batch_window_s)
+            reminders.set_reminders(monitor_id, remind_after_s, escalate_after_s, escalate_to)
             audit(now, "bound", monitor_id, subject=monitor_id)
             if signed_approvals:
                 audit(now, "monitor_signed_approvals", monitor_id, subject=monitor_id,
@@ -102,6 +108,17 @@ def _check_options(monitor_id, document, event_names, events, durations):
     for name, value in durations.items():
         if value is not None and not value > 0:
             raise Refused("invalid_monitor", f"{name}: must be a positive number of seconds")
+
+
+def _escalation(after_s, names):
+    """The stored names of the reviewers ``names`` escalates to; each must exist."""
+    if (after_s is None) != (not names):
+        raise Refused("invalid_monitor", "--escalate-after and --escalate-to go together")
+    found = [reviewers.find(name) for name in names]
+    missing = [name for name, row in zip(names, found) if row is None]
+    if missing:
+        raise Refused("unknown_reviewer", f"no reviewer {missing[0]!r} to escalate to")
+    return sorted({row.name for row in found})
 
 
 def _refuse_existing(monitor_id):
@@ -213,6 +230,7 @@ def set_signed(rt, monitor_id, signed, by=None, channel="cli"):
 
 def row(monitor):
     """A monitor as the CLI shows it."""
+    nudge = reminders.settings_of([monitor.id]).get(monitor.id)
     return {"id": monitor.id, "document": monitor.document,
             "event_names": monitor.event_names, "active": monitor.active,
             "paused": monitor.paused_at is not None, "paused_at": monitor.paused_at,
@@ -220,7 +238,10 @@ def row(monitor):
             "approval_ttl_s": monitor.approval_ttl_s, "approvals": monitor.approvals,
             "signed_approvals": bool(monitor.signed_approvals),
             "grant_digest": monitor.grant_digest,
-            "batch_window_s": recordbatches.windows([monitor.id]).get(monitor.id)}
+            "batch_window_s": recordbatches.windows([monitor.id]).get(monitor.id),
+            "remind_after_s": nudge and nudge.remind_after_s,
+            "escalate_after_s": nudge and nudge.escalate_after_s,
+            "escalate_to": nudge.escalate_to if nudge else []}
 
 
 def listing():

@@ -6,6 +6,7 @@ of a session is derived from its cookie, so it needs no storage of its own.
 A reviewer added with monitors sees and acts on those monitors' tasks only.
 """
 
+import dataclasses
 import hashlib
 import hmac
 import secrets
@@ -13,11 +14,13 @@ from dataclasses import dataclass
 
 from peewee import IntegrityError
 
+from ..chores.reminders import escalated_to
 from ..errors import Refused
+from ..rules.contacts import check_email
 from ..rules.names import Actor, clash, normal_name, skeleton
 from ..state.history import audit
 from ..models import (AuditReviewer, Monitor, Reviewer, ReviewerKey, ReviewerMonitor,
-                      ReviewSession, db)
+                      ReviewSession, Task, db)
 
 SESSION_TTL_S = 12 * 3600
 
@@ -61,17 +64,20 @@ class Viewer:
         return isinstance(given, str) and hmac.compare_digest(given.encode(), self.csrf.encode())
 
 
-def add(rt, name, read_only=False, monitors=(), by=None, channel="cli"):
-    """Create a reviewer; returns ``{name, token, read_only, monitors}`` (the token, this once).
+def add(rt, name, read_only=False, monitors=(), by=None, channel="cli", email=None):
+    """Create a reviewer; returns ``{name, token, read_only, monitors, email}`` (the token,
+    this once).
 
     ``name`` is kept normalised (``rules/names.py``: ``Alice `` becomes
     ``alice``, which the answer's ``name`` says); one equal to or confusable
     with an existing reviewer's, or breaking the name rule, is refused
     ``invalid_name`` (the very name again: ``reviewer_exists``). ``monitors``
     limits the reviewer to those monitors' tasks (each must exist, else
-    ``unknown_monitor``); none means every monitor.
+    ``unknown_monitor``); none means every monitor. ``email``: where links to
+    decide are mailed (``rules/contacts.py``, else ``invalid_email``).
     """
     form = normal_name(name)
+    email = None if email is None else check_email(email)
     actor = Actor.of(by, channel)
     token = "sor_" + secrets.token_urlsafe(32)
     now = rt.clock.now()
@@ -85,7 +91,7 @@ def add(rt, name, read_only=False, monitors=(), by=None, channel="cli"):
         try:
             with db.atomic():  # a savepoint: a look-alike added meanwhile is refused cleanly
                 Reviewer.create(name=form, token_hash=_hash(token), read_only=bool(read_only),
-                                created_at=now, skeleton=skeleton(form))
+                                created_at=now, skeleton=skeleton(form), email=email)
         except IntegrityError:
             raise Refused("invalid_name", f"{form!r} looks like a reviewer added at the same "
                           "moment; choose a name no one could take for another") from None
@@ -93,7 +99,23 @@ def add(rt, name, read_only=False, monitors=(), by=None, channel="cli"):
             ReviewerMonitor.create(reviewer=form, monitor=monitor)
         audit(now, "reviewer_added", subject=form, **actor.audit)
     return {"name": form, "token": token, "read_only": bool(read_only),
-            "monitors": monitors or None}
+            "monitors": monitors or None, "email": email}
+
+
+def set_contact(rt, name, email, by=None, channel="cli"):
+    """Give reviewer ``name`` the address ``email`` (``""``: none); audited
+    ``reviewer_changed``. Returns the reviewer as ``listing`` shows it."""
+    actor = Actor.of(by, channel)
+    email = None if email == "" else check_email(email)
+    now = rt.clock.now()
+    with db.atomic():
+        row = find(name)
+        if row is None:
+            raise Refused("unknown_reviewer", f"no reviewer {name!r}")
+        Reviewer.update(email=email).where(Reviewer.name == row.name).execute()
+        audit(now, "reviewer_changed", subject=row.name, data={"email": email is not None},
+              **actor.audit)
+    return next(r for r in listing() if r["name"] == row.name)
 
 
 def _refuse_lookalike(typed, form):
@@ -152,12 +174,12 @@ def _remove_keys(reviewer, now, who):
 
 
 def listing():
-    """Reviewers as ``{name, read_only, monitors, created_at}`` (never a token);
+    """Reviewers as ``{name, read_only, monitors, email, created_at}`` (never a token);
     ``monitors`` is null for a reviewer of every monitor."""
     limits = _limits(None)
     return [{"name": r.name, "read_only": r.read_only,
              "monitors": sorted(limits[r.name]) if r.name in limits else None,
-             "created_at": r.created_at}
+             "email": r.email, "created_at": r.created_at}
             for r in Reviewer.select().order_by(Reviewer.name)]
 
 
@@ -175,6 +197,19 @@ def _limits(name):
 def _monitors_of(name):
     limits = _limits(name).get(name)
     return None if limits is None else frozenset(limits)
+
+
+def viewer_for_task(viewer, key):
+    """``viewer`` as it may see and decide task ``key`` (a full key): a reviewer limited
+    to other monitors may, once the task was escalated to them (chores/reminders.py),
+    and for that task alone."""
+    if viewer is None or viewer.monitors is None or not isinstance(key, str):
+        return viewer
+    task = Task.select(Task.key, Task.monitor).where(Task.key == key).first()
+    if (task is None or task.monitor in viewer.monitors
+            or viewer.name not in escalated_to([task]).get(task.key, ())):
+        return viewer
+    return dataclasses.replace(viewer, monitors=viewer.monitors | {task.monitor})
 
 
 def viewer_for_token(token):

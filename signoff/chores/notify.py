@@ -1,8 +1,11 @@
 """Notifications: an outbox filled from the audit log, sent signed.
 
-Three kinds: ``task.ready`` (a task waits; how many approvals it needs),
+Five kinds: ``task.ready`` (a task waits; how many approvals it needs),
 ``task.approval_added`` (one place of a quorum filled: the next approver is
-wanted) and ``task.rejected`` (who rejected it, and why).
+wanted), ``task.rejected`` (who rejected it, and why), ``task.reminder`` and
+``task.escalated`` (``chores/reminders.py``: the round, the reviewers named).
+The same outbox carries email (``[notify.email]``, ``chores/mail.py``), with
+or without a ``[notify] url``.
 
 Design: ingest is not touched. A pump thread started by the worker reads the
 ``ready`` audit rows past a stored cursor, puts one outbox row per task key
@@ -28,6 +31,7 @@ behind that start, so tasks that were ready before are not announced.
     timeout_s = 5.0
 """
 
+import contextlib
 import datetime
 import json
 import logging
@@ -49,6 +53,7 @@ from ..rules.canonical import digest
 from ..rules.retry import backoff
 from .. import storage
 from ..storage import key_in, log_failed_pass, unindexed
+from . import mail
 
 CURSOR = "notify"
 START = "notify_start"  # where the cursor started: nothing before it is ever collected
@@ -59,7 +64,10 @@ INTERVAL_S = 0.5
 MESSAGE_PREFIX = "ready_"
 # The audit codes announced, and the type each notification says.
 ANNOUNCED = {"ready": "task.ready", "rejected": "task.rejected",
-             "approval_added": "task.approval_added"}
+             "approval_added": "task.approval_added", "reminded": "task.reminder",
+             "escalated": "task.escalated"}
+# Tables of [notify] that configure a channel of their own, not the webhook.
+CHANNEL_TABLES = ("email",)
 
 log = logging.getLogger("signoff.notify")
 
@@ -85,7 +93,7 @@ NUMBERS = {"attempts": (int, ATTEMPTS), "timeout_s": (NUMBER, Range(0, 300, abov
 def notify_settings(home):
     """The ``[notify]`` settings of ``home``, or ``None`` when no url is set."""
     from ..rules.signatures import check_secret
-    table = read_table(home, "notify")
+    table = {k: v for k, v in read_table(home, "notify").items() if k not in CHANNEL_TABLES}
     if not table.get("url"):
         return None
     known = set(NotifySettings.__dataclass_fields__)
@@ -107,8 +115,9 @@ def notify_settings(home):
         raise ConfigError("bad_config", f"[notify]: {exc}") from None
 
 
-def collect(now):
-    """Move new ``ready`` audit rows into the outbox; returns how many rows were added."""
+def collect(now, webhook=True, email=False):
+    """Move new audit rows into the outbox, for the ``webhook`` and for ``email``;
+    returns how many rows were added."""
     with db.atomic():
         cursor = Cursor.get_or_none(Cursor.name == CURSOR)
         top = Audit.select(fn.MAX(Audit.seq)).scalar() or 0
@@ -120,19 +129,26 @@ def collect(now):
         if top <= seen:
             return 0
         start = Cursor.select(Cursor.seq).where(Cursor.name == START).scalar() or 0
-        rows = list(Audit.select(Audit.seq, Audit.task_key, Audit.code)
+        rows = list(Audit.select(Audit.seq, Audit.task_key, Audit.code, Audit.data)
                     .where(Audit.seq > max(start, seen - LOOKBACK), Audit.seq <= top,
                            Audit.code.in_(list(ANNOUNCED)), Audit.task_key.is_null(False))
                     .order_by(Audit.seq).limit(COLLECT_LIMIT))
         new_seq = rows[-1].seq if len(rows) == COLLECT_LIMIT else top
         if not Cursor.update(seq=new_seq).where(Cursor.name == CURSOR, Cursor.seq == seen).execute():
             return 0  # another pump moved the cursor first
-        keys = list({r.task_key for r in rows if r.code == "ready"})
-        ready = [k for (k,) in Task.select(Task.key).where(
-            key_in(Task.key, keys), unindexed(Task.status) == T.READY).tuples()]
-        decisions = [(digest(["notice", r.seq]), ANNOUNCED[r.code], r.task_key, r.seq)
-                     for r in rows if r.code != "ready"]
-        return len(new_notifications(ready, now)) + len(new_decision_notifications(decisions, now))
+        return ((_webhook_rows(rows, now) if webhook else 0)
+                + (len(mail.collect(rows, now)) if email else 0))
+
+
+def _webhook_rows(rows, now):
+    """The webhook's outbox rows for audit ``rows``: one ``task.ready`` per task still
+    ready, one per other announced row; how many were added."""
+    keys = list({r.task_key for r in rows if r.code == "ready"})
+    ready = [k for (k,) in Task.select(Task.key).where(
+        key_in(Task.key, keys), unindexed(Task.status) == T.READY).tuples()]
+    decisions = [(digest(["notice", r.seq]), ANNOUNCED[r.code], r.task_key, r.seq)
+                 for r in rows if r.code != "ready"]
+    return len(new_notifications(ready, now)) + len(new_decision_notifications(decisions, now))
 
 
 def outbox_busy():
@@ -161,6 +177,8 @@ def payload(task, settings, row=None):
     decided = Audit.get_or_none(Audit.seq == row.audit_seq)
     body.update(type=row.type, by=decided and decided.actor, channel=decided and decided.channel,
                 note=decided and decided.note)
+    if row.type in ("task.reminder", "task.escalated"):  # the round and reviewers named
+        body.update((decided.data or {}) if decided else {})
     if row.type == "task.rejected":
         body["reason"] = task.reject_reason
     else:  # the approvals of the digest as they stood at that row: the same body every try
@@ -183,24 +201,37 @@ def signed_request(task, settings, now, row=None):
                   "webhook-signature": Webhook(settings.secret).sign(msg_id, at, body)}
 
 
-def send_due(rt, settings, client):
-    """Send the outbox rows that are due; returns ``(sent, failed)``."""
+def send_due(rt, settings, client, email=None):
+    """Send the outbox rows that are due (``settings``: the webhook's, ``email``: the
+    ``[notify.email]`` settings; either may be ``None``); returns ``(sent, failed)``."""
     now = rt.clock.now()
     sent = failed = 0
     for row in (Notification.select().where(Notification.status == N.PENDING,
                                             Notification.next_at <= now)
                 .order_by(Notification.next_at).limit(SEND_LIMIT)):
-        # Hold the row for the length of a try so another pump leaves it alone.
-        if not hold_notification(row.task_key, row.next_at, now + 2 * settings.timeout_s + 1):
+        channel = email if row.type == mail.TYPE else settings
+        if channel is None:
+            continue  # its channel is not configured here: another worker's, or for later
+        # Hold the row for the length of a try so another pump leaves it alone: from
+        # now, not the pass's start, which the tries before it (SMTP's) may have aged.
+        now = rt.clock.now()
+        if not hold_notification(row.task_key, row.next_at, now + 2 * channel.timeout_s + 1):
             continue
-        task = Task.get_or_none(Task.key == (row.task or row.task_key))
-        code = _try_send(client, task, settings, now, row) if task else "unknown_task"
-        if code is None:
+        code = _send_one(row, channel, client, now)
+        if code is None or code == mail.NOT_NEEDED:
             sent += 1
         else:
             failed += 1
-        _record(rt, row, code, settings)
+        _record(rt, row, code, channel)
     return sent, failed
+
+
+def _send_one(row, channel, client, now):
+    """One try of outbox ``row`` through its channel: ``None`` when sent, else a code."""
+    if row.type == mail.TYPE:
+        return mail.try_send(row, channel, now)
+    task = Task.get_or_none(Task.key == (row.task or row.task_key))
+    return _try_send(client, task, channel, now, row) if task else "unknown_task"
 
 
 def _try_send(client, task, settings, now, row=None):
@@ -219,9 +250,9 @@ def _record(rt, row, code, settings):
     with db.atomic():
         record_attempts([{"kind": "notification", "ref": row.task_key, "at": now,
                           "step": "notify", "code": code or "sent", "worker": None}])
-        if code is None:
+        if code is None or code == mail.NOT_NEEDED:
             move_notification(row.task_key, [N.PENDING], N.SENT, now, attempts=attempts,
-                              last_code="sent")
+                              last_code=code or "sent")
         elif attempts >= settings.attempts:
             move_notification(row.task_key, [N.PENDING], N.DEAD, now, attempts=attempts,
                               last_code=code)
@@ -254,10 +285,11 @@ def replay(rt, letter, who=None):
 
 
 class Pump:
-    """The notification thread of one worker process."""
+    """The notification thread of one worker process (``settings``: the webhook's,
+    ``email``: ``[notify.email]``'s; either may be ``None``)."""
 
-    def __init__(self, rt, settings):
-        self.rt, self.settings = rt, settings
+    def __init__(self, rt, settings, email=None):
+        self.rt, self.settings, self.email = rt, settings, email
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="signoff-notify", daemon=True)
 
@@ -266,36 +298,43 @@ class Pump:
             self._pump()
 
     def _pump(self):
-        import httpx
-        with httpx.Client(timeout=self.settings.timeout_s, follow_redirects=False) as client:
+        with self._client() as client:
             while not self._stop.wait(INTERVAL_S):
                 try:
-                    collect(self.rt.clock.now())
-                    send_due(self.rt, self.settings, client)
+                    collect(self.rt.clock.now(), self.settings is not None, self.email is not None)
+                    send_due(self.rt, self.settings, client, self.email)
                 except Exception:
                     log_failed_pass(log, "notification pass", "retrying on the next pass")
                     db.close()  # this thread's connection: the next pass reconnects
         db.close()
 
+    def _client(self):
+        """The webhook's HTTP client (none for email alone: httpx is the serve extra's)."""
+        if self.settings is None:
+            return contextlib.nullcontext()
+        import httpx
+        return httpx.Client(timeout=self.settings.timeout_s, follow_redirects=False)
+
     def stop(self):
         """Stop after the try in progress (bounded by the request timeout)."""
         self._stop.set()
-        self._thread.join(timeout=self.settings.timeout_s + 5)
+        self._thread.join(timeout=max(c.timeout_s for c in (self.settings, self.email) if c) + 5)
 
 
 def start(rt):
-    """Start the notification pump when ``[notify] url`` is set; returns it or ``None``.
+    """Start the notification pump when ``[notify] url`` or ``[notify.email]`` is set;
+    returns it or ``None``.
 
     Its first collection runs here, before the worker takes any work, so that a
     home's first one starts the cursor before a new task can become ready.
     """
-    settings = notify_settings(rt.home)
-    if settings is None:
+    settings, email = notify_settings(rt.home), mail.email_settings(rt.home)
+    if settings is None and email is None:
         return None
     try:
-        collect(rt.clock.now())
+        collect(rt.clock.now(), settings is not None, email is not None)
     except Exception:
         log_failed_pass(log, "first notification pass", "the pump runs it again")
-    pump = Pump(rt, settings)
+    pump = Pump(rt, settings, email)
     pump._thread.start()
     return pump

@@ -34,10 +34,12 @@ def reviewer():
 @command_line_only("--read-only", is_flag=True, help="May look, may not approve or change anything.")
 @command_line_only("--monitor", "monitors", multiple=True,
           help="Limit the reviewer to this monitor's tasks (repeatable; default: every monitor).")
+@command_line_only("--email", default=None, help="Where links to decide tasks are mailed.")
 @by_option
-def reviewer_add(obj, as_json, name, read_only, monitors, by):
+def reviewer_add(obj, as_json, name, read_only, monitors, email, by):
     """Create a reviewer; their login and API token is printed this once."""
-    emit(obj.open().add_reviewer(name, read_only, monitors, by=by, channel="cli"), as_json,
+    emit(obj.open().add_reviewer(name, read_only, monitors, by=by, channel="cli", email=email),
+         as_json,
          lambda r: f"reviewer {r['name']}{' (read-only)' if r['read_only'] else ''}, "
                    f"token (shown once): {r['token']}")
 
@@ -49,6 +51,17 @@ def reviewer_remove(obj, as_json, name, by):
     """Delete a reviewer and end their sessions."""
     emit(obj.open().remove_reviewer(name, by=by), as_json,
          lambda r: f"reviewer {r['name']} removed; {r['sessions_ended']} session(s) ended")
+
+
+@command("set", group=reviewer)
+@click.argument("name")
+@command_line_only("--email", required=True,
+                   help="Where links to decide tasks are mailed (\"\": none).")
+@by_option
+def reviewer_set(obj, as_json, name, email, by):
+    """Change a reviewer's contact."""
+    emit(obj.open().set_reviewer(name, email, by=by), as_json,
+         lambda r: f"reviewer {r['name']}: email {r['email'] or '(none)'}")
 
 
 @reviewer.group("key")
@@ -91,7 +104,7 @@ def reviewer_key_remove(obj, as_json, name, key_id, by):
 def reviewer_list(obj, as_json):
     """Reviewers (never their tokens)."""
     emit(obj.open().reviewers(), as_json,
-         lambda rows: table(rows, ["name", "read_only", "monitors", "created_at"]))
+         lambda rows: table(rows, ["name", "read_only", "monitors", "email", "created_at"]))
 
 
 @command("mcp")
@@ -113,23 +126,26 @@ def mcp_agents(obj, as_json, monitor_id):
 @click.option("--events", "pushed", is_flag=True,
               help="The host pushes events over MCP Events to `signoff serve` (needs the serve "
                    "and mcp extras); serve is killed once after a write.")
-def demo(obj, as_json, keep, over_mcp, pushed):
+@click.option("--channels", is_flag=True,
+              help="A task approved from an email link, through a local SMTP server and "
+                   "`signoff serve` (needs the serve and channels extras).")
+def demo(obj, as_json, keep, over_mcp, pushed, channels):
     """The whole story in a fresh home, with a real worker killed and restarted.
 
     It ignores every SIGNOFF_* variable: it never reaches a configured home, database
     or queue.
     """
     from ..demo import run_demo, run_sealed, sealed
-    if over_mcp and pushed:
-        raise click.UsageError("give at most one of --mcp and --events")
+    if over_mcp + pushed + channels > 1:
+        raise click.UsageError("give at most one of --mcp, --events and --channels")
     if over_mcp or pushed:
         mcp_module("hostserver")  # a one-line refusal when the extra is missing
-    if pushed:
+    if pushed or channels:
         serve_module()
     if not sealed():
-        sys.exit(run_sealed(keep, as_json, mcp=over_mcp, events=pushed))
+        sys.exit(run_sealed(keep, as_json, mcp=over_mcp, events=pushed, channels=channels))
     main = click.get_current_context().find_root().command  # the steps run the same CLI
-    report = run_demo(main, keep, as_json, mcp=over_mcp, events=pushed)
+    report = run_demo(main, keep, as_json, mcp=over_mcp, events=pushed, channels=channels)
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False, indent=2))
     sys.exit(0 if report["passed"] else 1)

@@ -27,7 +27,7 @@ RESERVED = ("policy:", "operator:", "delegate:")
 OPERATOR = "operator:"
 NAME_RULE = (f"1-{MAX_NAME} characters after normalising, no spaces, no control, bidi or "
              "invisible characters, not starting with " + ", ".join(RESERVED))
-CHANNELS = ("cli", "page", "api", "policy")  # the faces a decision comes through
+CHANNELS = ("cli", "page", "api", "policy", "email")  # the faces a decision comes through
 
 
 def normal_name(name):

@@ -132,7 +132,8 @@ class Api:
 
     def show_task(self, request, viewer, body):
         """``GET /api/v1/tasks/{key}``: the task as ``tasks show --json``."""
-        return self.rt.task(request.path_params["key"], viewer.monitors)
+        key = request.path_params["key"]
+        return self.rt.task(key, self.rt.viewer_for_task(viewer, key).monitors)
 
     # -- deciding ----------------------------------------------------------------
 
@@ -157,15 +158,18 @@ class Api:
         missing = set(extra) - self.approve_takes
         if missing:
             raise Refused("invalid_body", f"{sorted(missing)[0]}: not supported by this server")
+        key = request.path_params["key"]
         proof = proof_of(fields, "edit" if "edit" in fields else "approve", origin_of(request))
-        return self.rt.approve(request.path_params["key"], fields["digest"], by=viewer.name,
-                               channel="api", monitors=viewer.monitors, proof=proof, **extra)
+        return self.rt.approve(key, fields["digest"], by=viewer.name, channel="api",
+                               monitors=self.rt.viewer_for_task(viewer, key).monitors,
+                               proof=proof, **extra)
 
     def reject(self, request, viewer, body):
         """``POST …/reject`` ``{reason}``, signed as ``approve`` is."""
         fields = _body(body, REJECT_FIELDS)
-        return self.rt.reject(request.path_params["key"], reason=fields.get("reason"),
-                              by=viewer.name, channel="api", monitors=viewer.monitors,
+        key = request.path_params["key"]
+        return self.rt.reject(key, reason=fields.get("reason"), by=viewer.name, channel="api",
+                              monitors=self.rt.viewer_for_task(viewer, key).monitors,
                               proof=proof_of(fields, "reject", origin_of(request)))
 
     def cancel(self, request, viewer, body):

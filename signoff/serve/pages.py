@@ -158,8 +158,10 @@ class Pages:
         viewer = await self.viewer(request)
         if viewer is None:
             return to_login(request)
+        key = request.path_params["key"]
+        viewer = await run_in_threadpool(self.rt.viewer_for_task, viewer, key)
         try:
-            view = await run_in_threadpool(self._task_view, request.path_params["key"], viewer)
+            view = await run_in_threadpool(self._task_view, key, viewer)
         except Refused as exc:
             return self._refused(request, viewer, exc)
         return self.render(request, "task.html", viewer=viewer, **view)
@@ -251,6 +253,7 @@ class Pages:
         if isinstance(edit, str):
             edit = edit.replace("\r\n", "\n")  # browsers send a textarea's lines with CRLF
         ack = form.get("ack_hidden_characters") in ("1", "on", "true")
+        viewer = await run_in_threadpool(self.rt.viewer_for_task, viewer, key)
         return await self._act(request, viewer, key, lambda: self.rt.approve(
             key, digest, by=viewer.name, channel="page", edit=edit, ack_hidden_characters=ack,
             monitors=viewer.monitors))
@@ -262,6 +265,7 @@ class Pages:
             return refusal
         key, digest = request.path_params["key"], form.get("digest") or ""
         reason = form.get("reason") or None  # an empty field: no reason given
+        viewer = await run_in_threadpool(self.rt.viewer_for_task, viewer, key)
         return await self._act(request, viewer, key, lambda: self.rt.reject(
             key, reason=reason, by=viewer.name, channel="page", digest=digest,
             monitors=viewer.monitors))

@@ -8,6 +8,7 @@ of it imports the web stack: ``web`` and ``server`` do.
 from .. import storage, views
 from ..admin import gaps, keys, reviewers, secrets, subscriptions
 from ..app import Signoff
+from ..decisions import links
 from ..intake import webhooks
 from ..steps import drafting
 from ..storage import own_database
@@ -69,6 +70,24 @@ class Site(Signoff):
     def log_out(self, session_token):
         """End a review-page session."""
         return reviewers.log_out(session_token)
+
+    @own_database
+    def viewer_for_task(self, viewer, key):
+        """``viewer`` widened to task ``key``'s monitor when it was escalated to them."""
+        return reviewers.viewer_for_task(viewer, key)
+
+    # -- email links ----------------------------------------------------------
+
+    @own_database
+    def open_link(self, token):
+        """What an email link leads to, and why it decides nothing if it does not
+        (``links.open_link``)."""
+        return links.open_link(self, token)
+
+    @own_database
+    def decide_by_link(self, token, decision, reason=None, ack_hidden_characters=False):
+        """Approve or reject (``decision``) through an email link (``links.decide``)."""
+        return links.decide(self, token, decision, reason, ack_hidden_characters)
 
     @own_database
     def passkey_options(self, name, origin):

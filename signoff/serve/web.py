@@ -12,6 +12,7 @@ from . import metrics
 from .api import Api
 from .groupcommit import GroupCommit
 from .hooks import make_endpoint, reader
+from .links import LinkPages
 from .logins import Logins
 from .pages import Pages
 from .passkeys import Passkeys
@@ -66,6 +67,7 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
     logins = logins or Logins()
     pages = Pages(rt, logins, secure_cookies=secure_cookies)
     passkeys = Passkeys(rt, pages)
+    linked = LinkPages(rt, pages)
     registry = metrics.registry_for(rt, logins)
 
     async def healthz(request):
@@ -114,6 +116,9 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
         Route("/tasks/{key}/statement", passkeys.statement, methods=["POST"]),
         Route("/tasks/{key}/approve-signed", passkeys.approve, methods=["POST"]),
         Route("/tasks/{key}/reject-signed", passkeys.reject, methods=["POST"]),
+        Route("/r/{token}", linked.show, methods=["GET"]),
+        Route("/r/{token}/approve", linked.approve, methods=["POST"]),
+        Route("/r/{token}/reject", linked.reject, methods=["POST"]),
         *Api(rt, logins).routes(),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,

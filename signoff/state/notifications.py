@@ -21,11 +21,12 @@ def new_notifications(keys, now):
 
 
 def new_decision_notifications(rows, now):
-    """``pending`` notifications of decisions: ``(outbox key, type, task key, audit seq)``
-    each (one per audit row, ever); the keys added."""
+    """``pending`` notifications of audit rows: ``(outbox key, type, task key, audit seq)``
+    each, and an email's addressee after them (one per key, ever); the keys added."""
     return [k for (k,) in insert_rows(Notification, [
-        {"task_key": k, "type": kind, "task": task, "audit_seq": seq, "status": N.PENDING,
-         "next_at": now, "created_at": now, "updated_at": now} for k, kind, task, seq in rows],
+        {"task_key": k, "type": kind, "task": task, "audit_seq": seq,
+         "reviewer": to[0] if to else None, "status": N.PENDING, "next_at": now,
+         "created_at": now, "updated_at": now} for k, kind, task, seq, *to in rows],
         ignore_conflicts=True, returning=("task_key",))]
 
 

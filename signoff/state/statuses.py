@@ -33,7 +33,7 @@ class TaskStatus(StrEnum):
 
 
 class NotificationStatus(StrEnum):
-    """Where a ``task.ready`` notification is (signoff/notify.py sends them)."""
+    """Where a notification of the outbox is (chores/notify.py sends them)."""
 
     PENDING = "pending"
     SENT = "sent"

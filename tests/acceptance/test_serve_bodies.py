@@ -23,7 +23,7 @@ from signoff.serve.web import build_app
 CHUNK = b"a" * 16384
 # More than any route takes, and the body's last chunk is never sent.
 SENT = max(bodies.LIMITS) + len(CHUNK)
-VALUES = {"monitor": "default", "letter": "1", "delivery": "1"}
+VALUES = {"monitor": "default", "letter": "1", "delivery": "1", "token": "sol_unknown"}
 
 
 @pytest.fixture

@@ -233,14 +233,23 @@ def test_reviewer_cli_shapes_and_refusals(home):
                              capture_output=True, text=True, timeout=60)
         return out.returncode, json.loads(out.stdout)
     code, added = cli("add", "sam", "--read-only")
-    assert code == 0 and set(added) == {"name", "token", "read_only", "monitors"}
+    assert code == 0 and set(added) == {"name", "token", "read_only", "monitors", "email"}
     assert added["read_only"] and added["monitors"] is None
     assert cli("add", "sam")[1]["error"] == "reviewer_exists"
     assert cli("add", "bad\x07name")[1]["error"] == "invalid_name"
     code, rows = cli("list")
-    assert rows == [{"name": "sam", "read_only": True, "monitors": None,
+    assert rows == [{"name": "sam", "read_only": True, "monitors": None, "email": None,
                      "created_at": rows[0]["created_at"]}]
+    assert cli("set", "sam", "--email", "Sam <sam@example.com>")[1]["error"] == "invalid_email"
+    assert cli("add", "tia", "--email", "tia@example")[1]["error"] == "invalid_email"
+    assert cli("set", "nobody", "--email", "n@example.com")[1]["error"] == "unknown_reviewer"
+    assert cli("set", "sam", "--email", "sam@example.com") == (0, dict(
+        rows[0], email="sam@example.com"))
+    assert cli("add", "tia", "--email", "tia@example.com")[1]["email"] == "tia@example.com"
+    assert [r["email"] for r in cli("list")[1]] == ["sam@example.com", "tia@example.com"]
+    assert cli("set", "sam", "--email", "")[1]["email"] is None
     assert added["token"] not in json.dumps(rows) + json.dumps(rt.audit())
+    assert "sam@example.com" not in json.dumps(rt.audit())
     assert cli("remove", "nobody")[1]["error"] == "unknown_reviewer"
     rt.close()
 
