@@ -110,7 +110,7 @@ def test_an_unreachable_server_is_retried_then_dead_lettered(mailing, inbox, clo
 # -- reminders and escalation -----------------------------------------------------------
 
 def test_reminders_each_round_once_and_escalation_lets_a_limited_reviewer_decide(
-        rt, inbox, clock):
+        rt, site, inbox, clock):
     with open(rt.home / "signoff.toml", "a", encoding="utf-8") as f:
         f.write("\n" + toml(inbox))
     rt.bind("doc-demo", "other")
@@ -140,10 +140,10 @@ def test_reminders_each_round_once_and_escalation_lets_a_limited_reviewer_decide
     escalated, reminded = inbox.to("bob@example.com")
     assert "was escalated to you" in escalated["Subject"]
     assert "still waits" in reminded["Subject"]
-    assert rt.open_link(link_of(escalated)[1]).problem is None
-    assert rt.decide_by_link(link_of(reminded)[1], "approve")["status"] == "approved"
+    assert site.open_link(link_of(escalated)[1]).problem is None
+    assert site.decide_by_link(link_of(reminded)[1], "approve")["status"] == "approved"
     assert (Approval.get().by, Approval.get().channel) == ("bob", "email")
-    assert rt.open_link(link_of(reminded)[1]).problem == "link_used"
+    assert site.open_link(link_of(reminded)[1]).problem == "link_used"
     clock.advance(100)
     assert reminders.run(rt) == {"reminded": 0, "escalated": 0}  # decided: no more rounds
 

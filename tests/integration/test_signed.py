@@ -307,14 +307,17 @@ def test_the_home_key_can_live_where_the_config_says(home, clock, tmp_path):
     Signoff.init(home, clock=clock).close()
     elsewhere = tmp_path / "keys" / "signoff.pem"
     elsewhere.parent.mkdir()
-    with open(home / "signoff.toml", "a", encoding="utf-8") as config:
-        config.write(f'\n[audit]\nhome_key = "{elsewhere}"\n')
+    config = home / "signoff.toml"
+    config.write_text(config.read_text(encoding="utf-8").replace(
+        "[audit]\n", f'[audit]\nhome_key = "{elsewhere}"\n'), encoding="utf-8")
     rt = Signoff.init(home, clock=clock)
     try:
         assert homekey.key_path(rt.config) == elsewhere
         assert stat.S_IMODE(elsewhere.stat().st_mode) == 0o600
-        assert homekey.load_home_key(rt.config).public_key() != homekey.load_home_key(
-            home).public_key()  # the file in the home is no longer the home's key
+        assert homekey.load_home_key(home).public_key() == homekey.load_home_key(
+            rt.config).public_key()  # the folder's config names the key
+        in_home = serialization.load_pem_private_key((home / "home_key.pem").read_bytes(), None)
+        assert homekey.public_raw(in_home) != homekey.public_raw(homekey.load_home_key(rt.config))
     finally:
         rt.close()
     (home / "signoff.toml").write_text((home / "signoff.toml").read_text().replace(
