@@ -36,6 +36,7 @@ from helpers import (ARGS, CHROMIUM, PLUGINS, ROOT, T0, child_env, make_event, o
 from signoff import storage
 from signoff.app import Signoff
 from signoff.clock import FakeClock
+from signoff.testing import forget, write_config
 
 
 @pytest.fixture
@@ -218,16 +219,44 @@ def _initialised_copy(home, clock, tmp_path_factory):
     return Signoff(home, clock=clock)
 
 
+UNIT = ROOT / "tests" / "unit"
+_MEMORY = []  # the same, for a home on the memory host
+
+
+def _memory_copy(home, clock, tmp_path_factory):
+    """A home on ``signoff.testing.MemoryHost``, initialised as ``_initialised_copy`` does."""
+    if BACKENDS.active:
+        write_config(home)
+        return Signoff.init(home, clock=clock)
+    if not _MEMORY:
+        made = tmp_path_factory.mktemp("memory") / "home"
+        write_config(made)
+        Signoff.init(made).close()
+        _MEMORY.append(made)
+    shutil.copytree(_MEMORY[0], home)
+    return Signoff(home, clock=clock)
+
+
 @pytest.fixture
-def rt(home, clock, tmp_path_factory):
-    """An initialised home with one open record, its material and a bound monitor."""
-    app = _initialised_copy(home, clock, tmp_path_factory)
+def rt(home, clock, tmp_path_factory, request):
+    """An initialised home with one open record, its material and a bound monitor.
+
+    In ``tests/unit`` its host is the memory host (``signoff.testing``): the tier's
+    tests run the rules in this process with no host file; elsewhere it is the
+    reference host. The state and queue are the same either way: SQLite files in
+    the test's folder, or the test's server databases under the backend switch.
+    """
+    unit = UNIT in request.path.parents
+    app = (_memory_copy if unit else _initialised_copy)(home, clock, tmp_path_factory)
     host = app.host()
+    if unit:
+        host.now = clock.now  # when its records change, for `changes`
     host.put_record("comment-1", document="doc-demo", text="please add the demo date")
     host.put_material("doc-demo", "2026-11-01")
     app.bind("doc-demo")
     yield read_here(app)
     app.close()
+    forget(home)
 
 
 @pytest.fixture

@@ -111,6 +111,43 @@ def test_submit_many_answers_as_submit_would_item_by_item(host):
     assert sorted(r["key"] for r in host.results()) == ["clash", "held", "new"]
 
 
+def test_a_host_answers_a_batch_as_its_single_calls_would(host):
+    host.put_record("comment-2", document="doc-demo", text="two")
+    host.put_record("elsewhere", document="doc-other", text="outside the grant")
+    assert host.get_many(["r1", "comment-2", "nope", "elsewhere"]) == {
+        "r1": host.get("r1"), "comment-2": host.get("comment-2")}
+    one, two = host.get("r1"), host.get("comment-2")
+    result = {"record_id": "r1", "version": 1, "draft": "d", "sources": ["s"]}
+    assert host.submit_many([("k1", one, result)]) == {}
+    changed = dict(two, text="not what is stored")
+    assert host.submit_many([
+        ("k1", one, result),  # the same result again: held, not refused
+        ("k1b", one, result),
+        ("k1", one, dict(result, draft="another")),
+        ("k2", changed, result),
+    ]) == {"k1": "idempotency_conflict", "k2": "source_changed"}
+    assert host.receipts(["k1", "k1b", "k2"]) == {"k1": result, "k1b": result}
+    assert [r["key"] for r in host.results()] == ["k1", "k1b"]
+
+
+def test_a_batch_checks_each_item_against_what_the_items_before_it_wrote(host):
+    host.put_record("comment-2", document="doc-demo", text="two")
+    one, two = host.get("r1"), host.get("comment-2")
+    result = {"record_id": "r1", "version": 1, "draft": "d", "sources": ["s"]}
+    closed = dict(host.put_record("comment-2", status="closed"))
+    assert host.submit_many([
+        ("new", one, result),
+        ("new", one, result),  # written just before, in this very batch: held
+        ("new", one, dict(result, draft="other")),  # not the result it holds now
+        ("both", [one, two], result),  # comment-2 changed since it was read
+        ("closed", closed, result),  # as stored, but no longer open
+        ("after", one, result),
+    ]) == {"new": "idempotency_conflict", "both": "source_changed",
+           "closed": "source_changed"}
+    assert host.results() == [{"key": "after", "result": result},
+                              {"key": "new", "result": result}]
+
+
 def test_a_batch_result_is_written_when_every_record_it_covers_is_unchanged(host):
     host.put_record("r2", document="doc-demo")
     records = [host.get("r1"), host.get("r2")]
