@@ -1,4 +1,5 @@
-"""Shared fixtures: a fresh home per test, with a fake clock and the reference host.
+"""Shared fixtures: a fresh home per test, with a fake clock and the reference host (the
+memory host of ``signoff.testing`` in ``tests/unit``).
 
 Backends: with ``SIGNOFF_TEST_DATABASE_URL`` (e.g. postgresql://postgres@127.0.0.1/test)
 and/or ``SIGNOFF_TEST_QUEUE_URL`` (redis://... or postgresql://...) set, every test
