@@ -31,13 +31,20 @@ sys.dont_write_bytecode = False
 
 from backends import Backends
 # The helpers stay importable from here for tests that still name conftest.
-from helpers import (ARGS, CHROMIUM, PLUGINS, ROOT, T0, child_env, make_event, open_home,  # noqa: F401
-                     parent_of, read_here, set_keys, signoff_cmd, start_worker, state_tables,
+from helpers import (ARGS, CHROMIUM, PLUGINS, ROOT, T0, child_env, examples, make_event,  # noqa: F401
+                     open_home, parent_of, read_here, set_keys, signoff_cmd, start_worker, state_tables,
                      reads_for_one_test, wait_for)
+from hypothesis import settings as hypothesis_settings
 from signoff import storage
 from signoff.app import Signoff
 from signoff.clock import FakeClock
 from signoff.testing import forget, write_config
+
+
+# The property tests that name no number of cases try hypothesis's 100 in a thorough
+# run, 25 in the default one (as ``examples`` in tests/helpers does for the others).
+hypothesis_settings.register_profile("quick", max_examples=examples(100))
+hypothesis_settings.load_profile("quick")
 
 
 @pytest.fixture
