@@ -34,7 +34,7 @@ from .hosts.contract import covered, verdict
 from .hosts.reference import DEFAULT_GRANT, readable
 
 FACTORY = "signoff.testing:MemoryHost"
-# The reference host's fault names, for tests written against either host.
+# The reference host's fault names (tests run against either host), and one of its own.
 FAULTS = ("read-timeout", "lose-ack", "bad-receipt", "submit-fails")
 
 _OUTCOMES = {"write": "wrote", "held": "idempotent"}  # a submit's item that was not refused
@@ -232,8 +232,9 @@ class MemoryHost:
 
     def fail_submits(self, times=1, error=TimeoutError):
         """The next ``times`` submit calls raise ``error`` before writing anything."""
-        self.store.submit_error = error
-        return self.set_fault("submit-fails", times)
+        with self.store.lock:
+            self.store.submit_error = error
+            return self.set_fault("submit-fails", times)
 
     def lose_acks(self, times=1):
         """The next ``times`` submit calls that write raise ``TimeoutError`` afterwards."""
@@ -308,7 +309,7 @@ def memory_home(path, clock=None, drafter=None, drafter_options=None, document="
     The home's state and queue are SQLite files in ``path``; the host holds one
     open record ``comment-1`` of ``document`` and its material, and the monitor
     ``default`` is bound on ``document`` with ``monitor_options`` (``Signoff.bind``:
-    ``approval_ttl_s``, ``quorum``, ...). ``drafter`` (``"module:callable"``) and
+    ``approval_ttl_s``, ``approvals``, ``batch_window_s``, ...). ``drafter`` (``"module:callable"``) and
     ``drafter_options`` replace the template drafter. Closed, and its store
     forgotten, at the end of the ``with``.
     """
