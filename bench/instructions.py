@@ -130,7 +130,7 @@ def _child(n, folder):
         # second and the next claim takes fewer rows, as many fewer as the machine
         # is slow (ingest moved by 14 % from run to run). Counted in full batches,
         # as a worker at full speed claims them.
-        rt.claim_sizes.timed = lambda step, rows, seconds: None
+        rt.engine.claim_sizes.timed = lambda step, rows, seconds: None
         events = [json.loads(line) for line in _event_lines(n)]
         calls.enqueue_events([dict(events[0], event_id="warm-up")], MONITOR)
         with _counted("enqueue_call"):
@@ -139,14 +139,14 @@ def _child(n, folder):
         with _counted("enqueue_batch"):
             list(rt.enqueue(io.BytesIO(b"".join(_event_lines(n))), MONITOR))
         with _counted("ingest"):
-            while rt.ingest_batch("bench")[0]:
+            while rt.engine.ingest_batch("bench")[0]:
                 pass
         with storage.bind(rt.database):
             ready = list(Task.select(Task.key, Task.digest).where(Task.status == "ready").tuples())
         with _counted("approve"):
             rt.approve_many(ready, by="bench")
         with _counted("submit"):
-            while rt.submit_batch("bench")[0]:
+            while rt.engine.submit_batch("bench")[0]:
                 pass
         with storage.bind(rt.database):
             done = Task.select().where(Task.status == "done").count()

@@ -8,9 +8,13 @@ nothing imports in a circle: ``lint-imports`` checks both, with the contracts in
   ``commands/``),
   ``demo/`` (the story, end to end), ``testing`` (an in-memory host and a
   ready home for users' tests), ``worker`` (running the consumer and the
-  chores), ``serve/`` (webhooks, review pages, the JSON API, metrics over HTTP),
+  chores), ``serve/`` (webhooks, review pages, the JSON API, metrics over HTTP;
+  ``serve.site``: ``Site``, the home as ``serve`` opens it),
   ``mcp/`` (signoff's own MCP servers);
-- ``app``: ``Signoff``, one home opened for use; the one door every face uses;
+- ``app``: ``Signoff``, one home opened for use; the public Python API, the door
+  every face uses;
+- ``engine``: ``Engine``, a home's worker side (the batches its Huey tasks run,
+  the reaper, the subscription pass);
 - the rooms of what people, operators and the fleet do: ``intake/`` (events
   arriving), ``decisions/`` (approve, edit, reject, cancel, retry, redraft,
   policies), ``views/`` (what every face shows), ``admin/`` (monitors, gaps,

@@ -1,6 +1,5 @@
 """``Signoff``: one home folder opened for use; the Python API the CLI is built on."""
 
-import functools
 import threading
 
 from peewee import DatabaseError
@@ -9,9 +8,9 @@ from . import views
 from .admin import gaps, monitors, resume, reviewers, secrets, subscriptions
 from .chores import retention
 from .decisions import approval, deadletters, deliveries, policy, redraft
-from .intake import enqueue, webhooks
-from .steps import drafting, ingest, reaper, submit
-from .steps.claiming import ClaimSizes
+from .engine import Engine
+from .intake import enqueue
+from .steps import drafting
 from . import storage, tracing
 from .errors import ConfigError, StorageError
 from .hosts.contract import CALLS, Capability, check_host, supports
@@ -19,28 +18,11 @@ from .config import (call_factory, load_config, load_plugin, make_private, resol
                      write_default)
 from .rules.events import check_value
 from .models import MODELS
+from .storage import own_database
 from .storage.groupcommit import GATHER_S, GroupCommit
 from .storage.queue import close_queue, make_queue
 from .storage.urls import require_extras
 from .tasks import Wakers
-
-
-def _own_database(method):
-    # Every call runs against this object's own database (see storage.bind),
-    # so two homes open in one process never see each other's rows.
-    @functools.wraps(method)
-    def call(self, *args, **kwargs):
-        if storage.db.obj is self.database:  # called by one of its own methods: bound already
-            return method(self, *args, **kwargs)
-        with storage.session(self.database):
-            return method(self, *args, **kwargs)
-    return call
-
-
-def _once_each(read, keys):
-    """``[read(key) for key in keys]``, each distinct key read once."""
-    done = {key: read(key) for key in set(keys)}
-    return [done[key] for key in keys]
 
 
 class Signoff:
@@ -49,7 +31,9 @@ class Signoff:
     The object owns its database: every method runs against it, whatever else
     is open in the process. ``close()`` (or a ``with`` block) releases it.
     Hosts are made one per thread (a host need not be thread-safe); the drafter
-    is shared.
+    is shared. What a worker runs on the home (its batches, the reaper) is its
+    ``engine`` (``signoff.engine.Engine``); what ``signoff serve`` alone asks of it
+    is ``signoff.serve.site.Site``.
     """
 
     def __init__(self, home=None, clock=None, create=False):
@@ -72,8 +56,8 @@ class Signoff:
         except BaseException:
             storage.drop_connection(self.database)
             raise
-        self.claim_sizes = ClaimSizes()
-        self.wakers = Wakers(self.queue, self)
+        self.engine = Engine(self)
+        self.wakers = Wakers(self.queue, self.engine)
         # Concurrent enqueue calls share commits (see storage.groupcommit); the
         # writer thread's connection is closed with it.
         self.commits = GroupCommit(self._store_chunks, name="signoff-enqueue",
@@ -169,52 +153,47 @@ class Signoff:
 
     # -- monitors and intake -------------------------------------------------
 
-    @_own_database
+    @own_database
     def bind(self, document, monitor_id="default", **options):
         """Bind a monitor from the host's current grant (see ``monitors.bind``)."""
         return monitors.bind(self, document, monitor_id, **options)
 
-    @_own_database
+    @own_database
     def cancel(self, monitor_id, by=None, channel="cli"):
         """Cancel a monitor and end its open tasks."""
         return monitors.cancel(self, monitor_id, by, channel)
 
-    @_own_database
+    @own_database
     def pause(self, monitor_id, by=None, channel="cli"):
         """Hold a monitor's new events (still accepted) until ``unpause``; approved tasks still submit."""
         return monitors.pause(self, monitor_id, by, channel)
 
-    @_own_database
+    @own_database
     def unpause(self, monitor_id, by=None, channel="cli"):
         """Process a paused monitor's events again, those held first."""
         return monitors.unpause(self, monitor_id, by, channel)
 
-    @_own_database
+    @own_database
     def resume(self, monitor_id, new_id, mode, **options):
         """Bind ``new_id`` like the ended ``monitor_id`` and record the gap (``resume``)."""
         return resume.resume(self, monitor_id, new_id, mode, **options)
 
-    @_own_database
+    @own_database
     def gaps(self, monitors=None):
         """Resume gaps and stale events: what was not observed (of ``monitors`` alone, if given)."""
         return gaps.listing(monitors)
 
-    @_own_database
+    @own_database
     def monitors(self):
         """Every monitor."""
         return monitors.listing()
 
-    @_own_database
+    @own_database
     def subscriptions(self):
         """Every MCP Events subscription signoff asked for (never its secret)."""
         return subscriptions.listing()
 
-    @_own_database
-    def tend_subscriptions(self):
-        """One pass of the subscription chore: refresh, resubscribe, unsubscribe what is due."""
-        return storage.retrying(self.database, lambda: subscriptions.tend(self))
-
-    @_own_database
+    @own_database
     def enqueue(self, stream, monitor_id="default", progress=None):
         """Accept JSON Lines from a binary stream; returns the list of line results.
 
@@ -242,7 +221,7 @@ class Signoff:
         # Checked here, all before anything is stored, each as its JSON line would be.
         return self.enqueue_checked([check_value(e) for e in events], monitor_id)
 
-    @_own_database
+    @own_database
     def enqueue_checked(self, outcomes, monitor_id="default"):
         """Store events already checked (``Event`` or ``InvalidEvent`` each); the line results.
 
@@ -251,50 +230,25 @@ class Signoff:
         return [result for chunk in enqueue.enqueue_items(self, list(enumerate(outcomes, 1)),
                                                          monitor_id) for result in chunk]
 
-    @_own_database
+    @own_database
     def _store_chunks(self, jobs):
         # The writer of ``commits``: in the writer thread, or a caller's own.
         return enqueue.store_chunks(self, jobs)
 
-    # -- the worker's steps (Huey tasks call these) ---------------------------
-
-    def claim_limit(self, step):
-        """Rows the next claim of ``step`` (``ingest`` or ``submit``) takes in this process."""
-        return self.claim_sizes.limit(step, self.config.batch_size)
-
-    @_own_database
-    def ingest_batch(self, owner):
-        """Claim and process one batch of deliveries (again on a new connection if one dies)."""
-        claimed, full, ready = storage.retrying(self.database,
-                                                lambda: ingest.ingest_batch(self, owner))
-        # Standing approvals of the tasks this batch made ready, at once: the
-        # human channel is the runtime's to call, not the ingest step's.
-        policy.after_ingest(self, ready)
-        return claimed, full
-
-    @_own_database
-    def submit_batch(self, owner):
-        """Claim and process one batch of approved or uncertain tasks (retried likewise)."""
-        return storage.retrying(self.database, lambda: submit.submit_batch(self, owner))
-
-    @_own_database
-    def reap(self):
-        """One reaper pass (again on a new connection if one dies)."""
-        return storage.retrying(self.database, lambda: reaper.reap(self))
-
-    @_own_database
+    @own_database
     def run_until_idle(self, owner="inline", max_batches=10_000):
-        """Process everything due now in this thread; for tests and scripts."""
+        """Process everything due now in this thread, as a worker would; for tests and scripts."""
+        engine = self.engine
         for _ in range(max_batches):
-            self.reap()
-            claimed = self.ingest_batch(owner)[0] + self.submit_batch(owner)[0]
+            engine.reap()
+            claimed = engine.ingest_batch(owner)[0] + engine.submit_batch(owner)[0]
             if not claimed:
                 return
         raise RuntimeError("run_until_idle did not settle")
 
     # -- the human channel ---------------------------------------------------
 
-    @_own_database
+    @own_database
     def approve(self, key, digest, by=None, channel="cli", edit=None,
                 ack_hidden_characters=False, monitors=None):
         """Approve a ready task whose result has ``digest`` (one place of its quorum).
@@ -306,7 +260,7 @@ class Signoff:
         return approval.approve(self, key, digest, by, channel, edit, ack_hidden_characters,
                                 monitors)
 
-    @_own_database
+    @own_database
     def approve_many(self, items, by=None, channel="cli", ack_hidden_characters=False,
                      monitors=None):
         """Approve many ``(key, digest)`` pairs at once; a result or Refused for each."""
@@ -314,215 +268,141 @@ class Signoff:
                                      ack_hidden_characters=ack_hidden_characters,
                                      monitors=monitors)
 
-    @_own_database
+    @own_database
     def reject(self, key, reason=None, by=None, channel="cli", digest=None, monitors=None):
         """Reject a ready task; ``reason`` (1-200 printable characters) is kept and shown;
         ``digest``: the result the person saw (refused ``digest_mismatch`` once it changed)."""
         return approval.reject(self, key, reason, by, channel, digest, monitors)
 
-    @_own_database
+    @own_database
     def cancel_task(self, key, by=None, channel="cli", monitors=None):
         """Cancel one ready, approved or uncertain task (``approval.cancel``)."""
         return approval.cancel(self, key, by, channel, monitors)
 
-    @_own_database
+    @own_database
     def retry(self, key, by=None, channel="cli", monitors=None):
         """Queue a parked, approved or uncertain task again."""
         return approval.retry(self, key, by, channel, monitors)
 
-    @_own_database
+    @own_database
     def retry_delivery(self, delivery_id, by=None, channel="cli"):
         """Make a ``retrying`` delivery due now (``deliveries.hurry``)."""
         return deliveries.hurry(self, delivery_id, by, channel)
 
-    @_own_database
+    @own_database
     def redraft(self, key, by=None, channel="cli", monitors=None):
         """Draft a ready or blocked task again from a fresh read (see ``redraft.py``)."""
         return redraft.redraft(self, key, by, channel, monitors)
 
-    @_own_database
+    @own_database
     def add_policy(self, monitor_id, ttl_s=None, max_per_hour=None, by=None,
                    include_waiting=False):
         """Add a standing approval policy for a monitor (see ``policy.add``)."""
         return policy.add(self, monitor_id, ttl_s, max_per_hour, by, include_waiting)
 
-    @_own_database
+    @own_database
     def policies(self):
         """Every standing approval policy."""
         return policy.listing()
 
-    @_own_database
+    @own_database
     def revoke_policy(self, policy_id, by=None, channel="cli"):
         """End a policy; its unwritten approvals go back to ready."""
         return policy.revoke(self, policy_id, by, channel)
 
-    @_own_database
+    @own_database
     def add_reviewer(self, name, read_only=False, monitors=(), by=None, channel="cli"):
         """Create a reviewer, optionally limited to ``monitors``; its token is answered once."""
         return reviewers.add(self, name, read_only, monitors, by, channel)
 
-    @_own_database
-    def reviewer_for_token(self, token):
-        """The reviewer (a ``reviewers.Viewer``) whose API token is ``token``, or ``None``."""
-        return reviewers.viewer_for_token(token)
-
-    @_own_database
+    @own_database
     def replay(self, letter_id, by=None, channel="cli", monitors=None):
         """Replay a dead letter with a fresh budget (of ``monitors`` alone, if given)."""
         return deadletters.replay(self, letter_id, by, channel, monitors)
 
-    @_own_database
+    @own_database
     def purge(self, older_than_days=None, dry_run=False, progress=None):
         """Drop finished tasks' snapshots past retention (see ``retention.purge``)."""
         return retention.purge(self, older_than_days, dry_run, progress)
 
     # -- webhook secrets and reviewers ----------------------------------------
 
-    @_own_database
+    @own_database
     def add_secret(self, monitor_id, secret=None, by=None, channel="cli"):
         """Add a webhook secret to a monitor (a new one when ``secret`` is None);
         the answer holds it this once."""
         return secrets.add(self, monitor_id, secret, by, channel)
 
-    @_own_database
-    def webhook_secrets(self, monitor_ids):
-        """``(monitor exists, its current secrets)`` for each of ``monitor_ids``: what
-        webhook requests are verified against. A monitor named twice is read once."""
-        return _once_each(secrets.current, monitor_ids)
-
-    @_own_database
-    def first_webhook_answer(self, monitor_id, webhook_id):
-        """The stored answer to a monitor's ``webhook-id`` (marked duplicate), or ``None``."""
-        return webhooks.first_answer(monitor_id, webhook_id)
-
-    @_own_database
-    def write_webhooks(self, jobs):
-        """Write a batch of webhook jobs (``webhooks.Accept``/``Refusal``/``Noted``) in
-        one transaction; one ``(status, body)`` or ``None`` per job."""
-        return webhooks.write_batch(self, jobs)
-
-    @_own_database
-    def subscription_callbacks(self, monitor_ids):
-        """For each of ``monitor_ids``, the MCP Events subscriptions whose callback is
-        ``/hooks/<monitor>``. A monitor named twice is read once."""
-        return _once_each(subscriptions.for_callback, monitor_ids)
-
-    @_own_database
+    @own_database
     def monitor_secrets(self, monitor_id):
         """A monitor's secret ids and when they were added (never the secrets)."""
         return secrets.listing(monitor_id)
 
-    @_own_database
+    @own_database
     def remove_secret(self, monitor_id, secret_id, by=None, channel="cli"):
         """Remove one of a monitor's webhook secrets."""
         return secrets.remove(self, monitor_id, secret_id, by, channel)
 
-    @_own_database
-    def viewer_for(self, session_token):
-        """The reviewer of a review-page session (a ``reviewers.Viewer``), or ``None``."""
-        return reviewers.viewer_for(session_token, self.clock.now())
-
-    @_own_database
-    def log_in(self, name, token):
-        """``(session token, reviewer)`` for a good login, ``(None, reviewer or None)``
-        otherwise (``reviewers.log_in``)."""
-        return reviewers.log_in(name, token, self.clock.now())
-
-    @_own_database
-    def log_out(self, session_token):
-        """End a review-page session."""
-        return reviewers.log_out(session_token)
-
-    @_own_database
+    @own_database
     def reviewers(self):
         """Reviewers (never their tokens)."""
         return reviewers.listing()
 
-    @_own_database
+    @own_database
     def remove_reviewer(self, name, by=None, channel="cli"):
         """Delete a reviewer and end their sessions."""
         return reviewers.remove(self, name, by, channel)
 
     # -- views ---------------------------------------------------------------
 
-    @_own_database
+    @own_database
     def listing(self, name, status=None, limit=None):
         """One page of a listing as the CLI shows it: ``(rows, more)`` (``views.listing``)."""
         return views.listing(name, status=status, limit=limit)
 
-    @_own_database
+    @own_database
     def events(self, **kw):
         """Deliveries and their outcomes (``limit``, ``status``, ``newest_first``)."""
         return views.events(**kw)
 
-    @_own_database
+    @own_database
     def tasks(self, status=None, **kw):
         """Task rows, optionally of one status (``limit``, ``newest_first``)."""
         return views.tasks(status, **kw)
 
-    @_own_database
+    @own_database
     def monitor_tasks(self, monitor_id, status=None, limit=100):
         """One monitor's tasks, oldest first (``status`` to filter; at most ``limit``)."""
         return views.monitor_tasks(monitor_id, status, limit)
 
-    @_own_database
-    def task_page(self, status=None, monitor=None, parked=False, monitors=None, limit=50,
-                  offset=0):
-        """``(rows, more)``: a page of tasks, newest first (``views.task_page``)."""
-        return views.task_page(status, monitor, parked, monitors, limit, offset)
-
-    @_own_database
-    def review_list(self, status, monitor=None, parked=False, monitors=None, limit=200):
-        """The review pages' task list and counts (``views.review_list``)."""
-        return views.review_list(status, monitor, parked, monitors, limit)
-
-    @_own_database
-    def unobserved(self, monitors=None):
-        """What no monitor observed: the gaps' summary the pages show (``gaps.summary``),
-        of ``monitors`` alone if given."""
-        return gaps.summary(monitors=monitors)
-
-    @_own_database
+    @own_database
     def delivery(self, delivery_id, monitors=None):
         """One delivery with its event's fields and attempt history (of ``monitors``
         alone, if given: another's is unknown)."""
         return views.delivery_detail(delivery_id, monitors)
 
-    @_own_database
+    @own_database
     def task(self, key, monitors=None):
         """One task with its record, result, digests and history (of ``monitors`` alone,
         if given: another's is unknown)."""
         return views.task_detail(key, monitors)
 
-    @_own_database
-    def task_key(self, key, monitors=None):
-        """The full key of the task ``key`` (or a unique prefix) names, among ``monitors``'
-        tasks alone if given; ``unknown_task`` / ``ambiguous_key``."""
-        return approval.resolve_key(key, monitors)
-
-    @_own_database
+    @own_database
     def dead_letters(self, **kw):
         """Dead letters, oldest first (``limit``, ``newest_first``)."""
         return views.dead_letters(**kw)
 
-    @_own_database
+    @own_database
     def audit(self, **kw):
         """Audit rows (``limit``, ``after``, ``latest``, ``newest_first``)."""
         return views.audit(**kw)
 
-    @_own_database
+    @own_database
     def stats(self):
         """The operator's numbers, as ``signoff stats`` prints them: one snapshot."""
         with storage.read_snapshot(self.database):
             return views.stats(self.clock.now(), drafting.tokens_per_hour(self))
 
-    @_own_database
-    def metrics(self):
-        """``stats`` and the grouped counts ``/metrics`` adds, in one snapshot."""
-        with storage.read_snapshot(self.database):
-            now = self.clock.now()
-            return dict(views.stats(now, drafting.tokens_per_hour(self)),
-                        **views.metric_counts(now))
 
 
 def _check_drafter_timeout(draft, lease_ttl_s):

@@ -180,8 +180,11 @@ class Task(BaseModel):
     draft_meta = JSON(null=True)
 
     class Meta:
-        # Claim order (storage.claim): due first, then as created, then by key.
-        indexes = ((("status", "next_at", "created_at", "key"), False), (("monitor",), False),
+        # Claim order (storage.claim): due first, then as created, then by key. The
+        # listings' order (newest first), of all tasks and of some monitors': a page
+        # of them reads its rows, not a sort of the whole history.
+        indexes = ((("status", "next_at", "created_at", "key"), False),
+                   (("monitor", "created_at", "key"), False), (("created_at", "key"), False),
                    (("lease_until",), False))
 
 
@@ -572,6 +575,36 @@ class Chore(BaseModel):
     last_summary = JSON(null=True)
 
 
+# -- tallies: counts of finished rows, kept as they finish ------------------------------
+
+class Tallied(BaseModel):
+    """The key and count of a tally (``Tally``) and of what a transaction added to one
+    (``TallyDelta``): kind, monitor, status and detail (an outcome, a flag, a step
+    and code)."""
+
+    kind = CharField()
+    monitor = Text()
+    status = CharField()
+    detail = Text()  # an outcome may be a host's code of any text
+    n = BigIntegerField(default=0)
+
+
+class Tally(Tallied):
+    """How many rows of a kind reached a status they never leave (a done delivery, a
+    done, rejected or expired task, a sent notification, an attempt): the counts
+    ``stats``, ``/metrics`` and the listings read instead of counting the whole history."""
+
+    class Meta:
+        primary_key = CompositeKey("kind", "monitor", "status", "detail")
+
+
+class TallyDelta(Tallied):
+    """What a transaction added to the tallies, inserted beside its moves (writers
+    never update a shared row) and folded into ``Tally`` in the background."""
+
+    id = BigAutoField()
+
+
 # Every table, by concept as above: `signoff init` creates them all.
 MODELS = [
     Monitor, Delivery, Inbox, Gap,
@@ -584,4 +617,5 @@ MODELS = [
     Subscription, EventDeliveryCount,
     DrafterUsage, DrafterCallCount,
     WorkerBeat, Chore,
+    Tally, TallyDelta,
 ]

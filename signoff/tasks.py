@@ -170,25 +170,25 @@ def worker_name():
 
 
 class Wakers:
-    """The two Huey tasks bound to one runtime, and the wake-up policy that sends them.
+    """The two Huey tasks bound to one home's ``engine``, and the wake-up policy that sends them.
 
     Callers ask for wake-ups with ``wake`` / ``top_up`` (``WakePolicy``)
     and ``flush`` what is held before closing; ``ingest`` and ``submit`` send
     unconditionally and are the policy's own.
     """
 
-    def __init__(self, queue, runtime):
+    def __init__(self, queue, engine):
         self.queue = queue
-        self.policy = WakePolicy(self, runtime.claim_limit)
+        self.policy = WakePolicy(self, engine.claim_limit)
 
         @queue.task(name="signoff.ingest")
         def ingest():
-            _drain_for_a_while("ingest", runtime.ingest_batch,
+            _drain_for_a_while("ingest", engine.ingest_batch,
                                lambda: self.top_up({"ingest": 1}))
 
         @queue.task(name="signoff.submit")
         def submit():
-            _drain_for_a_while("submit", runtime.submit_batch,
+            _drain_for_a_while("submit", engine.submit_batch,
                                lambda: self.top_up({"submit": 1}))
 
         self._ingest, self._submit = ingest, submit

@@ -29,7 +29,7 @@ from . import storage, watchdog
 from .app import Signoff
 from .config import load_config, resolve_home
 from .errors import StorageError
-from .state import heartbeats
+from .state import heartbeats, tallies
 from .state.statuses import DELIVERY_WAITING, DeliveryStatus as D, TASK_ACTIVE
 from .models import Delivery, Monitor, Task
 from .storage.queue import close_queue, one_line_queue_faults
@@ -55,6 +55,7 @@ CHORES = (
     Chore("standing policies", policy.run_pass),
     retention.RETENTION,
     Chore("prune heartbeats", lambda rt: heartbeats.prune(rt.clock.now()), every_s=60.0),
+    Chore("fold tallies", tallies.fold_all, every_s=tallies.FOLD_EVERY_S, shared=True),
 )
 
 
@@ -396,7 +397,7 @@ class _Drain:
 
 
 def _reap(rt):
-    summary = _safe(rt.reap, {})
+    summary = _safe(rt.engine.reap, {})
     return sum(v for k, v in summary.items() if k != "woken")
 
 

@@ -38,6 +38,7 @@ from hypothesis import settings as hypothesis_settings
 from signoff import storage
 from signoff.app import Signoff
 from signoff.clock import FakeClock
+from signoff.serve.site import Site
 from signoff.testing import forget, write_config
 
 
@@ -265,6 +266,14 @@ def rt(home, clock, tmp_path_factory, request):
     yield read_here(app)
     app.close()
     forget(home)
+
+
+@pytest.fixture
+def site(rt, clock):
+    """``rt``'s home opened again as ``signoff serve`` opens it (a ``Site``), on its clock."""
+    opened = Site(rt.home, clock=clock)
+    yield opened
+    opened.close()
 
 
 @pytest.fixture

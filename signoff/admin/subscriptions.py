@@ -312,7 +312,7 @@ class Tender:
     def _run(self):
         while not self._stop.wait(INTERVAL_S):
             try:
-                self.rt.tend_subscriptions()
+                self.rt.engine.tend_subscriptions()
             except Exception:
                 log_failed_pass(log, "subscription pass", "retrying on the next pass")
         with storage.bind(self.rt.database):

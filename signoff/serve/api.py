@@ -11,7 +11,7 @@ key named twice included), 409 for a stale digest and the other refusals of
 the life cycle. A client address whose tokens and logins failed ``[serve]
 login_client_failures`` times is answered 429 ``throttled``, with
 ``Retry-After``, until they age out (``logins.py``). State is reached only
-through the ``Signoff`` methods, in the thread pool.
+through the ``Site`` methods, in the thread pool.
 """
 
 import inspect
@@ -41,7 +41,7 @@ def refusal(code, message):
 
 
 class Api:
-    """The ``/api/v1`` endpoints of one ``signoff serve`` (``rt``: its ``Signoff``)."""
+    """The ``/api/v1`` endpoints of one ``signoff serve`` (``rt``: its ``Site``)."""
 
     def __init__(self, rt, logins):
         self.rt = rt

@@ -21,7 +21,7 @@ from ..rules import signatures
 from .mcpevents import SUBSCRIPTION_HEADER, event_hook
 from .stored import NOBODYS, is_json, read_text, refuse, store_event
 
-# The endpoint's reads, by kind: the ``Signoff`` method that reads a list of monitors.
+# The endpoint's reads, by kind: the ``Site`` method that reads a list of monitors.
 READS = {"secrets": "webhook_secrets", "subscriptions": "subscription_callbacks"}
 
 

@@ -13,8 +13,8 @@ import socket
 
 import uvicorn
 
-from ..app import Signoff
 from .logins import Logins
+from .site import Site
 from ..config import serve_settings
 from .web import build_app
 
@@ -42,14 +42,14 @@ def bind_socket(host, port):
 
 
 def run(home=None, host="127.0.0.1", port=8080, secure_cookies=None, access_log=False,
-        runtime=Signoff):
+        site=Site):
     """Serve ``home`` until SIGTERM/SIGINT; prints one JSON line once listening.
 
     With ``access_log`` uvicorn logs one line per request on stderr (standard
-    output carries only the JSON lines). ``runtime`` opens the home: ``Signoff``,
-    or a subclass of it (the demo's dying serve).
+    output carries only the JSON lines). ``site`` opens the home: ``Site``, or a
+    subclass of it (the demo's dying serve).
     """
-    rt = runtime(home)
+    rt = site(home)
     settings = serve_settings(rt.home)
     secure = settings["secure_cookies"] if secure_cookies is None else secure_cookies
     logins = Logins(settings["login_failures"], float(settings["login_window_s"]),

@@ -51,7 +51,7 @@ async def _database_down(request, exc):
 
 
 def build_app(rt, secure_cookies=False, window_s=None, logins=None):
-    """The Starlette app serving one signoff home (``rt``, a ``Signoff``).
+    """The Starlette app serving one signoff home (``rt``, a ``Site``).
 
     ``logins`` is the login throttle (a ``Logins``; by default its defaults).
     """

@@ -4,6 +4,7 @@ from ..models import Delivery, Inbox
 from ..storage import insert_rows, key_in
 from .moves import PreparedMove, check_edge, guarded, move_query
 from .statuses import DELIVERY_EDGES, DeliveryStatus as D
+from .tallies import relabel_outcome
 
 
 def update_delivery(delivery_id, now, statuses, **fields):
@@ -32,7 +33,7 @@ def prepare_move_deliveries(ids, sources, target, now, token, per_row=None, **fi
     """
     check_edge(DELIVERY_EDGES, sources, target)
     return PreparedMove(move_query(Delivery, Delivery.id, ids, sources, target, now, token,
-                                    per_row, fields))
+                                    per_row, fields), Delivery, target)
 
 
 def new_deliveries(items, now, traces=None):
@@ -55,13 +56,16 @@ def drop_deliveries(ids):
         Delivery.delete().where(key_in(Delivery.id, ids)).execute()
 
 
-def relabel_duplicate(delivery_id, monitor, event_id, task_key=None, inbox=False):
-    """Say a finished delivery (and, with ``inbox``, its event's inbox row) was a
-    duplicate; ``task_key`` links it to the task it duplicates."""
+def relabel_duplicate(delivery_id, monitor, event_id, was, task_key=None, inbox=False):
+    """Say a delivery this transaction finished with outcome ``was`` (and, with
+    ``inbox``, its event's inbox row) was a duplicate; ``task_key`` links it to the
+    task it duplicates."""
     fields = {"outcome": "duplicate", "last_code": "duplicate"}
     if task_key is not None:
         fields["task_key"] = task_key
-    Delivery.update(**fields).where(Delivery.id == delivery_id).execute()
+    if Delivery.update(**fields).where(Delivery.id == delivery_id,
+                                       Delivery.status == D.DONE).execute():
+        relabel_outcome(monitor, was, "duplicate")
     if inbox:
         Inbox.update(outcome="duplicate").where(Inbox.monitor == monitor,
                                                 Inbox.event_id == event_id).execute()

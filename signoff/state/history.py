@@ -2,6 +2,7 @@
 
 from ..models import Attempt, Audit, DeadLetter
 from ..storage import insert_rows
+from .tallies import count_attempts
 
 
 def audit(now, code, monitor=None, event_id=None, task_key=None, actor=None, channel=None,
@@ -22,6 +23,7 @@ def audit(now, code, monitor=None, event_id=None, task_key=None, actor=None, cha
 def record_attempts(rows):
     """Insert attempt history rows: dicts of kind, ref, at, step, code, worker."""
     insert_rows(Attempt, rows)
+    count_attempts(rows)
 
 
 def bury(kind, ref, step, code, attempts, now, reason=None):

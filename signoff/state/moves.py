@@ -11,6 +11,7 @@ from .. import storage
 from ..models import Delivery, db
 from ..storage import key_in
 from .statuses import DELIVERY_EDGES, DELIVERY_WAITING, DeliveryStatus as D
+from .tallies import count_moved, returned_by
 
 
 class Fenced(Exception):
@@ -43,12 +44,21 @@ def claim_rows(model, suspect, now, limit, lease):
 
 def guarded(model, which, statuses, token, **fields):
     """Update the one row ``which`` picks, still in ``statuses`` (and leased under
-    ``token``, when given); ``Fenced`` unless exactly that row changed."""
+    ``token``, when given); ``Fenced`` unless exactly that row changed. A move to a
+    status the table never leaves counts the row in its tallies."""
     query = model.update(**fields).where(which, model.status.in_(list(statuses)))
     if token is not None:
         query = query.where(model.lease_token == token)
-    if query.execute() != 1:
+    target = fields.get("status")
+    tallied = returned_by(model, target)
+    if not tallied:
+        if query.execute() != 1:
+            raise Fenced(which)
+        return
+    rows = list(query.returning(*tallied).tuples().execute())
+    if len(rows) != 1:
         raise Fenced(which)
+    count_moved(model, target, rows)
 
 
 def run_moves(moves):
@@ -57,16 +67,26 @@ def run_moves(moves):
 
 
 class PreparedMove:
-    """A guarded many-row move, compiled to SQL; ``run()`` returns the keys that moved."""
+    """A guarded many-row move, compiled to SQL; ``run()`` returns the keys that moved.
 
-    def __init__(self, query):
+    ``model`` and ``target``: a move to a status the table never leaves returns
+    its tally's columns after the key (``move_query``) and counts what moved.
+    """
+
+    def __init__(self, query, model=None, target=None):
         self.statement = None if query is None else query.sql()
+        self.model, self.target = model, target
 
     def run(self):
         """Run the move (in the caller's transaction); the keys of the rows it moved."""
         if self.statement is None:
             return set()
-        return {moved for (moved,) in db.execute_sql(*self.statement).fetchall()}
+        rows = db.execute_sql(*self.statement).fetchall()
+        tallied = returned_by(self.model, self.target)
+        if tallied:  # read raw: as the columns' fields read them
+            count_moved(self.model, self.target, [
+                [f.python_value(v) for f, v in zip(tallied, row[1:])] for row in rows])
+        return {row[0] for row in rows}
 
 
 def move_query(model, pk, ids, sources, target, now, token, per_row, fields, where=None):
@@ -89,7 +109,7 @@ def move_query(model, pk, ids, sources, target, now, token, per_row, fields, whe
         query = query.where(model.lease_token == token)
     if where is not None:
         query = query.where(where)
-    return query.returning(pk)
+    return query.returning(pk, *returned_by(model, target))
 
 
 # What a worker writes with an outcome: the lease is dropped, and the row is no

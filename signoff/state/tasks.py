@@ -33,7 +33,7 @@ def prepare_move_tasks(keys, sources, target, now, token=None, where=None, **fie
     ``prepare_move_deliveries``)."""
     check_edge(TASK_EDGES, sources, target)
     return PreparedMove(move_query(Task, Task.key, keys, sources, target, now, token,
-                                    None, fields, where))
+                                    None, fields, where), Task, target)
 
 
 def maybe_written(task):

@@ -84,7 +84,8 @@ class Batch:
 
     def done(self):
         """The batch's outcomes are written: its time sizes the step's next claim."""
-        self.rt.claim_sizes.timed(self.step, len(self.rows), time.monotonic() - self.started)
+        self.rt.engine.claim_sizes.timed(self.step, len(self.rows),
+                                         time.monotonic() - self.started)
 
 
 def open_batch(rt, step, owner, cautious=False):
@@ -96,7 +97,7 @@ def open_batch(rt, step, owner, cautious=False):
     claim, model = STEPS[step]
     cfg = rt.config
     now = rt.clock.now()
-    limit = rt.claim_sizes.limit(step, cfg.batch_size, cautious)
+    limit = rt.engine.claim_sizes.limit(step, cfg.batch_size, cautious)
     token, rows = claim(now, owner, cfg.lease_ttl_s, limit)
     if not rows:
         return None

@@ -331,15 +331,16 @@ def _moved_on(consumed, created):
         key_in(Task.key, sorted(existing)))).tuples() if status != T.READY}
     for row, out in consumed:
         if out.task is not None and out.task_key in moved_on:
-            out.code, out.task = "duplicate", None
-            relabel_duplicate(row.id, row.monitor, row.event_id, inbox=True)
+            was, out.code, out.task = out.code, "duplicate", None
+            relabel_duplicate(row.id, row.monitor, row.event_id, was, inbox=True)
 
 
 def _lost_race(row, out):
     # Another worker consumed this event id after our batch looked.
     first = Inbox.get(Inbox.monitor == row.monitor, Inbox.event_id == row.event_id)
+    was = out.code
     out.code, out.task_key, out.consume, out.task = "duplicate", first.task_key, False, None
-    relabel_duplicate(row.id, row.monitor, row.event_id, task_key=first.task_key)
+    relabel_duplicate(row.id, row.monitor, row.event_id, was, task_key=first.task_key)
 
 
 def _apply(row, out, token, now):

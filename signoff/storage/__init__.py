@@ -8,7 +8,8 @@ queues, lives in this package.
 - ``schema``: create, upgrade and check the schema and its version;
 - ``fields``: columns that read back exactly what was written;
 - ``bulk``: inserts in few statements, rows read in bulk as instances or tuples;
-- ``faults``: what a database failure means, retries on a fresh connection;
+- ``faults``: what a database failure means, retries on a fresh connection, and the
+  methods bound to their object's own database (``own_database``);
 - ``queue``: the Huey queue on SQLite, Redis or PostgreSQL;
 - ``net``: how long a server connection may stay silent before it counts as dead;
 - ``urls``: backend URLs as the drivers take them, and the extras they need.
@@ -24,15 +25,17 @@ from .bulk import Fetched, PreparedInsert, insert_rows, select_instances, select
 from .database import Unbound, bind, db, engine_of, resolve  # noqa: F401 (the package face)
 from .engines import open_database, label
 from .faults import (describe, describe_server, drop_connection, log_failed_pass, retried,
-                     retrying, session, transient, unstorable, wait_until_reachable)
+                     own_database, retrying, session, transient, unstorable, wait_until_reachable)
 from .fields import JSON, Text, escape_text, lossless_dumps, unescape_text
-from .schema import SCHEMA_TABLE, SCHEMA_VERSION, check_schema, create_schema
+from .schema import SCHEMA_TABLE, SCHEMA_VERSION, check_schema, create_schema, recount_tallies
 
 __all__ = [
     "Fetched", "PreparedInsert", "insert_rows", "select_instances", "select_tuples", "to_param", "bind", "db", "engine_of", "open_database",
     "label", "describe", "describe_server", "unstorable", "drop_connection", "log_failed_pass", "retried", "retrying", "session",
+    "own_database",
     "transient", "wait_until_reachable", "JSON", "Text", "escape_text", "lossless_dumps",
     "unescape_text", "SCHEMA_TABLE", "SCHEMA_VERSION", "check_schema", "create_schema",
+    "recount_tallies",
     "claim", "key_in", "key_case", "unindexed", "lock_name", "lock_rows", "read_snapshot", "unsynced", "prepare_worker", "checkpoint",
     "analyze", "synced_clock",
 ]

@@ -165,3 +165,19 @@ def session(database):
             if not database.in_transaction() and transient(exc, database):
                 drop_connection(database)
             raise
+
+
+def own_database(method):
+    """Run a method of an object that has a ``database`` (a ``Signoff``, its ``Engine``)
+    against that database, whatever else is open in the process.
+
+    Two homes open in one process so never see each other's rows; a call from one
+    of the object's own methods, bound already, binds nothing more.
+    """
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        if db.obj is self.database:
+            return method(self, *args, **kwargs)
+        with session(self.database):
+            return method(self, *args, **kwargs)
+    return call

@@ -22,16 +22,40 @@ SCHEMA_TABLE = "signoff_schema"
 # (traces, heartbeats, subscriptions, quorum and edits, pauses, reviewers per
 # monitor, decision notifications, drafter usage), which init adds with their
 # defaults; version 6 added columns only (identities' notes and audit subjects,
-# the reason of a delivery's failed attempt); version 7 added columns and tables
-# only (the audit's data).
+# the reason of a delivery's failed attempt); version 7 added the audit's data and
+# the tallies of finished rows (counted from the rows by the upgrade), and indexed
+# tasks in the listings' order (all, and by monitor, replacing ``task_monitor``).
 RETIRED_INDEXES = ("delivery_status_next_at", "task_status_next_at", "delivery_suspect",
-                   "task_suspect")
+                   "task_suspect", "task_monitor")
+# The tallies (state/tallies.py) counted afresh from the rows: what an upgrade to
+# version 7 starts them from. The same statuses as ``tallies.SETTLED``.
+TALLY_RECOUNT = (
+    "DELETE FROM tally",
+    "DELETE FROM tally_delta",
+    "INSERT INTO tally (kind, monitor, status, detail, n) SELECT 'delivery', monitor, status, "
+    "COALESCE(outcome, ''), COUNT(*) FROM delivery WHERE status = 'done' "
+    "GROUP BY monitor, status, COALESCE(outcome, '')",
+    "INSERT INTO tally (kind, monitor, status, detail, n) SELECT 'task', monitor, status, '', "
+    "COUNT(*) FROM task WHERE status IN ('done', 'rejected', 'expired') GROUP BY monitor, status",
+    *("INSERT INTO tally (kind, monitor, status, detail, n) SELECT 'task', monitor, status, "
+      f"'{flag}', COUNT(*) FROM task WHERE status IN ('done', 'rejected', 'expired') "
+      f"AND {where} GROUP BY monitor, status"
+      for flag, where in (("parked", "parked = {true}"),
+                          ("outcome_unknown", "outcome_unknown = {true}"),
+                          ("recovered", "status = 'done' AND write_possible = {true} "
+                                        "AND attempts > 1"))),
+    "INSERT INTO tally (kind, monitor, status, detail, n) SELECT 'notification', '', status, "
+    "'', COUNT(*) FROM notification WHERE status = 'sent' GROUP BY status",
+    "INSERT INTO tally (kind, monitor, status, detail, n) SELECT 'attempt', '', step, code, "
+    "COUNT(*) FROM attempt GROUP BY step, code",
+)
 # Data an upgrade from below a version must carry over, run once the columns exist.
 BACKFILLS = {
     4: ("UPDATE delivery SET suspect = {true} WHERE last_code = 'lease_expired' "
         "AND status IN ('queued', 'retrying', 'processing')",
         "UPDATE task SET suspect = {true} WHERE code = 'lease_expired' "
         "AND status IN ('approved', 'uncertain')"),
+    7: TALLY_RECOUNT,
 }
 
 
@@ -59,6 +83,14 @@ def create_schema(database, models):
         database.execute_sql(f"DELETE FROM {SCHEMA_TABLE}")
         database.execute_sql(f"INSERT INTO {SCHEMA_TABLE} VALUES ({database.param}, "
                              f"{database.param})", (SCHEMA_VERSION, time.time()))
+
+
+def recount_tallies(database):
+    """Count the tallies afresh from the rows (for rows written around the writers:
+    a bench's history, a restore), in one transaction."""
+    with bind(database), database.atomic():
+        for sql in TALLY_RECOUNT:
+            database.execute_sql(sql.format(true=engine_of(database).true))
 
 
 def _recorded_version(database):

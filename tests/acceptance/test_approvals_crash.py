@@ -33,7 +33,8 @@ def test_kill_between_the_last_approval_and_the_confirmed_write_gives_one_write(
         victim = h.worker()
         assert victim.wait(timeout=DRAIN_TIMEOUT) == -signal.SIGKILL
         assert crash_armed(h.path) is None
-        wait_for(lambda: h.rt.reap()["tasks_released"], timeout=60, what="the lease to expire")
+        wait_for(lambda: h.rt.engine.reap()["tasks_released"], timeout=60,
+                 what="the lease to expire")
         h.drain()
         assert_exactly_one_result(h, task.key)
         assert h.host.results()[0]["result"]["draft"] == EDITED

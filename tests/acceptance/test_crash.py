@@ -147,7 +147,7 @@ def test_kill_after_the_host_wrote_before_the_worker_recorded_it(real_home):
     assert task.lease_token is not None
     assert [r["key"] for r in h.host.results()] == [key]
     # Once the lease expires, a reaper pass says what is known: it may have been written.
-    wait_for(lambda: h.rt.reap()["tasks_released"], timeout=60, what="the lease to expire")
+    wait_for(lambda: h.rt.engine.reap()["tasks_released"], timeout=60, what="the lease to expire")
     task = Task.get_by_id(key)
     assert (task.status, task.code, task.lease_token) == ("uncertain", "lease_expired", None)
 

@@ -350,11 +350,11 @@ def test_cancel_answers_the_next_delivery_410_and_the_server_drops_it(served):
     assert vendor.admin("deliver", {}) == {"delivered": 0, "retrying": 0, "failed": 1}
     assert vendor.subscription(sub_id) is None  # 410: the server dropped it
     assert rt.events() == [] and requests_by_code(rt)["subscription_ended"] == 1
-    assert rt.tend_subscriptions() == {"unsubscribed": 1}  # the server: already gone
+    assert rt.engine.tend_subscriptions() == {"unsubscribed": 1}  # the server: already gone
     [row] = rt.subscriptions()
     assert (row["state"], row["unsubscribed"]) == ("ended", True)
     assert rt.audit(latest=1)[0]["code"] == "unsubscribed"
-    assert rt.tend_subscriptions() == {}  # nothing left to do
+    assert rt.engine.tend_subscriptions() == {}  # nothing left to do
 
 
 def test_cancel_while_the_server_is_down_unsubscribes_once_it_is_back(served, tmp_path):
@@ -363,15 +363,15 @@ def test_cancel_while_the_server_is_down_unsubscribes_once_it_is_back(served, tm
     sub_id = the_subscription(rt)["subscription_id"]
     vendor.kill()
     rt.cancel(MONITOR)
-    assert rt.tend_subscriptions() == {"ConnectionError": 1}  # at once, not a timeout
+    assert rt.engine.tend_subscriptions() == {"ConnectionError": 1}  # at once, not a timeout
     [row] = rt.subscriptions()
     assert (row["unsubscribed"], row["attempts"]) == (False, 1)
-    assert rt.tend_subscriptions() == {}  # backing off
+    assert rt.engine.tend_subscriptions() == {}  # backing off
     back = EventsServer(vendor.db, vendor.port)
     try:
         assert back.subscription(sub_id) is not None  # it kept it while it was down
         clock.reach(row["next_at"])
-        assert rt.tend_subscriptions() == {"unsubscribed": 1}
+        assert rt.engine.tend_subscriptions() == {"unsubscribed": 1}
         assert back.subscription(sub_id) is None
     finally:
         back.kill()
@@ -390,7 +390,7 @@ def test_expiry_and_a_changed_grant_end_and_unsubscribe(served):
         store.execute("UPDATE grant_context SET body = ?",
                       (json.dumps(dict(grant, revision=2)),))
     clock.reach(max(s.next_at for s in Subscription.select()))
-    assert rt.tend_subscriptions() == {"unsubscribed": 2}
+    assert rt.engine.tend_subscriptions() == {"unsubscribed": 2}
     ended = {s["monitor"]: (s["state"], s["end_code"], s["unsubscribed"])
              for s in rt.subscriptions()}
     assert ended == {"short": ("ended", "expired", True),
@@ -408,7 +408,7 @@ def test_an_ended_subscription_never_unsubscribes_a_live_one_with_its_parameters
                         field_map=live.field_map, url=live.url, secret=new_secret(),
                         ttl_s=live.ttl_s, status="ended", end_code="subscribe_failed",
                         next_at=0.0, created_at=clock.now(), updated_at=clock.now())
-    assert rt.tend_subscriptions() == {"superseded": 1}
+    assert rt.engine.tend_subscriptions() == {"superseded": 1}
     assert vendor.subscription(live.subscription_id) is not None
     assert the_subscription(rt)["state"] == "active"
 
@@ -419,17 +419,17 @@ def test_refresh_keeps_the_id_and_moves_refresh_before(served):
     rt, serve, vendor, clock = served
     bind(rt)
     first = Subscription.get()
-    assert rt.tend_subscriptions() == {}  # not due yet
+    assert rt.engine.tend_subscriptions() == {}  # not due yet
     vendor.admin("clock", {"advance_s": 600})
     due = subscriptions.refresh_at(first.refresh_before, first.subscribed_at)
     assert first.refresh_before - 3600 < due < first.refresh_before
     clock.reach(due)
-    assert rt.tend_subscriptions() == {"refreshed": 1}
+    assert rt.engine.tend_subscriptions() == {"refreshed": 1}
     again = Subscription.get()
     assert again.subscription_id == first.subscription_id
     assert again.refresh_before >= first.refresh_before + 599
     assert int(vendor.subscription(again.subscription_id)["expires_at"]) == again.refresh_before
-    assert rt.tend_subscriptions() == {}  # once: the next refresh is an hour away
+    assert rt.engine.tend_subscriptions() == {}  # once: the next refresh is an hour away
     assert requests_by_code(rt) == {"verified": 1}  # the server remembers a verified callback
 
 
@@ -450,10 +450,10 @@ def test_a_server_down_at_refresh_time_lapses_records_a_gap_and_resubscribes(ser
     row = Subscription.get()
     vendor.kill()
     clock.reach(subscriptions.refresh_at(row.refresh_before, row.subscribed_at))
-    assert rt.tend_subscriptions() == {"ConnectionError": 1}
+    assert rt.engine.tend_subscriptions() == {"ConnectionError": 1}
     assert the_subscription(rt)["state"] == "active"
     clock.reach(row.refresh_before + 1)
-    assert rt.tend_subscriptions() == {"ConnectionError": 1}
+    assert rt.engine.tend_subscriptions() == {"ConnectionError": 1}
     lapsed = Subscription.get()
     assert (lapsed.status, lapsed.lapsed_at, lapsed.attempts) == ("lapsed", row.refresh_before, 2)
     assert rt.audit(latest=1)[0]["code"] == "subscription_lapsed"
@@ -467,7 +467,7 @@ def test_a_server_down_at_refresh_time_lapses_records_a_gap_and_resubscribes(ser
         missed = back.admin("comment", {"doc": "doc-demo"})
         assert missed["queued"] == 0
         clock.reach(lapsed.next_at)
-        assert rt.tend_subscriptions() == {"resubscribed": 1}
+        assert rt.engine.tend_subscriptions() == {"resubscribed": 1}
         again = Subscription.get()
         assert (again.status, again.subscription_id) == ("active", row.subscription_id)
         assert back.subscription(again.subscription_id) is not None

@@ -247,15 +247,15 @@ def test_heartbeats_live_silent_and_pruned(rt, clock):
             "live": 0, "max_age_s": heartbeats.LIVE_S, "freshest_age_s": None, "workers": []}
 
 
-def scrape(rt):
-    text = render(registry_for(rt)).decode()
+def scrape(site):
+    text = render(registry_for(site)).decode()
     return {s.name: s.value for family in text_string_to_metric_families(text)
             for s in family.samples if not s.labels}
 
 
-def test_stats_and_metrics_show_the_workers(rt, clock):
+def test_stats_and_metrics_show_the_workers(rt, site, clock):
     assert rt.stats()["workers"]["workers"] == []
-    samples = scrape(rt)
+    samples = scrape(site)
     assert samples["signoff_workers"] == 0
     assert "signoff_worker_heartbeat_age_seconds" not in samples  # absent with no worker
     beat = heartbeats.Heartbeat(clock, threads=2)
@@ -264,10 +264,10 @@ def test_stats_and_metrics_show_the_workers(rt, clock):
     clock.advance(3)
     workers = rt.stats()["workers"]
     assert (workers["live"], workers["freshest_age_s"]) == (1, 3)
-    samples = scrape(rt)
+    samples = scrape(site)
     assert samples["signoff_workers"] == 1
     assert samples["signoff_worker_heartbeat_age_seconds"] == 3
     clock.advance(heartbeats.LIVE_S)
-    samples = scrape(rt)
+    samples = scrape(site)
     assert samples["signoff_workers"] == 0
     assert samples["signoff_worker_heartbeat_age_seconds"] == 3 + heartbeats.LIVE_S

@@ -17,6 +17,7 @@ from helpers import LOCAL_TLS
 from servekit import Server, csrf, post_login, ready_home
 from signoff.models import MODELS
 from signoff.serve import bodies
+from signoff.serve.site import Site
 from signoff.serve.web import build_app
 
 CHUNK = b"a" * 16384
@@ -44,7 +45,8 @@ def site(home):
 def post_paths(rt):
     """Every POST route of the app, its path parameters filled in."""
     key = rt.tasks("ready")[0]["key"]
-    routes = [r for r in build_app(rt).app.routes if "POST" in (r.methods or ())]
+    with Site(rt.home) as site:
+        routes = [r for r in build_app(site).app.routes if "POST" in (r.methods or ())]
     fill = dict(VALUES, key=key)
     return [re.sub(r"\{(\w+)(:\w+)?\}", lambda m: fill[m.group(1)], r.path) for r in routes]
 

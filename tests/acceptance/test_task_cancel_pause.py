@@ -47,7 +47,7 @@ def test_tasks_cancel_ends_a_ready_an_approved_and_an_uncertain_task(site, home)
     # The write of `uncertain` reaches the host, its acknowledgement is lost.
     Task.update(next_at=1e18).where(Task.key == approved).execute()  # keep it unwritten
     rt.host().set_fault("lose-ack", 1)
-    rt.submit_batch("w1")
+    rt.engine.submit_batch("w1")
     assert rt.task(uncertain)["status"] == "uncertain"
     Task.update(next_at=0).where(Task.key == approved).execute()
 

@@ -70,9 +70,9 @@ def test_a_batch_gets_one_wake_up_per_batch_up_to_the_cap_and_the_reaper_only_to
     size = rt.config.batch_size
     rt.enqueue_events([event(n) for n in range(2 * size + size // 2)])  # three batches
     assert rt.wakers.pending_by_kind(100)["ingest"] == 3
-    assert rt.reap()["woken"] == 0  # enough are waiting for what is claimable
+    assert rt.engine.reap()["woken"] == 0  # enough are waiting for what is claimable
     rt.queue.flush()  # wake-ups lost (a Redis restart, a crash before sending)
-    assert rt.reap()["woken"] == 3
+    assert rt.engine.reap()["woken"] == 3
     assert rt.wakers.pending_by_kind(100)["ingest"] == 3
 
 
@@ -80,11 +80,11 @@ def test_slow_rows_shrink_the_claims_and_the_reaper_wakes_a_thread_for_each(live
     home, rt = live
     rt.enqueue_events([event(n) for n in range(3)])
     assert rt.wakers.pending_by_kind(100)["ingest"] == 1  # one claim takes all three
-    rt.claim_sizes.timed("ingest", 1, 2.0)  # as after a row that took two seconds
-    assert rt.claim_limit("ingest") == 1
-    assert rt.reap()["woken"] == 2  # one waiting wake-up for each row: threads share them
-    assert rt.ingest_batch("w") == (1, True)
-    assert rt.claim_limit("submit") == rt.config.batch_size  # each step is sized apart
+    rt.engine.claim_sizes.timed("ingest", 1, 2.0)  # as after a row that took two seconds
+    assert rt.engine.claim_limit("ingest") == 1
+    assert rt.engine.reap()["woken"] == 2  # one waiting wake-up for each row: threads share them
+    assert rt.engine.ingest_batch("w") == (1, True)
+    assert rt.engine.claim_limit("submit") == rt.config.batch_size  # each step is sized apart
 
 
 # -- bursts from one process, on every queue ------------------------------------------

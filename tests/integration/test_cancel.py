@@ -59,7 +59,7 @@ def cancel_in_first_write(hooked_home, monkeypatch):
             if not answers:
                 answers.append((key, rt.cancel("default")))
         monkeypatch.setattr(testhosts, "BEFORE_SUBMIT", hook)
-        rt.submit_batch("w1")
+        rt.engine.submit_batch("w1")
         [(key, answer)] = answers
         return rt, key, answer
     return run
@@ -105,7 +105,7 @@ def test_cancel_ends_ready_approved_and_uncertain_tasks_each_as_it_stands(hooked
     rt.host().set_fault("lose-ack")
     Task.update(status="ready", approved_digest=None).where(Task.key == ready).execute()
     Task.update(parked=True).where(Task.key == approved).execute()
-    rt.submit_batch("w1")
+    rt.engine.submit_batch("w1")
     assert Task.get_by_id(uncertain).status == "uncertain"
     answer = rt.cancel("default")
     assert (answer["tasks_cancelled"], answer["writes_in_flight"]) == (3, 0)

@@ -224,7 +224,7 @@ def test_stats_is_one_consistent_snapshot_while_a_worker_commits(rt, monkeypatch
 
 def _process_in_another_thread(rt, worked):
     with rt.database.connection_context():
-        worked.append(rt.ingest_batch("other-thread")[0])
+        worked.append(rt.engine.ingest_batch("other-thread")[0])
 
 
 # -- 8. names from people -----------------------------------------------------------------

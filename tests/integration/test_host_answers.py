@@ -55,7 +55,7 @@ def test_an_out_of_range_version_is_an_invalid_record_and_the_batch_goes_on(odd)
     host = rt.host()
     put_raw_record(host, dict(host.get("comment-13"), version=2**70))
     enqueue(rt, *(f"comment-{n}" for n in range(14)))
-    assert rt.ingest_batch("w1") == (14, False)
+    assert rt.engine.ingest_batch("w1") == (14, False)
     seen = outcomes()
     assert seen.pop("comment-13") == ("done", "invalid_record", 1)
     assert set(seen.values()) == {("done", "ready", 1)}
@@ -105,7 +105,8 @@ def test_material_outside_what_signoff_stores_is_an_invalid_record_at_once(odd):
     rt = odd(records=3)
     testhosts.ODD["material"] = lambda m: dict(m, counts={"n": 2**64})
     enqueue(rt, "comment-0", "comment-1", "comment-2")
-    assert rt.ingest_batch("w1") == (3, False)  # one batch: each row refused, not only the first
+    # One batch: each row refused, not only the first.
+    assert rt.engine.ingest_batch("w1") == (3, False)
     assert outcomes() == {f"comment-{n}": ("done", "invalid_record", 1) for n in range(3)}
 
 
@@ -115,7 +116,7 @@ def test_a_batch_checks_the_material_of_a_document_once(odd, monkeypatch):
     monkeypatch.setattr(hostreads, "check_material",
                         lambda material, max_bytes: checked.append(material) or material)
     enqueue(rt, *(f"comment-{n}" for n in range(5)))
-    assert rt.ingest_batch("w1") == (5, False)
+    assert rt.engine.ingest_batch("w1") == (5, False)
     assert set(outcomes().values()) == {("done", "ready", 1)}
     assert len(checked) == 1
 
@@ -126,7 +127,7 @@ def test_a_row_no_check_caught_is_that_row_s_outcome_alone(odd, monkeypatch):
     put_raw_record(host, dict(host.get("comment-1"), version=2**70))
     monkeypatch.setattr(ingest, "check_record", lambda record, max_bytes: record)
     enqueue(rt, "comment-0", "comment-1", "comment-2")
-    assert rt.ingest_batch("w1") == (3, False)
+    assert rt.engine.ingest_batch("w1") == (3, False)
     seen = outcomes()
     assert seen.pop("comment-1") == ("retrying", None, 1)  # a failed attempt, retried later
     assert set(seen.values()) == {("done", "ready", 1)}

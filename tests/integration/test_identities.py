@@ -110,10 +110,10 @@ def test_the_very_name_again_is_reviewer_exists(rt):
     assert refusal(rt.add_reviewer, "alice") == "reviewer_exists"
 
 
-def test_names_are_kept_normalised_and_found_as_typed(rt):
+def test_names_are_kept_normalised_and_found_as_typed(rt, site):
     added = rt.add_reviewer(" Bob ")
     assert added["name"] == "bob"
-    session, who = rt.log_in("BOB", added["token"])
+    session, who = site.log_in("BOB", added["token"])
     assert session and who == "bob"
     row = Audit.get(Audit.code == "reviewer_added")
     assert (row.subject, row.actor, row.channel) == ("bob", OPERATOR, "cli")

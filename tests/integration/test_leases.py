@@ -111,11 +111,11 @@ def test_delivery_lease_expires_and_another_owner_takes_over(rt, clock):
     # Held: nobody else can claim it, and the reaper leaves a live lease alone.
     assert claim_deliveries(clock.now(), "w2", TTL, 10)[1] == []
     clock.advance(TTL - 1)
-    assert rt.reap()["deliveries_released"] == 0
+    assert rt.engine.reap()["deliveries_released"] == 0
     assert claim_deliveries(clock.now(), "w2", TTL, 10)[1] == []
 
     clock.advance(2)  # past the lease
-    assert rt.reap()["deliveries_released"] == 1
+    assert rt.engine.reap()["deliveries_released"] == 1
     row = delivery(did)
     assert (row.status, row.last_code, row.lease_token) == ("retrying", "lease_expired", None)
     assert row.failures == {"read": 1}
@@ -142,11 +142,11 @@ def test_rows_finishing_in_one_batch_keep_their_own_failures(make_rt, clock):
     testhosts.ODD["comment-1"] = once
     try:
         retried = enqueue(rt)
-        assert rt.ingest_batch("w1")[0] == 1
+        assert rt.engine.ingest_batch("w1")[0] == 1
         assert delivery(retried).failures == {"read": 1}
         fresh = enqueue(rt, event_id="evt-2", record_id="comment-2")
         clock.advance(rt.config.retry.base_delay_s)  # the first backoff is at most this
-        assert rt.ingest_batch("w2")[0] == 2  # one claim takes both
+        assert rt.engine.ingest_batch("w2")[0] == 2  # one claim takes both
     finally:
         del testhosts.ODD["comment-1"]
     assert [delivery(d).outcome for d in (retried, fresh)] == ["ready", "ready"]
@@ -168,11 +168,11 @@ def test_tasks_done_in_one_batch_keep_their_own_failures(make_rt, clock, monkeyp
 
     monkeypatch.setattr(testhosts, "BEFORE_SUBMIT", once)
     assert rt.approve(retried.key, retried.digest)["status"] == "approved"
-    assert rt.submit_batch("w1")[0] == 1
+    assert rt.engine.submit_batch("w1")[0] == 1
     assert Task.get_by_id(retried.key).failures == {"submit": 1}
     assert rt.approve(fresh.key, fresh.digest)["status"] == "approved"
     clock.advance(rt.config.retry.base_delay_s)  # the first backoff is at most this
-    assert rt.submit_batch("w2")[0] == 2  # one claim takes both
+    assert rt.engine.submit_batch("w2")[0] == 2  # one claim takes both
     after = {t.key: t for t in Task.select()}
     assert [after[t.key].status for t in (retried, fresh)] == ["done", "done"]
     assert after[retried.key].failures == {"submit": 1} and after[fresh.key].failures == {}
@@ -184,7 +184,7 @@ def test_task_lease_expires_and_another_owner_takes_over(rt, clock):
     assert [t.key for t in rows] == [task.key]
     assert claim_tasks(clock.now(), "w2", TTL, 10)[1] == []
     clock.advance(TTL + 1)
-    assert rt.reap()["tasks_released"] == 1
+    assert rt.engine.reap()["tasks_released"] == 1
     row = Task.get_by_id(task.key)
     # No write was recorded as possible: still approved, an ordinary retry.
     assert (row.status, row.code, row.lease_token) == ("approved", "lease_expired", None)
@@ -205,7 +205,7 @@ def test_a_write_with_the_old_token_changes_nothing(rt, clock):
     stalled = [ingest.examine(rt, host, rows[0], rt_monitor(), host.context(), {}, clock.now())]
     assert stalled[0].code == "ready"
     clock.advance(TTL + 1)
-    rt.reap()
+    rt.engine.reap()
     clock.advance(rt.config.retry.base_delay_s)
     new, rows2 = claim_deliveries(clock.now(), "w2", TTL, 10)
     assert [r.id for r in rows2] == [did]
@@ -232,7 +232,7 @@ def test_a_late_task_outcome_from_the_old_owner_is_fenced(rt, clock):
     task = approved_task(rt)
     old, rows = claim_tasks(clock.now(), "w1", TTL, 10)
     clock.advance(TTL + 1)
-    rt.reap()
+    rt.engine.reap()
     clock.advance(rt.config.retry.base_delay_s)
     new, _ = claim_tasks(clock.now(), "w2", TTL, 10)
 
@@ -315,7 +315,7 @@ def test_a_lease_that_expires_without_outcome_counts_as_an_attempt(rt, clock):
         _, rows = claim_deliveries(clock.now(), f"doomed-{n}", TTL, 10)
         assert [r.id for r in rows] == [did]
         clock.advance(TTL + 1)
-        rt.reap()
+        rt.engine.reap()
     row = delivery(did)
     assert (row.status, row.attempts, row.last_code) == ("dead", 5, "lease_expired")
     [letter] = rt.dead_letters()
@@ -331,7 +331,7 @@ def test_a_task_whose_leases_keep_expiring_goes_to_dead_letters(rt, clock, host)
         _, rows = claim_tasks(clock.now(), f"doomed-{n}", TTL, 10)
         assert [t.key for t in rows] == [task.key]
         clock.advance(TTL + 1)
-        rt.reap()
+        rt.engine.reap()
     row = Task.get_by_id(task.key)
     assert (row.status, row.code, row.outcome_unknown) == ("dead", "lease_expired", False)
     [letter] = rt.dead_letters()
@@ -343,7 +343,7 @@ def test_a_task_whose_leases_keep_expiring_goes_to_dead_letters(rt, clock, host)
 def test_an_unexpected_exception_in_the_host_is_a_failed_attempt(make_rt, clock):
     rt = make_rt("testhosts:KeyErrorHost", read_attempts=3)
     did = enqueue(rt)
-    assert rt.ingest_batch("w1") == (1, False)  # returns normally: the worker lives on
+    assert rt.engine.ingest_batch("w1") == (1, False)  # returns normally: the worker lives on
     row = delivery(did)
     assert (row.status, row.last_code, row.lease_token) == ("retrying", "KeyError", None)
     assert history("delivery", did) == [("read", "KeyError", "w1")]
@@ -417,7 +417,7 @@ def run_with_crashes(rt, clock, finished):
         except WorkerDied:
             crashes += 1  # the worker died holding its batch; its leases must expire
             clock.advance(TTL + 1)
-            rt.reap()
+            rt.engine.reap()
             clock.advance(31)  # the restarted worker finds every released row due at once
             continue
         if finished():
@@ -484,10 +484,10 @@ def test_a_long_batch_renews_its_lease_so_nobody_takes_it_over(make_rt, clock, m
     def slow_call():
         # Each host call takes 40 % of the lease, and another worker's reaper looks meanwhile.
         clock.advance(0.4 * TTL)
-        reaped.append(rt.reap())
+        reaped.append(rt.engine.reap())
 
     monkeypatch.setattr(testhosts, "SLOW_HOOK", slow_call)
-    assert rt.ingest_batch("w1") == (4, False)
+    assert rt.engine.ingest_batch("w1") == (4, False)
     assert [(delivery(i).status, delivery(i).outcome, delivery(i).attempts) for i in ids] == [
         ("done", "ready", 1)] * 4
     assert sum(r["deliveries_released"] for r in reaped) == 0
@@ -497,7 +497,7 @@ def test_a_long_batch_renews_its_lease_so_nobody_takes_it_over(make_rt, clock, m
         [(t.key, t.digest) for t in Task.select()]))
     monkeypatch.setattr(testhosts, "SLOW_HOOK", slow_call)
     reaped.clear()
-    assert rt.submit_batch("w1") == (4, False)
+    assert rt.engine.submit_batch("w1") == (4, False)
     assert [(t.status, t.attempts) for t in Task.select()] == [("done", 1)] * 4
     assert sum(r["tasks_released"] for r in reaped) == 0
     assert len(host.write_counts()) == 4
@@ -516,7 +516,7 @@ def test_a_claim_commits_without_an_fsync_and_the_outcome_with_one(tmp_path, clo
             connection = rt.database.connection()
             connection.set_trace_callback(statements.append)
             try:
-                assert rt.ingest_batch("w")[0] == 1
+                assert rt.engine.ingest_batch("w")[0] == 1
             finally:
                 connection.set_trace_callback(None)
             assert rt.database.execute_sql("PRAGMA synchronous").fetchone() == (2,)  # FULL again

@@ -17,6 +17,7 @@ from signoff.drafters.chat import INSTRUCTIONS, response_schema
 from signoff.models import Attempt, Delivery, PolicyDecision, Task
 from signoff.rules.canonical import digest
 from signoff.serve.metrics import SignoffCollector, registry_for, render
+from signoff.serve.site import Site
 
 RECORD_SOURCE = "reference://doc-demo/comment-1"
 MATERIAL_SOURCE = "reference://materials/doc-demo"
@@ -104,7 +105,8 @@ def test_a_good_answer_makes_a_ready_task_with_its_evidence_and_call_metadata(
     assert all(meta["response_id"] not in json.dumps(a) for a in rt.audit())
     stats = rt.stats()["drafter"]
     assert stats["calls"] == {"ok": 1} and stats["tokens"] == {"input": 321, "output": 17}
-    scrape = render(registry_for(rt, SignoffCollector(rt))).decode()
+    with Site(rt.home, clock=rt.clock) as site:
+        scrape = render(registry_for(site, SignoffCollector(site))).decode()
     assert 'signoff_drafter_calls_total{outcome="ok"} 1.0' in scrape
     assert 'signoff_drafter_tokens_total{kind="input"} 321.0' in scrape
 
@@ -132,13 +134,13 @@ def test_the_model_drafter_claims_one_row_first_then_as_many_as_a_second_allows(
     for n in (1, 2, 3):
         model.answer(GOOD)
         rt.enqueue_events([make_event(event_id=f"evt-{n}", record_id=f"comment-{n}")])
-    assert rt.ingest_batch("w") == (1, True)  # written after its one call, not after three
+    assert rt.engine.ingest_batch("w") == (1, True)  # written after its one call, not after three
     assert len(model.requests) == 1 and Task.select().count() == 1
-    rt.claim_sizes.timed("ingest", 1, 3.0)  # as if that call had taken three seconds
-    assert rt.ingest_batch("w") == (1, True)
-    rt.claim_sizes.timed("ingest", 1, 0.05)
-    assert rt.claim_limit("ingest") == 20
-    assert rt.ingest_batch("w") == (1, False)  # the last row: this claim was not full
+    rt.engine.claim_sizes.timed("ingest", 1, 3.0)  # as if that call had taken three seconds
+    assert rt.engine.ingest_batch("w") == (1, True)
+    rt.engine.claim_sizes.timed("ingest", 1, 0.05)
+    assert rt.engine.claim_limit("ingest") == 20
+    assert rt.engine.ingest_batch("w") == (1, False)  # the last row: this claim was not full
     assert Task.select().count() == 3
 
 
@@ -592,15 +594,15 @@ def test_an_answer_that_comes_after_the_lease_was_taken_over_is_fenced_off(
 
     def worker_a():
         with rt.database.connection_context():  # the thread's connection closed after it
-            rt.ingest_batch("worker-a")
+            rt.engine.ingest_batch("worker-a")
     late = threading.Thread(target=worker_a)
     late.start()
     try:
         wait_for(lambda: len(model.requests) == 1, timeout=30, what="the first model call")
         clock.advance(rt.config.lease_ttl_s + 1)  # worker-a's lease expires mid-call
-        rt.reap()  # an attempt that ended without an outcome: retried after its backoff
+        rt.engine.reap()  # an attempt that ended without an outcome: retried after its backoff
         clock.advance(60)
-        rt.ingest_batch("worker-b")
+        rt.engine.ingest_batch("worker-b")
         assert the_task().result["draft"] == GOOD["draft"]
     finally:
         late.join(60)

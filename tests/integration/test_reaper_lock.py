@@ -54,11 +54,11 @@ def timed_ready_task(rt):
 def test_an_idle_pass_opens_no_write_transaction(rt, clock, sqlite_state):
     timed_ready_task(rt)
     seen = statements_of(rt)
-    assert rt.reap() == {"deliveries_released": 0, "tasks_released": 0, "expired": 0,
+    assert rt.engine.reap() == {"deliveries_released": 0, "tasks_released": 0, "expired": 0,
                          "parked": 0, "woken": 0}
     assert seen and begins(seen) == []
     clock.advance(31)  # now the deadline has passed: that pass does write
-    assert rt.reap()["expired"] == 1
+    assert rt.engine.reap()["expired"] == 1
     assert begins(seen) == ["BEGIN IMMEDIATE"]
 
 
@@ -82,7 +82,7 @@ def start_pass(rt):
 
     def run():
         try:
-            passes.append(rt.reap())
+            passes.append(rt.engine.reap())
         finally:
             storage.drop_connection(rt.database)
     reaper = threading.Thread(target=run, daemon=True)
@@ -111,11 +111,11 @@ def row_versions(url):
 def test_an_idle_pass_writes_and_locks_no_row_on_postgresql(rt, clock, postgres_state):
     timed_ready_task(rt)
     before = row_versions(postgres_state)
-    assert rt.reap() == {"deliveries_released": 0, "tasks_released": 0, "expired": 0,
+    assert rt.engine.reap() == {"deliveries_released": 0, "tasks_released": 0, "expired": 0,
                          "parked": 0, "woken": 0}
     assert row_versions(postgres_state) == before
     clock.advance(31)  # now the deadline has passed: that pass does write
-    assert rt.reap()["expired"] == 1
+    assert rt.engine.reap()["expired"] == 1
     assert row_versions(postgres_state) != before
 
 

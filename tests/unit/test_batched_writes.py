@@ -240,7 +240,7 @@ def test_a_late_done_from_the_old_owner_of_a_task_is_fenced(rt, clock):
     rt.approve(task.key, task.digest)
     old, rows = claim_tasks(clock.now(), "w1", TTL, 10)
     clock.advance(TTL + 1)
-    rt.reap()
+    rt.engine.reap()
     clock.advance(rt.config.retry.base_delay_s)
     new, _ = claim_tasks(clock.now(), "w2", TTL, 10)
     submit.write_outcomes(rt, old, "w1", rows, {task.key: submit.Outcome("done", "done", "confirm")})

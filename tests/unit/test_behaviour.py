@@ -497,10 +497,10 @@ def test_a_ready_task_expires_when_its_approval_deadline_passes(rt, host, clock)
     key = view["task_key"]
     assert rt.task(key)["approval_deadline"] == T0 + 30
     clock.advance(29)
-    rt.reap()
+    rt.engine.reap()
     assert rt.task(key)["status"] == "ready"
     clock.advance(2)
-    rt.reap()
+    rt.engine.reap()
     task = rt.task(key)
     assert task["status"] == "expired"
     assert refusal_code(rt.approve, key, task["digest"]) == "not_ready"

@@ -39,22 +39,22 @@ def rules():
             for r in g["rules"]]
 
 
-def exported(rt):
-    """Every series name a real scrape of ``rt`` can show, by family type."""
+def exported(site):
+    """Every series name a real scrape of ``site`` can show, by family type."""
     names = set()
-    for family in text_string_to_metric_families(render(registry_for(rt)).decode()):
+    for family in text_string_to_metric_families(render(registry_for(site)).decode()):
         names.add(family.name)
         names.update(family.name + s for s in SUFFIXES.get(family.type, ()))
         names.update(sample.name for sample in family.samples)
     return names
 
 
-def test_every_metric_the_dashboard_and_the_alerts_use_is_exported(rt, clock):
+def test_every_metric_the_dashboard_and_the_alerts_use_is_exported(rt, site, clock):
     rt.enqueue_events([make_event()])
     rt.run_until_idle()
     with storage.session(rt.database):
         heartbeats.Heartbeat(clock, threads=2).beat()  # the worker series exist with a worker
-    names = exported(rt)
+    names = exported(site)
     assert {"signoff_attempts_total", "signoff_workers",
             "signoff_worker_heartbeat_age_seconds"} <= names
     used = {}

@@ -47,7 +47,7 @@ def test_another_monitors_dead_letter_cannot_be_replayed_and_nothing_changes(rt,
     assert rt.replay(other["id"], monitors=frozenset({"other"}))["replayed"] == 1
 
 
-def test_gaps_are_listed_for_the_monitors_a_reviewer_may_see(rt, two_monitors):
+def test_gaps_are_listed_for_the_monitors_a_reviewer_may_see(rt, site, two_monitors):
     rt.cancel("default")
     rt.resume("default", "default-2", "new_only")
     everything = rt.gaps()
@@ -56,8 +56,8 @@ def test_gaps_are_listed_for_the_monitors_a_reviewer_may_see(rt, two_monitors):
     assert mine["stale_events"]["total"] == 1 and mine["resume_gaps"] == []
     theirs = rt.gaps(monitors=frozenset({"default", "default-2"}))
     assert theirs["stale_events"] == {"total": 0, "latest": []}
-    assert rt.unobserved(frozenset({"other"}))["stale_events"] == 1
-    assert rt.unobserved(frozenset({"default", "default-2"}))["stale_events"] == 0
+    assert site.unobserved(frozenset({"other"}))["stale_events"] == 1
+    assert site.unobserved(frozenset({"default", "default-2"}))["stale_events"] == 0
     assert [g["monitor"] for g in theirs["resume_gaps"]] == [everything["resume_gaps"][0]["monitor"]]
 
 
@@ -82,12 +82,13 @@ def test_another_monitors_task_is_unknown_as_one_that_does_not_exist(rt, two_tas
     none = theirs[:-1] + ("0" if theirs[-1] != "0" else "1")
     limited = frozenset({"other"})
     for size in (64, 10):  # a full key and a prefix
-        for call in (rt.task, rt.task_key):
+        # Shown, or approved (a key resolved as every decision resolves it).
+        for call in (rt.task, lambda key, monitors: rt.approve(key, "0" * 64, monitors=monitors)):
             code, message = refusal(call, theirs[:size], limited)
             assert code == "unknown_task"
             assert message.replace(theirs[:size], "K") == refusal(
                 call, none[:size], limited)[1].replace(none[:size], "K")
-    assert rt.task_key(mine[:10], limited) == mine and rt.task(mine, limited)["key"] == mine
+    assert rt.task(mine[:10], limited)["key"] == mine and rt.task(mine, limited)["key"] == mine
     assert rt.task(theirs)["key"] == theirs  # nobody's limit: every task
 
 

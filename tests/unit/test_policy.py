@@ -38,7 +38,7 @@ def ready(rt, n=1, monitor_id="default"):
                                            record_id=f"comment-{n}",
                                            occurred=int(rt.clock.now()))], monitor_id=monitor_id)
     assert line.accepted
-    rt.ingest_batch("test")
+    rt.engine.ingest_batch("test")
     return Task.get(Task.record_id == f"comment-{n}", Task.monitor == monitor_id).key
 
 
@@ -361,7 +361,7 @@ def apply(rt, step, n):
         rt.host().put_record(f"r{n}", document="doc-demo")
         rt.enqueue_events([make_event(event_id=f"e{n}", record_id=f"r{n}",
                                       occurred=int(rt.clock.now()))], monitor_id=step[1])
-        rt.ingest_batch("prop")
+        rt.engine.ingest_batch("prop")
     elif kind == "policy":
         try:
             rt.add_policy(step[1], ttl_s=step[2], max_per_hour=step[3])
@@ -378,7 +378,7 @@ def apply(rt, step, n):
     elif kind == "pass":
         policy.run_pass(rt)
     else:
-        rt.submit_batch("prop")
+        rt.engine.submit_batch("prop")
 
 
 def check_invariants():
