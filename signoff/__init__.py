@@ -6,7 +6,8 @@ nothing imports in a circle: ``lint-imports`` checks both, with the contracts in
 
 - faces: ``cli`` (the ``signoff`` command; its commands, plumbing and printing in
   ``commands/``),
-  ``demo/`` (the story, end to end), ``worker`` (running the consumer and the
+  ``demo/`` (the story, end to end), ``testing`` (an in-memory host and a
+  ready home for users' tests), ``worker`` (running the consumer and the
   chores), ``serve/`` (webhooks, review pages, the JSON API, metrics over HTTP;
   ``serve.site``: ``Site``, the home as ``serve`` opens it),
   ``mcp/`` (signoff's own MCP servers);

@@ -13,6 +13,7 @@ from .intake import enqueue
 from .steps import drafting
 from . import storage, tracing
 from .errors import ConfigError, StorageError
+from .hosts.contract import CALLS, Capability, check_host, supports
 from .config import (call_factory, load_config, load_plugin, make_private, resolve_home,
                      write_default)
 from .rules.events import check_value
@@ -101,7 +102,7 @@ class Signoff:
         self.commits.close()
         self.wakers.flush()
         host = getattr(self._local, "host", None)
-        if host is not None and callable(getattr(host, "close", None)):
+        if host is not None and supports(host, Capability.CLOSE):
             self._local.host = None
             host.close()
         if callable(getattr(self._draft, "close", None)):
@@ -123,9 +124,9 @@ class Signoff:
         if host is None:
             if self._host_factory is None:
                 self._host_factory = load_plugin(self.config.host_factory, "host")
-            host = tracing.traced_host(call_factory(
+            host = tracing.traced_host(check_host(call_factory(
                 self._host_factory, self.config.host_factory, "host", self.home,
-                self.config.host_options))
+                self.config.host_options), self.config.host_factory), CALLS)
             self._local.host = host
         return host
 

@@ -34,9 +34,6 @@ ATTRIBUTES = {
     "status": "signoff.status", "code": "signoff.code", "count": "signoff.count",
     "http_status": "http.response.status_code",
 }
-# The host contract's calls, each traced as ``signoff.host.<method>``.
-HOST_METHODS = ("context", "get", "read_material", "submit", "receipt", "changes",
-                "get_many", "receipts", "submit_many")
 FINAL_EXPORT_S = 2.0  # the most a process waits at exit for its last spans to leave
 ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
@@ -261,10 +258,11 @@ def _span_context(parent):
 
 # -- plug-ins ------------------------------------------------------------------------
 
-def traced_host(host):
-    """``host`` with each contract call a ``signoff.host.<method>`` span (``host`` itself
-    when off). A call made outside any signoff span (a batch's grant read) is not traced."""
-    return host if _tracer is None else _TracedHost(host)
+def traced_host(host, calls):
+    """``host`` with each of its ``calls`` (the contract's, hosts.contract.CALLS) a
+    ``signoff.host.<method>`` span (``host`` itself when off). A call made outside any
+    signoff span (a batch's grant read) is not traced."""
+    return host if _tracer is None else _TracedHost(host, frozenset(calls))
 
 
 def traced_drafter(draft):
@@ -275,15 +273,16 @@ def traced_drafter(draft):
 class _TracedHost:
     """A host whose contract calls are spans; every other attribute is the host's own."""
 
-    def __init__(self, host):
+    def __init__(self, host, calls):
         object.__setattr__(self, "_host", host)
+        object.__setattr__(self, "_calls", calls)
 
     def __setattr__(self, name, value):
         setattr(self._host, name, value)  # the host's own, as if there were no wrapper
 
     def __getattr__(self, name):
         value = getattr(self._host, name)
-        if name in HOST_METHODS and callable(value):
+        if name in self._calls and callable(value):
             return _traced(f"signoff.host.{name}", value, host_call=True)
         return value
 

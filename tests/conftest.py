@@ -1,4 +1,5 @@
-"""Shared fixtures: a fresh home per test, with a fake clock and the reference host.
+"""Shared fixtures: a fresh home per test, with a fake clock and the reference host (the
+memory host of ``signoff.testing`` in ``tests/unit``).
 
 Backends: with ``SIGNOFF_TEST_DATABASE_URL`` (e.g. postgresql://postgres@127.0.0.1/test)
 and/or ``SIGNOFF_TEST_QUEUE_URL`` (redis://... or postgresql://...) set, every test
@@ -30,13 +31,21 @@ sys.dont_write_bytecode = False
 
 from backends import Backends
 # The helpers stay importable from here for tests that still name conftest.
-from helpers import (ARGS, CHROMIUM, PLUGINS, ROOT, T0, child_env, make_event, open_home,  # noqa: F401
-                     parent_of, read_here, set_keys, signoff_cmd, start_worker, state_tables,
+from helpers import (ARGS, CHROMIUM, PLUGINS, ROOT, T0, child_env, examples, make_event,  # noqa: F401
+                     open_home, parent_of, read_here, set_keys, signoff_cmd, start_worker, state_tables,
                      reads_for_one_test, wait_for)
+from hypothesis import settings as hypothesis_settings
 from signoff import storage
 from signoff.app import Signoff
 from signoff.clock import FakeClock
 from signoff.serve.site import Site
+from signoff.testing import forget, write_config
+
+
+# The property tests that name no number of cases try hypothesis's 100 in a thorough
+# run, 25 in the default one (as ``examples`` in tests/helpers does for the others).
+hypothesis_settings.register_profile("quick", max_examples=examples(100))
+hypothesis_settings.load_profile("quick")
 
 
 @pytest.fixture
@@ -219,16 +228,44 @@ def _initialised_copy(home, clock, tmp_path_factory):
     return Signoff(home, clock=clock)
 
 
+UNIT = ROOT / "tests" / "unit"
+_MEMORY = []  # the same, for a home on the memory host
+
+
+def _memory_copy(home, clock, tmp_path_factory):
+    """A home on ``signoff.testing.MemoryHost``, initialised as ``_initialised_copy`` does."""
+    if BACKENDS.active:
+        write_config(home)
+        return Signoff.init(home, clock=clock)
+    if not _MEMORY:
+        made = tmp_path_factory.mktemp("memory") / "home"
+        write_config(made)
+        Signoff.init(made).close()
+        _MEMORY.append(made)
+    shutil.copytree(_MEMORY[0], home)
+    return Signoff(home, clock=clock)
+
+
 @pytest.fixture
-def rt(home, clock, tmp_path_factory):
-    """An initialised home with one open record, its material and a bound monitor."""
-    app = _initialised_copy(home, clock, tmp_path_factory)
+def rt(home, clock, tmp_path_factory, request):
+    """An initialised home with one open record, its material and a bound monitor.
+
+    In ``tests/unit`` its host is the memory host (``signoff.testing``): the tier's
+    tests run the rules in this process with no host file; elsewhere it is the
+    reference host. The state and queue are the same either way: SQLite files in
+    the test's folder, or the test's server databases under the backend switch.
+    """
+    unit = UNIT in request.path.parents
+    app = (_memory_copy if unit else _initialised_copy)(home, clock, tmp_path_factory)
     host = app.host()
+    if unit:
+        host.now = clock.now  # when its records change, for `changes`
     host.put_record("comment-1", document="doc-demo", text="please add the demo date")
     host.put_material("doc-demo", "2026-11-01")
     app.bind("doc-demo")
     yield read_here(app)
     app.close()
+    forget(home)
 
 
 @pytest.fixture

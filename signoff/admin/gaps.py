@@ -23,6 +23,7 @@ from ..rules.events import check_label
 from ..state.history import audit
 from ..models import Delivery, Gap
 from ..rules.retry import TRANSIENT
+from ..hosts.contract import Capability, supports
 
 MODES = ("new_only", "replay")
 RESUME, LAPSE = "resume", "lapse"  # what made a gap (Gap.kind)
@@ -38,7 +39,7 @@ def replay(rt, gap, monitor_id, name, document, changed, now):
 
 def changed_or_none(rt, document, since):
     """The records ``document`` changed since ``since`` per the host; ``None`` if it cannot say."""
-    if not callable(getattr(rt.host(), "changes", None)):
+    if not supports(rt.host(), Capability.CHANGES):
         return None
     return changed_records(rt, document, since)
 
@@ -73,11 +74,10 @@ def end_of(monitor, now):
 
 def changed_records(rt, document, since):
     host = rt.host()
-    changes = getattr(host, "changes", None)
-    if not callable(changes):
+    if not supports(host, Capability.CHANGES):
         raise Refused("replay_unsupported", "the host cannot say what changed: use --new-only")
     try:
-        ids = changes(document, since)
+        ids = host.changes(document, since)
     except TRANSIENT:
         raise Refused("host_unavailable", "the host did not answer the changes query") from None
     if not isinstance(ids, list):

@@ -31,6 +31,7 @@ from peewee import JOIN, fn
 
 from ..config import serve_settings
 from ..errors import ConfigError, McpCallError, Refused, SignoffError
+from ..hosts.contract import Capability, supports
 from ..models import EventDeliveryCount, Monitor, Subscription, db
 from ..rules.gate import gate
 from ..rules.retry import TRANSIENT, backoff
@@ -58,7 +59,8 @@ log = logging.getLogger("signoff.subscriptions")
 
 def settings_of(rt):
     """The host's ``EventsSettings``, or ``None`` when its monitors are not subscribed."""
-    return getattr(rt.host(), "events_settings", None)
+    host = rt.host()
+    return host.events_settings if supports(host, Capability.EVENTS) else None
 
 
 def callback_url(rt, monitor_id):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..rules.canonical import canonical
 from ..errors import Blocked, Refused, StorageError
+from .contract import covered, verdict
 
 FILENAME = "host.db"
 # MCP Events subscriptions and outbox, kept when `signoff host mcp --http --events` serves.
@@ -81,7 +82,7 @@ class ReferenceHost:
         if record is None:
             raise Blocked("missing", f"no record {record_id!r}")
         record = json.loads(record)
-        if not _readable(record, json.loads(grant)):
+        if not readable(record, json.loads(grant)):
             raise Blocked("access", "the grant does not cover this record")
         return record
 
@@ -111,7 +112,7 @@ class ReferenceHost:
             return {}
         grant = json.loads(rows[0][2])  # one snapshot: the same grant on every row
         return {rid: record for rid, record in ((rid, json.loads(body)) for rid, body, _ in rows)
-                if _readable(record, grant)}
+                if readable(record, grant)}
 
     def submit(self, key, expected, result):
         """Write ``result`` under ``key`` once; idempotent for the same result."""
@@ -138,14 +139,14 @@ class ReferenceHost:
                                 {key for key, _, _ in items})
             current = self._bodies("SELECT id, body FROM records WHERE id IN",
                                    {r.get("id") for _, expected, _ in items
-                                    for r in _covered(expected)})
+                                    for r in covered(expected)})
             for key, expected, result in items:
-                verdict = _verdict(held.get(key), expected, result, current)
-                if verdict == "write":
+                answer = verdict(held.get(key), expected, result, current)
+                if answer == "write":
                     held[key] = result  # the same key again in this batch finds it held
                     rows.append((key, canonical(result)))
-                elif verdict != "held":
-                    refused[key] = verdict
+                elif answer != "held":
+                    refused[key] = answer
             self.conn.executemany("INSERT INTO results VALUES (?, ?, strftime('%s','now'))", rows)
         if rows:  # a retry that finds its result already held writes nothing
             self._after_write()
@@ -282,26 +283,10 @@ _REFUSALS = {"idempotency_conflict": "this key holds another result",
              "source_changed": "the record changed since it was read"}
 
 
-def _readable(record, grant):
+def readable(record, grant):
+    """True when ``grant`` lets its principal read ``record`` (its tenant, document, ``read``)."""
     return (record["tenant"] == grant["tenant"] and record["document"] in grant["docs"]
             and "read" in grant["actions"])
-
-
-def _covered(expected):
-    """The records a result was drafted from: a batch's result covers several."""
-    return expected if isinstance(expected, list) else [expected]
-
-
-def _verdict(old, expected, result, current):
-    """``write``, ``held`` (``old``, the result stored under its key, is the same)
-    or the refusal's code; ``current``: ``{id: record}`` as the host holds them."""
-    if old is not None:
-        return "held" if old == result else "idempotency_conflict"
-    for record in _covered(expected):
-        now = current.get(record.get("id"))
-        if now != record or now.get("status") != "open":
-            return "source_changed"
-    return "write"
 
 
 def _marks(values):

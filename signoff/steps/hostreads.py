@@ -10,6 +10,7 @@ batch answer can only spare calls, never change an outcome.
 
 from .. import tracing
 from ..errors import Blocked
+from ..hosts.contract import Capability, supports
 from ..rules.records import check_material
 
 
@@ -27,7 +28,7 @@ class BatchReads:
         self.host, self._rows = host, rows
         wanted = set(record_ids)
         # One record is one call either way: ``get`` keeps it in its row's trace.
-        self._wanted = wanted if len(wanted) > 1 and getattr(host, "get_many", None) else set()
+        self._wanted = wanted if len(wanted) > 1 and supports(host, Capability.GET_MANY) else set()
         self._records = None
         self._materials, self._usable = {}, set()
 
@@ -73,13 +74,12 @@ def receipts(host, tasks, spans, renew):
     own, linked to every task it covers. ``renew`` keeps the batch's leases
     and is called before each call.
     """
-    batch = getattr(host, "receipts", None)
-    if batch is None or len(tasks) == 1:
+    if not supports(host, Capability.RECEIPTS) or len(tasks) == 1:
         return {t.key: _receipt(host, t.key, spans.get(t.key), renew) for t in tasks}
     renew()
     try:
         with tracing.span("signoff.receipts", links=tasks, count=len(tasks)):
-            found = batch([t.key for t in tasks])
+            found = host.receipts([t.key for t in tasks])
     except Exception as exc:
         return {t.key: exc for t in tasks}
     return {t.key: found.get(t.key) for t in tasks}
@@ -91,13 +91,12 @@ def submit(host, tasks, spans, renew):
     Each is submitted under its key with its record and result; a batch that
     fails as a whole (a timeout, a lost acknowledgement) fails every task in it.
     """
-    batch = getattr(host, "submit_many", None)
-    if batch is None or len(tasks) == 1:
+    if not supports(host, Capability.SUBMIT_MANY) or len(tasks) == 1:
         return {t.key: _submitted(host, t, spans.get(t.key), renew) for t in tasks}
     renew()
     try:
         with tracing.span("signoff.submits", links=tasks, count=len(tasks)):
-            refused = batch([(t.key, t.record, t.result) for t in tasks])
+            refused = host.submit_many([(t.key, t.record, t.result) for t in tasks])
     except Exception as exc:
         return {t.key: exc for t in tasks}
     return {t.key: Blocked(refused[t.key], f"the host refused the write: {refused[t.key]}")

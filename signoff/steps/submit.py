@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from .. import tracing
 from ..rules.canonical import digest
 from ..errors import Blocked
+from ..hosts.contract import Capability, supports
 from ..rules.gate import SUBMIT_ACTIONS, gate
 from .claiming import open_batch
 from .hostreads import receipts, submit
@@ -137,7 +138,7 @@ def _write_all(rt, batch, tasks, spans):
     marked = _mark_write_possible(rt, batch.token, tasks)
     outcomes = {t.key: Outcome("fenced", "fenced") for t in tasks if t.key not in marked}
     going = [t for t in tasks if t.key in marked]
-    one_call = getattr(batch.host, "submit_many", None) is not None
+    one_call = supports(batch.host, Capability.SUBMIT_MANY)
     landed = []
     for group in [going] if one_call else [[t] for t in going]:
         ours = _still_ours([t.key for t in group], batch.token)

@@ -35,6 +35,18 @@ OPERATOR = "operator:" + os_account()
 LOCAL_TLS = ssl.create_default_context()
 
 
+# A property test tries ``examples(n)`` cases: all ``n`` where SIGNOFF_TEST_THOROUGH is
+# set (.ci/run sets it for every run), a quarter of them (10 at least) in the default
+# run people wait for. The cases are drawn afresh on each run, so the quick runs
+# still add up; the thorough one is what CI holds every change to.
+THOROUGH = bool(os.environ.get("SIGNOFF_TEST_THOROUGH"))
+
+
+def examples(n):
+    """How many cases a property test written for ``n`` tries in this run."""
+    return n if THOROUGH else max(10, n // 4)
+
+
 def make_event(**changes):
     """A matching event for the default fixture record, at the fake clock's start."""
     event = {"event_id": "evt-1", "name": "comment.created", "document": "doc-demo",

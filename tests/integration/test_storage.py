@@ -21,7 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from peewee import SQL, OperationalError, ValueLiterals
 
-from helpers import T0, child_env, make_event, signoff_cmd, start_worker, stop_worker, wait_for
+from helpers import (T0, child_env, examples, make_event, signoff_cmd, start_worker, stop_worker,
+                     wait_for)
 from signoff import storage
 from signoff.app import Signoff
 from signoff.errors import Blocked, StorageError
@@ -269,7 +270,7 @@ JSON_VALUES = st.recursive(
 
 
 @given(JSON_VALUES)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @pytest.mark.backend_independent
 def test_json_is_dumped_once_and_still_as_escaped_as_a_full_walk(value):
     walked = json.dumps(storage.fields._walk(value, storage.escape_text))

@@ -5,7 +5,7 @@ import io
 import json
 
 import pytest
-from helpers import make_event
+from helpers import examples, make_event
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,7 +38,7 @@ def read_as_line(value):
     return as_answer(outcome)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(events)
 def test_a_value_gets_the_answer_of_its_json_line(value):
     assert as_answer(check_value(value)) == read_as_line(value)

@@ -1,6 +1,7 @@
 """What a host record may hold: the refusal names where the bad value is."""
 
 import pytest
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -50,7 +51,7 @@ JSON_VALUES = st.recursive(
 
 @pytest.mark.backend_independent
 @given(JSON_VALUES)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_the_size_bound_is_never_below_the_size_as_json(value):
     problem, least, most = _problem("record", value)
     size = len(canonical(value).encode("utf-8", "surrogatepass"))

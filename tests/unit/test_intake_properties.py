@@ -12,7 +12,7 @@ import math
 import unicodedata
 
 import pytest
-from helpers import T0, make_event
+from helpers import T0, examples, make_event
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +21,7 @@ from signoff.models import MODELS, Audit, Delivery
 LABELS = ("event_id", "name", "document", "record_id")
 LIMIT = 64 * 1024
 
-PROPERTY_SETTINGS = settings(max_examples=60, deadline=None,
+PROPERTY_SETTINGS = settings(max_examples=examples(60), deadline=None,
                              suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from conftest import example_backends
-from helpers import OPERATOR, T0, make_event, read_here
+from helpers import OPERATOR, T0, examples, make_event, read_here
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from peewee import OperationalError
@@ -402,7 +402,7 @@ def check_invariants():
             assert task.approved_at <= owner.ended_at
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(STEPS)
 def test_no_policy_approves_outside_its_monitor_or_after_its_end(steps):
     with tempfile.TemporaryDirectory() as folder, example_backends():

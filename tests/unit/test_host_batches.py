@@ -1,8 +1,9 @@
 """A host's batch calls: a batch of rows read, written and confirmed in one call each.
 
-The reference host offers ``get_many``, ``receipts`` and ``submit_many``; they must
-answer as the single calls would, and the worker must use them for a batch while
-keeping every guarantee of the single calls (docs/concepts.md, Submitting).
+The hosts that ship offer ``get_many``, ``receipts`` and ``submit_many``; they must
+answer as the single calls would (test_host_conformance.py, on both), and the worker
+must use them for a batch while keeping every guarantee of the single calls
+(docs/concepts.md, Submitting). Here the host is the memory host.
 """
 
 from collections import Counter
@@ -40,43 +41,6 @@ def approved(rt, records):
     rt.engine.ingest_batch("w1")
     answers = rt.approve_many([(t.key, t.digest) for t in Task.select()])
     assert all(isinstance(a, dict) for a in answers), answers
-
-
-def test_the_reference_host_answers_a_batch_as_its_single_calls_would(host):
-    host.put_record("comment-2", document="doc-demo", text="two")
-    host.put_record("elsewhere", document="doc-other", text="outside the grant")
-    assert host.get_many(["comment-1", "comment-2", "nope", "elsewhere"]) == {
-        "comment-1": host.get("comment-1"), "comment-2": host.get("comment-2")}
-    one, two = host.get("comment-1"), host.get("comment-2")
-    result = {"record_id": "comment-1", "version": 1, "draft": "d", "sources": ["s"]}
-    assert host.submit_many([("k1", one, result)]) == {}
-    changed = dict(two, text="not what is stored")
-    assert host.submit_many([
-        ("k1", one, result),  # the same result again: held, not refused
-        ("k1b", one, result),
-        ("k1", one, dict(result, draft="another")),
-        ("k2", changed, result),
-    ]) == {"k1": "idempotency_conflict", "k2": "source_changed"}
-    assert host.receipts(["k1", "k1b", "k2"]) == {"k1": result, "k1b": result}
-    assert [r["key"] for r in host.results()] == ["k1", "k1b"]
-
-
-def test_a_batch_checks_each_item_against_what_the_items_before_it_wrote(host):
-    host.put_record("comment-2", document="doc-demo", text="two")
-    one, two = host.get("comment-1"), host.get("comment-2")
-    result = {"record_id": "comment-1", "version": 1, "draft": "d", "sources": ["s"]}
-    closed = dict(host.put_record("comment-2", status="closed"))
-    assert host.submit_many([
-        ("new", one, result),
-        ("new", one, result),  # written just before, in this very batch: held
-        ("new", one, dict(result, draft="other")),  # not the result it holds now
-        ("both", [one, two], result),  # comment-2 changed since it was read
-        ("closed", closed, result),  # as stored, but no longer open
-        ("after", one, result),
-    ]) == {"new": "idempotency_conflict", "both": "source_changed",
-           "closed": "source_changed"}
-    assert host.results() == [{"key": "after", "result": result},
-                              {"key": "new", "result": result}]
 
 
 def test_a_batch_is_read_written_and_confirmed_in_one_call_each(counted):
