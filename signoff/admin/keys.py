@@ -11,10 +11,6 @@ import json
 from urllib.parse import urlsplit
 
 from peewee import IntegrityError
-from webauthn import generate_registration_options, options_to_json, verify_registration_response
-from webauthn.helpers.exceptions import InvalidRegistrationResponse
-from webauthn.helpers.structs import (AuthenticatorSelectionCriteria, PublicKeyCredentialDescriptor,
-                                      ResidentKeyRequirement, UserVerificationRequirement)
 
 from ..errors import Refused, SignatureRefused
 from ..rules import statements as st
@@ -43,6 +39,11 @@ def add(rt, name, data, by=None, channel="cli"):
 def passkey_options(rt, name, origin):
     """The WebAuthn creation options for reviewer ``name`` to register a passkey at
     ``origin`` (user verification required), with a challenge minted as a nonce."""
+    # webauthn takes a tenth of a second to import: only the passkey pages load it.
+    from webauthn import generate_registration_options, options_to_json
+    from webauthn.helpers.structs import (AuthenticatorSelectionCriteria,
+                                          PublicKeyCredentialDescriptor, ResidentKeyRequirement,
+                                          UserVerificationRequirement)
     reviewer = _reviewer(name)
     with db.atomic():
         nonce = nonces.mint(reviewer, "register", rt.clock.now())
@@ -63,6 +64,8 @@ def register_passkey(rt, name, credential, origin):
     """Keep the passkey reviewer ``name`` created at ``origin`` (a ``PublicKeyCredential``
     as JSON, base64url fields) once ``webauthn`` verifies it against the challenge
     signoff minted; audited as theirs. Answers as ``add``."""
+    from webauthn import verify_registration_response  # as in passkey_options
+    from webauthn.helpers.exceptions import InvalidRegistrationResponse
     reviewer = _reviewer(name)
     now = rt.clock.now()
     nonce = _registration_nonce(credential)

@@ -12,8 +12,6 @@ records nothing and keeps its nonce.
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from webauthn import verify_authentication_response
-from webauthn.helpers.exceptions import InvalidAuthenticationResponse
 
 from ..errors import SignatureRefused
 from ..rules import statements as st
@@ -130,6 +128,9 @@ def _verified_passkey(proof, text, reviewer):
     if key is None:
         raise SignatureRefused("unknown_key", f"reviewer {reviewer!r} holds no passkey "
                                "with this credential id")
+    # webauthn takes a tenth of a second to import: only a passkey's check loads it.
+    from webauthn import verify_authentication_response
+    from webauthn.helpers.exceptions import InvalidAuthenticationResponse
     credential = {"id": given["credential_id"], "rawId": given["credential_id"],
                   "type": "public-key",
                   "response": {"authenticatorData": given["authenticator_data"],
