@@ -6,7 +6,7 @@ import threading
 from peewee import DatabaseError
 
 from . import views
-from .admin import gaps, monitors, resume, reviewers, secrets, subscriptions
+from .admin import delegations, gaps, monitors, resume, reviewers, secrets, subscriptions
 from .chores import retention
 from .decisions import approval, deadletters, deliveries, policy, redraft
 from .intake import enqueue, webhooks
@@ -295,15 +295,16 @@ class Signoff:
 
     @_own_database
     def approve(self, key, digest, by=None, channel="cli", edit=None,
-                ack_hidden_characters=False, monitors=None):
+                ack_hidden_characters=False, monitors=None, for_reviewer=None):
         """Approve a ready task whose result has ``digest`` (one place of its quorum).
 
         ``edit``: the draft's new text, approved as edited (its own digest).
         ``ack_hidden_characters``: the approver saw the draft's hidden characters marked.
         ``monitors``: a limited reviewer's monitors; another monitor's task is unknown.
+        ``for_reviewer``: the reviewer a delegate decides for (``reviewer delegate``).
         """
         return approval.approve(self, key, digest, by, channel, edit, ack_hidden_characters,
-                                monitors)
+                                monitors, for_reviewer)
 
     @_own_database
     def approve_many(self, items, by=None, channel="cli", ack_hidden_characters=False,
@@ -314,10 +315,12 @@ class Signoff:
                                      monitors=monitors)
 
     @_own_database
-    def reject(self, key, reason=None, by=None, channel="cli", digest=None, monitors=None):
+    def reject(self, key, reason=None, by=None, channel="cli", digest=None, monitors=None,
+               for_reviewer=None):
         """Reject a ready task; ``reason`` (1-200 printable characters) is kept and shown;
-        ``digest``: the result the person saw (refused ``digest_mismatch`` once it changed)."""
-        return approval.reject(self, key, reason, by, channel, digest, monitors)
+        ``digest``: the result the person saw (refused ``digest_mismatch`` once it changed);
+        ``for_reviewer``: the reviewer a delegate decides for."""
+        return approval.reject(self, key, reason, by, channel, digest, monitors, for_reviewer)
 
     @_own_database
     def cancel_task(self, key, by=None, channel="cli", monitors=None):
@@ -356,9 +359,32 @@ class Signoff:
         return policy.revoke(self, policy_id, by, channel)
 
     @_own_database
-    def add_reviewer(self, name, read_only=False, monitors=(), by=None, channel="cli"):
-        """Create a reviewer, optionally limited to ``monitors``; its token is answered once."""
-        return reviewers.add(self, name, read_only, monitors, by, channel)
+    def add_reviewer(self, name, read_only=False, monitors=(), by=None, channel="cli",
+                     slack_user=None):
+        """Create a reviewer, optionally limited to ``monitors``; its token is answered once.
+        ``slack_user``: the Slack member id whose clicks decide as them."""
+        return reviewers.add(self, name, read_only, monitors, by, channel, slack_user)
+
+    @_own_database
+    def set_reviewer(self, name, slack_user=None, by=None, channel="cli"):
+        """Change a reviewer's contacts (``slack_user``; ``""`` removes it)."""
+        return reviewers.set_contacts(self, name, slack_user, by, channel)
+
+    @_own_database
+    def delegate(self, name, to, until=None, by=None, channel="cli"):
+        """Let reviewer ``to`` decide for ``name`` until ``until`` (ISO 8601 with a zone,
+        or Unix seconds; default: until ``undelegate``)."""
+        return delegations.delegate(self, name, to, until, by, channel)
+
+    @_own_database
+    def undelegate(self, name, by=None, channel="cli"):
+        """End reviewer ``name``'s delegation."""
+        return delegations.undelegate(self, name, by, channel)
+
+    @_own_database
+    def viewer_for_slack_user(self, uid):
+        """The reviewer (a ``reviewers.Viewer``) mapped to Slack user ``uid``, or ``None``."""
+        return reviewers.viewer_for_slack_user(uid)
 
     @_own_database
     def reviewer_for_token(self, token):
@@ -508,6 +534,12 @@ class Signoff:
     def audit(self, **kw):
         """Audit rows (``limit``, ``after``, ``latest``, ``newest_first``)."""
         return views.audit(**kw)
+
+    @_own_database
+    def oldest_waiting(self, monitors=None):
+        """``{monitor: {since, age_s}}``: each monitor's oldest task waiting for a decision
+        (of ``monitors`` alone, if given)."""
+        return views.timing.oldest_waiting(self.clock.now(), monitors)
 
     @_own_database
     def stats(self):

@@ -169,6 +169,7 @@ class Task(BaseModel):
     # to_digest, diff} each (approval.py); the first from_digest is the drafted one.
     edits = JSON(default=list)
     rejected_by = Text(null=True)
+    rejected_for = Text(null=True)  # the reviewer a delegate rejected for
     reject_reason = Text(null=True)
     # The W3C trace context of the span that drafted it (signoff/tracing.py), if traced.
     traceparent = Text(null=True)
@@ -278,9 +279,23 @@ class Approval(BaseModel):
     channel = Text()  # cli, page, api or policy
     at = DoubleField()
     note = Text(null=True)  # the CLI's ``--by`` word: shown, never counted
+    # The reviewer a delegate decided for (``by`` stays the delegate, counted once).
+    for_reviewer = Text(null=True)
 
     class Meta:
         indexes = ((("task_key", "digest", "by"), True),)
+
+
+class DecisionTime(BaseModel):
+    """One human decision of a task and how long after the task became ready it came
+    (``/metrics`` ``signoff_decision_seconds``)."""
+
+    id = BigAutoField()
+    monitor = Text()
+    channel = Text()
+    kind = CharField()  # approval_added, approved, edited, rejected
+    seconds = DoubleField()
+    at = DoubleField()
 
 
 class Policy(BaseModel):
@@ -416,9 +431,19 @@ class Reviewer(BaseModel):
     # The name's UTS #39 skeleton: unique, so two adds at once can never make
     # two reviewers who look alike. Null for reviewers added before version 6.
     skeleton = Text(null=True)
+    slack_user = Text(null=True)  # the Slack user id whose clicks are this reviewer's
 
     class Meta:
-        indexes = ((("skeleton",), True),)
+        indexes = ((("skeleton",), True), (("slack_user",), True))
+
+
+class Delegation(BaseModel):
+    """``reviewer`` lets ``delegate`` decide for them (until ``until``; null: until undone)."""
+
+    reviewer = CharField(primary_key=True)
+    delegate = CharField(index=True)
+    until = DoubleField(null=True)
+    created_at = DoubleField()
 
 
 class ReviewerMonitor(BaseModel):
@@ -463,6 +488,22 @@ class Notification(BaseModel):
 
     class Meta:
         indexes = ((("status", "next_at"), False),)
+
+
+class SlackMessage(BaseModel):
+    """The Slack message that announced a task: where it is, so it can be updated."""
+
+    task_key = CharField(max_length=64, primary_key=True)
+    channel = Text()
+    ts = Text()
+    posted_at = DoubleField()
+
+
+class MonitorSlack(BaseModel):
+    """A monitor bound with ``--slack-channel``: its ready tasks are posted there."""
+
+    monitor = CharField(primary_key=True)
+    channel = Text()
 
 
 class Cursor(BaseModel):
@@ -576,11 +617,11 @@ class Chore(BaseModel):
 MODELS = [
     Monitor, Delivery, Inbox, Gap,
     Task, Attempt, DeadLetter, PurgedTask, MonitorBatching, RecordBatch, BatchMember,
-    Approval, Policy, PolicyDecision,
+    Approval, DecisionTime, Policy, PolicyDecision,
     Audit, AuditReviewer,
     WebhookSecret, WebhookAnswer, WebhookDigest, WebhookRefusal,
-    Reviewer, ReviewerMonitor, ReviewSession,
-    Notification, Cursor,
+    Reviewer, ReviewerMonitor, ReviewSession, Delegation,
+    Notification, SlackMessage, MonitorSlack, Cursor,
     Subscription, EventDeliveryCount,
     DrafterUsage, DrafterCallCount,
     WorkerBeat, Chore,

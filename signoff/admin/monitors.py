@@ -11,7 +11,7 @@ from ..state.history import audit
 from ..state.monitors import end_monitor, end_pause, new_monitor, start_pause
 from ..state.statuses import DELIVERY_WAITING
 from ..state.tasks import cancel_tasks
-from ..models import Delivery, Monitor, Task, db
+from ..models import Delivery, Monitor, MonitorSlack, Task, db
 from ..rules.retry import TRANSIENT
 from ..storage import retried
 
@@ -33,7 +33,7 @@ def check_id(monitor_id):
 
 
 def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, window_s=60,
-         approval_ttl_s=None, batch_window_s=None, within=None, approvals=1):
+         approval_ttl_s=None, batch_window_s=None, within=None, approvals=1, slack_channel=None):
     """Bind a monitor from the host's current grant context.
 
     An id that exists already (active or cancelled) is refused: a cancelled
@@ -42,6 +42,7 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
     (``subscriptions.subscribe``); ``event_names`` then defaults to the
     subscribed event's name. ``within()`` runs in the transaction that writes
     the monitor. ``approvals``: the distinct approvers each task's digest needs.
+    ``slack_channel``: the Slack channel id its ready tasks are posted to.
     """
     events = subscriptions.settings_of(rt)
     if event_names is None:
@@ -51,6 +52,7 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
                     "batch-window": batch_window_s})
     if isinstance(approvals, bool) or not isinstance(approvals, int) or not 1 <= approvals <= MAX_APPROVALS:
         raise Refused("invalid_monitor", f"approvals: must be a whole number from 1 to {MAX_APPROVALS}")
+    _check_slack_channel(slack_channel)
     try:
         context = rt.host().context()
     except TRANSIENT as exc:  # e.g. a host URL that cannot be reached: the message names it
@@ -73,6 +75,8 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
                         grant_digest=digest(context))
             if batch_window_s is not None:
                 recordbatches.set_window(monitor_id, batch_window_s)
+            if slack_channel is not None:
+                MonitorSlack.create(monitor=monitor_id, channel=slack_channel)
             audit(now, "bound", monitor_id, subject=monitor_id)
             if within is not None:
                 within()
@@ -96,6 +100,16 @@ def _check_options(monitor_id, document, event_names, events, durations):
     for name, value in durations.items():
         if value is not None and not value > 0:
             raise Refused("invalid_monitor", f"{name}: must be a positive number of seconds")
+
+
+def _check_slack_channel(channel):
+    """A Slack channel id (``C…``, ``G…`` or ``D…``, capitals and digits), or ``invalid_monitor``."""
+    if channel is None:
+        return
+    if not (isinstance(channel, str) and 2 <= len(channel) <= 32 and channel[0] in "CGD"
+            and channel.isascii() and channel.isalnum() and channel == channel.upper()):
+        raise Refused("invalid_monitor", f"slack-channel {channel!r}: a Slack channel id (C, G "
+                      "or D, then capital letters and digits), not its name")
 
 
 def _refuse_existing(monitor_id):
@@ -188,7 +202,9 @@ def row(monitor):
             "expires_at": monitor.expires_at, "window_s": monitor.window_s,
             "approval_ttl_s": monitor.approval_ttl_s, "approvals": monitor.approvals,
             "grant_digest": monitor.grant_digest,
-            "batch_window_s": recordbatches.windows([monitor.id]).get(monitor.id)}
+            "batch_window_s": recordbatches.windows([monitor.id]).get(monitor.id),
+            "slack_channel": MonitorSlack.select(MonitorSlack.channel).where(
+                MonitorSlack.monitor == monitor.id).scalar()}
 
 
 def listing():

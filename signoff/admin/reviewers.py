@@ -16,7 +16,8 @@ from peewee import IntegrityError
 from ..errors import Refused
 from ..rules.names import Actor, clash, normal_name, skeleton
 from ..state.history import audit
-from ..models import AuditReviewer, Monitor, Reviewer, ReviewerMonitor, ReviewSession, db
+from ..models import (AuditReviewer, Delegation, Monitor, Reviewer, ReviewerMonitor,
+                      ReviewSession, db)
 
 SESSION_TTL_S = 12 * 3600
 
@@ -60,7 +61,7 @@ class Viewer:
         return isinstance(given, str) and hmac.compare_digest(given.encode(), self.csrf.encode())
 
 
-def add(rt, name, read_only=False, monitors=(), by=None, channel="cli"):
+def add(rt, name, read_only=False, monitors=(), by=None, channel="cli", slack_user=None):
     """Create a reviewer; returns ``{name, token, read_only, monitors}`` (the token, this once).
 
     ``name`` is kept normalised (``rules/names.py``: ``Alice `` becomes
@@ -68,10 +69,12 @@ def add(rt, name, read_only=False, monitors=(), by=None, channel="cli"):
     with an existing reviewer's, or breaking the name rule, is refused
     ``invalid_name`` (the very name again: ``reviewer_exists``). ``monitors``
     limits the reviewer to those monitors' tasks (each must exist, else
-    ``unknown_monitor``); none means every monitor.
+    ``unknown_monitor``); none means every monitor. ``slack_user``: the Slack
+    user id whose clicks are this reviewer's (``check_slack_user``).
     """
     form = normal_name(name)
     actor = Actor.of(by, channel)
+    slack_user = None if slack_user is None else check_slack_user(slack_user)
     token = "sor_" + secrets.token_urlsafe(32)
     now = rt.clock.now()
     monitors = sorted(set(monitors))
@@ -83,8 +86,9 @@ def add(rt, name, read_only=False, monitors=(), by=None, channel="cli"):
             raise Refused("unknown_monitor", f"no monitor {unknown[0]!r}")
         try:
             with db.atomic():  # a savepoint: a look-alike added meanwhile is refused cleanly
+                _refuse_taken_slack_user(slack_user, form)
                 Reviewer.create(name=form, token_hash=_hash(token), read_only=bool(read_only),
-                                created_at=now, skeleton=skeleton(form))
+                                created_at=now, skeleton=skeleton(form), slack_user=slack_user)
         except IntegrityError:
             raise Refused("invalid_name", f"{form!r} looks like a reviewer added at the same "
                           "moment; choose a name no one could take for another") from None
@@ -92,7 +96,50 @@ def add(rt, name, read_only=False, monitors=(), by=None, channel="cli"):
             ReviewerMonitor.create(reviewer=form, monitor=monitor)
         audit(now, "reviewer_added", subject=form, **actor.audit)
     return {"name": form, "token": token, "read_only": bool(read_only),
-            "monitors": monitors or None}
+            "monitors": monitors or None, "slack_user": slack_user}
+
+
+def check_slack_user(uid):
+    """A Slack user id (``U…`` or ``W…``, capitals and digits), or ``invalid_slack_user``."""
+    if not (isinstance(uid, str) and 2 <= len(uid) <= 32 and uid[0] in "UW"
+            and uid.isascii() and uid.isalnum() and uid == uid.upper()):
+        raise Refused("invalid_slack_user", f"{uid!r} is not a Slack user id (U or W, then "
+                      "capital letters and digits: the member id of the person's Slack profile)")
+    return uid
+
+
+def _refuse_taken_slack_user(uid, name):
+    if uid is None:
+        return
+    other = Reviewer.get_or_none(Reviewer.slack_user == uid)
+    if other is not None and other.name != name:
+        raise Refused("invalid_slack_user", f"Slack user {uid} is reviewer {other.name!r}'s "
+                      "already: one person, one reviewer")
+
+
+def set_contacts(rt, name, slack_user=None, by=None, channel="cli"):
+    """Change a reviewer's contacts (``reviewer set``): ``slack_user``, ``""`` to clear it."""
+    actor = Actor.of(by, channel)
+    uid = None if slack_user in (None, "") else check_slack_user(slack_user)
+    now = rt.clock.now()
+    with db.atomic():
+        row = find(name)
+        if row is None:
+            raise Refused("unknown_reviewer", f"no reviewer {name!r}")
+        if slack_user is not None:
+            _refuse_taken_slack_user(uid, row.name)
+            Reviewer.update(slack_user=uid).where(Reviewer.name == row.name).execute()
+        audit(now, "reviewer_changed", subject=row.name, data={"slack_user": uid}, **actor.audit)
+    return {"name": row.name, "slack_user": uid}
+
+
+def viewer_for_slack_user(uid):
+    """The ``Viewer`` whose reviewer has Slack user id ``uid``, or ``None``."""
+    reviewer = Reviewer.get_or_none(Reviewer.slack_user == uid) if isinstance(uid, str) else None
+    if reviewer is None:
+        return None
+    return Viewer(name=reviewer.name, read_only=bool(reviewer.read_only),
+                  monitors=_monitors_of(reviewer.name))
 
 
 def _refuse_lookalike(typed, form):
@@ -136,16 +183,21 @@ def remove(rt, name, by=None, channel="cli"):
         name = row.name
         ended = ReviewSession.delete().where(ReviewSession.reviewer == name).execute()
         ReviewerMonitor.delete().where(ReviewerMonitor.reviewer == name).execute()
+        Delegation.delete().where((Delegation.reviewer == name)
+                                  | (Delegation.delegate == name)).execute()
         audit(now, "reviewer_removed", subject=name, **actor.audit)
     return {"name": name, "removed": True, "sessions_ended": ended}
 
 
 def listing():
-    """Reviewers as ``{name, read_only, monitors, created_at}`` (never a token);
-    ``monitors`` is null for a reviewer of every monitor."""
+    """Reviewers as ``{name, read_only, monitors, slack_user, delegate, created_at}``
+    (never a token); ``monitors`` is null for a reviewer of every monitor,
+    ``delegate`` names who decides for them (``reviewer delegate``), if anyone."""
     limits = _limits(None)
+    delegates = dict(Delegation.select(Delegation.reviewer, Delegation.delegate).tuples())
     return [{"name": r.name, "read_only": r.read_only,
              "monitors": sorted(limits[r.name]) if r.name in limits else None,
+             "slack_user": r.slack_user, "delegate": delegates.get(r.name),
              "created_at": r.created_at}
             for r in Reviewer.select().order_by(Reviewer.name)]
 

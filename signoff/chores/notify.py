@@ -20,6 +20,9 @@ no cursor (a worker runs it before it takes any work) puts the cursor at the
 end of the audit log, and neither the cursor nor its look-back ever reads
 behind that start, so tasks that were ready before are not announced.
 
+Slack messages (``[notify.slack]``, ``slack.py``) go through the same outbox,
+cursor and pump, with or without a ``[notify] url``.
+
     [notify]
     url = "https://chat.example/hooks/signoff"
     secret = "whsec_..."
@@ -29,8 +32,10 @@ behind that start, so tasks that were ready before are not announced.
 """
 
 import datetime
+import functools
 import json
 import logging
+import operator
 import threading
 from dataclasses import dataclass
 
@@ -49,6 +54,7 @@ from ..rules.canonical import digest
 from ..rules.retry import backoff
 from .. import storage
 from ..storage import key_in, log_failed_pass, unindexed
+from . import slack
 
 CURSOR = "notify"
 START = "notify_start"  # where the cursor started: nothing before it is ever collected
@@ -60,6 +66,7 @@ MESSAGE_PREFIX = "ready_"
 # The audit codes announced, and the type each notification says.
 ANNOUNCED = {"ready": "task.ready", "rejected": "task.rejected",
              "approval_added": "task.approval_added"}
+CHANNEL_TABLES = ("slack",)
 
 log = logging.getLogger("signoff.notify")
 
@@ -85,7 +92,8 @@ NUMBERS = {"attempts": (int, ATTEMPTS), "timeout_s": (NUMBER, Range(0, 300, abov
 def notify_settings(home):
     """The ``[notify]`` settings of ``home``, or ``None`` when no url is set."""
     from ..rules.signatures import check_secret
-    table = read_table(home, "notify")
+    # Its channels' tables ([notify.slack]) are read by their own modules.
+    table = {k: v for k, v in read_table(home, "notify").items() if k not in CHANNEL_TABLES}
     if not table.get("url"):
         return None
     known = set(NotifySettings.__dataclass_fields__)
@@ -107,8 +115,13 @@ def notify_settings(home):
         raise ConfigError("bad_config", f"[notify]: {exc}") from None
 
 
-def collect(now):
-    """Move new ``ready`` audit rows into the outbox; returns how many rows were added."""
+def collect(now, webhook=True, to_slack=False):
+    """Move new audit rows into the outbox; returns how many rows were added.
+
+    ``webhook``: ``[notify] url`` is set (its ``ANNOUNCED`` rows); ``to_slack``:
+    ``[notify.slack]`` is (``slack.CODES`` rows of monitors with a channel).
+    """
+    codes = (list(ANNOUNCED) if webhook else []) + (list(slack.CODES) if to_slack else [])
     with db.atomic():
         cursor = Cursor.get_or_none(Cursor.name == CURSOR)
         top = Audit.select(fn.MAX(Audit.seq)).scalar() or 0
@@ -122,17 +135,24 @@ def collect(now):
         start = Cursor.select(Cursor.seq).where(Cursor.name == START).scalar() or 0
         rows = list(Audit.select(Audit.seq, Audit.task_key, Audit.code)
                     .where(Audit.seq > max(start, seen - LOOKBACK), Audit.seq <= top,
-                           Audit.code.in_(list(ANNOUNCED)), Audit.task_key.is_null(False))
+                           Audit.code.in_(sorted(set(codes))), Audit.task_key.is_null(False))
                     .order_by(Audit.seq).limit(COLLECT_LIMIT))
         new_seq = rows[-1].seq if len(rows) == COLLECT_LIMIT else top
         if not Cursor.update(seq=new_seq).where(Cursor.name == CURSOR, Cursor.seq == seen).execute():
             return 0  # another pump moved the cursor first
-        keys = list({r.task_key for r in rows if r.code == "ready"})
-        ready = [k for (k,) in Task.select(Task.key).where(
-            key_in(Task.key, keys), unindexed(Task.status) == T.READY).tuples()]
-        decisions = [(digest(["notice", r.seq]), ANNOUNCED[r.code], r.task_key, r.seq)
-                     for r in rows if r.code != "ready"]
-        return len(new_notifications(ready, now)) + len(new_decision_notifications(decisions, now))
+        added = slack.outbox_rows(rows, now) if to_slack else 0
+        return added + (_webhook_rows([r for r in rows if r.code in ANNOUNCED], now)
+                        if webhook else 0)
+
+
+def _webhook_rows(rows, now):
+    """Outbox rows of the webhook for the audit ``rows``; returns how many were added."""
+    keys = list({r.task_key for r in rows if r.code == "ready"})
+    ready = [k for (k,) in Task.select(Task.key).where(
+        key_in(Task.key, keys), unindexed(Task.status) == T.READY).tuples()]
+    decisions = [(digest(["notice", r.seq]), ANNOUNCED[r.code], r.task_key, r.seq)
+                 for r in rows if r.code != "ready"]
+    return len(new_notifications(ready, now)) + len(new_decision_notifications(decisions, now))
 
 
 def outbox_busy():
@@ -183,23 +203,41 @@ def signed_request(task, settings, now, row=None):
                   "webhook-signature": Webhook(settings.secret).sign(msg_id, at, body)}
 
 
-def send_due(rt, settings, client):
-    """Send the outbox rows that are due; returns ``(sent, failed)``."""
+def send_due(rt, settings, client, slack_settings=None, slack_client=None):
+    """Send the outbox rows that are due; returns ``(sent, failed)``.
+
+    ``settings``/``client``: the webhook's (``None`` without a ``[notify] url``);
+    ``slack_settings``/``slack_client``: Slack's. Only the configured ones' rows
+    are sent; the others wait for their channel to be configured again.
+    """
     now = rt.clock.now()
     sent = failed = 0
+    is_slack = Notification.type.startswith("slack.")
+    kinds = ([Notification.type.is_null() | ~is_slack] if settings else []) + (
+        [is_slack] if slack_settings else [])
+    if not kinds:
+        return 0, 0
     for row in (Notification.select().where(Notification.status == N.PENDING,
-                                            Notification.next_at <= now)
+                                            Notification.next_at <= now,
+                                            functools.reduce(operator.or_, kinds))
                 .order_by(Notification.next_at).limit(SEND_LIMIT)):
+        to_slack = (row.type or "").startswith("slack.")
+        limits = slack_settings if to_slack else settings
         # Hold the row for the length of a try so another pump leaves it alone.
-        if not hold_notification(row.task_key, row.next_at, now + 2 * settings.timeout_s + 1):
+        if not hold_notification(row.task_key, row.next_at, now + 2 * limits.timeout_s + 1):
             continue
         task = Task.get_or_none(Task.key == (row.task or row.task_key))
-        code = _try_send(client, task, settings, now, row) if task else "unknown_task"
+        if task is None:
+            code = "unknown_task"
+        elif to_slack:
+            code = slack.send(slack_client, slack_settings, row, task, now)
+        else:
+            code = _try_send(client, task, settings, now, row)
         if code is None:
             sent += 1
         else:
             failed += 1
-        _record(rt, row, code, settings)
+        _record(rt, row, code, limits)
     return sent, failed
 
 
@@ -253,10 +291,12 @@ def replay(rt, letter, who=None):
 
 
 class Pump:
-    """The notification thread of one worker process."""
+    """The notification thread of one worker process (``settings``: the webhook's or
+    ``None``; ``slack_settings``: Slack's or ``None``)."""
 
-    def __init__(self, rt, settings):
-        self.rt, self.settings = rt, settings
+    def __init__(self, rt, settings, slack_settings=None):
+        self.rt, self.settings, self.slack = rt, settings, slack_settings
+        self.timeout_s = max(s.timeout_s for s in (settings, slack_settings) if s is not None)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="signoff-notify", daemon=True)
 
@@ -266,11 +306,12 @@ class Pump:
 
     def _pump(self):
         import httpx
-        with httpx.Client(timeout=self.settings.timeout_s, follow_redirects=False) as client:
+        slack_client = self.slack.client() if self.slack else None
+        with httpx.Client(timeout=self.timeout_s, follow_redirects=False) as client:
             while not self._stop.wait(INTERVAL_S):
                 try:
-                    collect(self.rt.clock.now())
-                    send_due(self.rt, self.settings, client)
+                    collect(self.rt.clock.now(), self.settings is not None, bool(self.slack))
+                    send_due(self.rt, self.settings, client, self.slack, slack_client)
                 except Exception:
                     log_failed_pass(log, "notification pass", "retrying on the next pass")
                     db.close()  # this thread's connection: the next pass reconnects
@@ -279,22 +320,25 @@ class Pump:
     def stop(self):
         """Stop after the try in progress (bounded by the request timeout)."""
         self._stop.set()
-        self._thread.join(timeout=self.settings.timeout_s + 5)
+        self._thread.join(timeout=self.timeout_s + 5)
 
 
 def start(rt):
-    """Start the notification pump when ``[notify] url`` is set; returns it or ``None``.
+    """Start the notification pump when ``[notify] url`` or ``[notify.slack]`` is set;
+    returns it or ``None``.
 
     Its first collection runs here, before the worker takes any work, so that a
     home's first one starts the cursor before a new task can become ready.
     """
-    settings = notify_settings(rt.home)
-    if settings is None:
+    settings, to_slack = notify_settings(rt.home), slack.slack_settings(rt.home)
+    if settings is None and to_slack is None:
         return None
+    if to_slack is not None:
+        to_slack.client()  # a variable that is not set stops the worker here, naming it
     try:
-        collect(rt.clock.now())
+        collect(rt.clock.now(), settings is not None, to_slack is not None)
     except Exception:
         log_failed_pass(log, "first notification pass", "the pump runs it again")
-    pump = Pump(rt, settings)
+    pump = Pump(rt, settings, to_slack)
     pump._thread.start()
     return pump

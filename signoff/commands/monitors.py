@@ -30,12 +30,15 @@ MONITOR_COLUMNS = ["id", "document", "event_names", "active", "paused", "expires
               help="Seconds: gather the document's records arriving within it into one task.")
 @command_line_only("--approvals", type=click.IntRange(min=1), default=1,
           show_default=True, help="Distinct approvers each task's digest needs (a quorum).")
+@click.option("--slack-channel", default=None,
+              help="Slack channel id (C…) its ready tasks are posted to ([notify.slack]).")
 def monitor_bind(obj, as_json, monitor_id, document, events, ttl, window, approval_ttl,
-                 batch_window, approvals):
+                 batch_window, approvals, slack_channel):
     """Bind a monitor from the host's current grant (subscribing it when the host offers events)."""
     m = obj.open().bind(document, monitor_id, event_names=list(events) or None,
                         ttl_s=ttl, window_s=window, approval_ttl_s=approval_ttl,
-                        batch_window_s=batch_window, approvals=approvals)
+                        batch_window_s=batch_window, approvals=approvals,
+                        slack_channel=slack_channel)
     emit(m, as_json, lambda m: table([m], MONITOR_COLUMNS, short=("grant_digest",)))
 
 

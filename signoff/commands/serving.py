@@ -34,10 +34,13 @@ def reviewer():
 @command_line_only("--read-only", is_flag=True, help="May look, may not approve or change anything.")
 @command_line_only("--monitor", "monitors", multiple=True,
           help="Limit the reviewer to this monitor's tasks (repeatable; default: every monitor).")
+@command_line_only("--slack-user", default=None,
+                   help="Their Slack member id (U…): their clicks in Slack decide as them.")
 @by_option
-def reviewer_add(obj, as_json, name, read_only, monitors, by):
+def reviewer_add(obj, as_json, name, read_only, monitors, slack_user, by):
     """Create a reviewer; their login and API token is printed this once."""
-    emit(obj.open().add_reviewer(name, read_only, monitors, by=by, channel="cli"), as_json,
+    emit(obj.open().add_reviewer(name, read_only, monitors, by=by, channel="cli",
+                                 slack_user=slack_user), as_json,
          lambda r: f"reviewer {r['name']}{' (read-only)' if r['read_only'] else ''}, "
                    f"token (shown once): {r['token']}")
 
@@ -55,7 +58,42 @@ def reviewer_remove(obj, as_json, name, by):
 def reviewer_list(obj, as_json):
     """Reviewers (never their tokens)."""
     emit(obj.open().reviewers(), as_json,
-         lambda rows: table(rows, ["name", "read_only", "monitors", "created_at"]))
+         lambda rows: table(rows, ["name", "read_only", "monitors", "slack_user", "delegate",
+                                   "created_at"]))
+
+
+@command("set", group=reviewer)
+@click.argument("name")
+@command_line_only("--slack-user", default=None,
+                   help="Their Slack member id (U…); an empty value removes it.")
+@by_option
+def reviewer_set(obj, as_json, name, slack_user, by):
+    """Change a reviewer's contacts."""
+    emit(obj.open().set_reviewer(name, slack_user=slack_user, by=by), as_json,
+         lambda r: f"reviewer {r['name']}: slack user {r['slack_user'] or 'none'}")
+
+
+@command("delegate", group=reviewer)
+@click.argument("name")
+@command_line_only("--to", "to", required=True, help="The reviewer who decides for NAME.")
+@command_line_only("--until", default=None,
+                   help="When it ends: ISO 8601 with a zone, or Unix seconds (default: "
+                        "until `reviewer undelegate`).")
+@by_option
+def reviewer_delegate(obj, as_json, name, to, until, by):
+    """Let another reviewer decide for NAME (what both may decide), until --until."""
+    emit(obj.open().delegate(name, to, until, by=by), as_json,
+         lambda r: f"{r['delegate']} decides for {r['reviewer']}"
+                   + (f" until {r['until']:.0f}" if r["until"] is not None else ""))
+
+
+@command("undelegate", group=reviewer)
+@click.argument("name")
+@by_option
+def reviewer_undelegate(obj, as_json, name, by):
+    """End NAME's delegation."""
+    emit(obj.open().undelegate(name, by=by), as_json,
+         lambda r: f"{r['reviewer']} decides for themselves again")
 
 
 @command("mcp")

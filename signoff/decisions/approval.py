@@ -20,13 +20,14 @@ from ..errors import Blocked, InvalidRecord, Refused
 from ..rules.gate import INGEST_ACTIONS, GrantRead, gate
 from ..rules.names import Actor
 from ..state.approvals import add_approvals, approval_counts, edit_task
-from ..state.history import audit
+from ..state.history import audit, record_decision_times
 from ..state.moves import Fenced
 from ..state.statuses import TaskStatus as T
 from ..state.tasks import cancel_tasks, move_task, move_tasks, update_task
 from ..storage import key_in, retried, select_instances
 from ..models import Approval, Monitor, Task, db
 from ..views.lookup import get_task, resolve_key
+from ..admin import delegations
 from ..rules.retry import TRANSIENT, backoff
 
 
@@ -39,20 +40,22 @@ def answer(task, missing=0):
 
 
 def approve(rt, key, reviewed_digest, by, channel="cli", edit=None, ack_hidden_characters=False,
-            monitors=None):
+            monitors=None, for_reviewer=None):
     """Approve task ``key`` (or a unique key prefix) if ``reviewed_digest`` is its result's.
 
     With ``edit`` (the draft's new text) the draft is replaced first and the
     approval binds the edited result's digest (``edit_and_approve``). A draft
     holding hidden characters needs ``ack_hidden_characters``. ``monitors``: the
     deciding reviewer's limits (another monitor's task is ``unknown_task``).
+    ``for_reviewer``: the reviewer a delegate decides for (``admin/delegations.py``;
+    by default whoever's active delegation to them reaches the task, if any).
     """
     if edit is not None:
         return edit_and_approve(rt, key, reviewed_digest, edit, by, channel, ack_hidden_characters,
-                                monitors)
+                                monitors, for_reviewer)
     outcome = approve_many(rt, [(resolve_key(key, monitors), reviewed_digest)], by,
                            channel=channel, ack_hidden_characters=ack_hidden_characters,
-                           monitors=monitors)[0]
+                           monitors=monitors, for_reviewer=for_reviewer)[0]
     if isinstance(outcome, Refused):
         raise outcome
     return outcome
@@ -67,7 +70,7 @@ _READ = (Task.key, Task.monitor, Task.record_id, Task.status, Task.record, Task.
 
 
 def approve_many(rt, items, by, audit_code="approved", channel="cli", ack_hidden_characters=False,
-                 monitors=None):
+                 monitors=None, for_reviewer=None):
     """Approve many ``(key, digest)`` pairs: one grant read, one transaction.
 
     Returns, in order, the answer dict or the ``Refused`` for each pair; the
@@ -76,7 +79,8 @@ def approve_many(rt, items, by, audit_code="approved", channel="cli", ack_hidden
     audit log says (a standing policy's approvals say ``auto_approved``). Each
     approval counts towards its task's quorum under the actor's identity; the
     one that completes it approves. A policy never approves an edited draft; a
-    reviewer limited to ``monitors`` finds no other monitor's task.
+    reviewer limited to ``monitors`` finds no other monitor's task; a delegate
+    approves for ``for_reviewer`` (or whom their delegations name, per task).
     """
     actor = Actor.of(by, channel, monitors)
     items = _full_keys(items, actor.monitors)
@@ -88,7 +92,8 @@ def approve_many(rt, items, by, audit_code="approved", channel="cli", ack_hidden
     spans = {i: tracing.begin("signoff.approve", tasks[key], task_key=key,
                               monitor=tasks[key].monitor)
              for i, (key, _) in enumerate(items) if key in tasks} if tracing.enabled() else {}
-    who = Who(actor, audit_code, ack_hidden_characters, _given(actor.identity, items))
+    who = Who(actor, audit_code, ack_hidden_characters, _given(actor.identity, items),
+              for_reviewer)
     try:
         out = _approve(rt, items, tasks, who, spans)
     except Exception as exc:  # e.g. host_unavailable: the whole call is refused
@@ -110,6 +115,7 @@ class Who:
     audit_code: str
     ack_hidden: bool
     given: frozenset  # (key, digest) pairs the identity approved already
+    for_reviewer: str | None = None  # asked for by name; None: found per task
 
 
 def _given(identity, items):
@@ -151,10 +157,12 @@ def _approve(rt, items, tasks, who, spans):
     first = {}  # a key given twice is approved once; the repeat is refused as moved on
     for i in moves:
         first.setdefault(items[i][0], i)
+    stand_ins = _stand_ins(first, items, tasks, who, now, out)
     needed = {k: _needed(monitors.get(tasks[k].monitor)) for k in first}
     with db.atomic():
         counted, moved, repeated, _ = add_approvals(
-            {k: (items[i][1], needed[k]) for k, i in first.items()}, who.actor, now, who.audit_code)
+            {k: (items[i][1], needed[k]) for k, i in first.items()}, who.actor, now, who.audit_code,
+            stand_ins)
         taken = counted | repeated
         for i in moves:
             if first[items[i][0]] != i or items[i][0] not in taken:
@@ -167,6 +175,22 @@ def _approve(rt, items, tasks, who, spans):
     if moved:
         rt.wakers.wake("submit", len(moved))
     return out
+
+
+def _stand_ins(first, items, tasks, who, now, out):
+    """``{key: reviewer}`` a delegate approves for; a key whose asked-for reviewer
+    cannot be stood in for is refused in ``out`` and left out of ``first``."""
+    stand_ins = {}
+    for key, i in list(first.items()):
+        try:
+            acting = delegations.acting(who.actor, tasks[key].monitor, now, who.for_reviewer)
+        except Refused as exc:
+            out[i] = exc
+            del first[key]
+            continue
+        if acting.for_reviewer is not None:
+            stand_ins[key] = acting.for_reviewer
+    return stand_ins
 
 
 def _answers(keys, needed):
@@ -196,7 +220,7 @@ def _needed(monitor):
 
 
 def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_characters=False,
-                     monitors=None):
+                     monitors=None, for_reviewer=None):
     """Replace the draft of ready task ``key`` by ``text`` and approve the edited result.
 
     ``reviewed`` is the digest the editor saw (stale → ``digest_mismatch``,
@@ -210,6 +234,7 @@ def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_char
     now = rt.clock.now()
     task = get_task(key, actor.monitors)
     key = task.key
+    actor = delegations.acting(actor, task.monitor, now, for_reviewer)
     if task.status != T.READY:
         raise Refused("not_ready", f"task is {task.status}, not ready; only a waiting draft is edited")
     _precheck(task, key, reviewed, now, Who(actor, "approved", True, frozenset()))
@@ -217,7 +242,7 @@ def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_char
     new_digest = digest(result)
     if new_digest == task.digest:  # nothing changed: an approval as it stands
         return approve(rt, key, reviewed, by, channel, ack_hidden_characters=ack_hidden_characters,
-                       monitors=monitors)
+                       monitors=monitors, for_reviewer=for_reviewer)
     if hidden_characters(result["draft"]) and not ack_hidden_characters:
         raise _hidden_refusal(result["draft"])
     problem = acceptance(result, task.record)
@@ -226,14 +251,17 @@ def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_char
     host = rt.host()
     monitor = Monitor.get_or_none(Monitor.id == task.monitor)
     _check_source(rt, host, task, monitor, with_retries(rt, host.context), now)
-    edit = {"by": actor.identity, "channel": actor.channel, "note": actor.note, "at": now,
-            "from_digest": task.digest, "to_digest": new_digest,
+    edit = {"by": actor.identity, "for": actor.for_reviewer, "channel": actor.channel,
+            "note": actor.note, "at": now, "from_digest": task.digest, "to_digest": new_digest,
             "diff": draft_diff(task.result.get("draft"), result["draft"], task.digest, new_digest)}
     try:
         with db.atomic():
             edit_task(key, reviewed, result, new_digest, edit, now)
             audit(now, "edited", task.monitor, task_key=key, **actor.audit)
-            _, moved, _, _ = add_approvals({key: (new_digest, _needed(monitor))}, actor, now)
+            record_decision_times([((task.monitor, task.created_at), "edited")], actor.channel, now)
+            _, moved, _, _ = add_approvals(
+                {key: (new_digest, _needed(monitor))}, actor, now,
+                stand_ins={key: actor.for_reviewer} if actor.for_reviewer else None)
             fresh = get_task(key)  # before commit, as in _approve
     except Fenced:
         raise Refused("digest_mismatch", "the task changed while it was being edited; "
@@ -342,24 +370,30 @@ def acceptance(result, record):
     return None
 
 
-def reject(rt, key, reason=None, by=None, channel="cli", digest=None, monitors=None):
+def reject(rt, key, reason=None, by=None, channel="cli", digest=None, monitors=None,
+           for_reviewer=None):
     """Reject a ready task, keeping who rejected it and why (``reason``, optional).
 
     ``digest``: the result the person saw; the task is rejected only while it is
     still that result, checked in the transaction that rejects it (else
-    ``digest_mismatch``, nothing changed).
+    ``digest_mismatch``, nothing changed). ``for_reviewer``: as for ``approve``.
     """
     actor = Actor.of(by, channel, monitors)
     reason = check_reason(reason)
     now = rt.clock.now()
     task = get_task(key, actor.monitors)
     key = task.key
+    actor = delegations.acting(actor, task.monitor, now, for_reviewer)
     seen = () if digest is None else (Task.digest == digest,)
     with db.atomic():
         moved = move_tasks([key], [T.READY], T.REJECTED, now, where=seen[0] if seen else None,
-                           code="rejected", rejected_by=actor.identity, reject_reason=reason)
+                           code="rejected", rejected_by=actor.identity,
+                           rejected_for=actor.for_reviewer, reject_reason=reason)
         if moved:
             audit(now, "rejected", task.monitor, task_key=key, **actor.audit)
+            if actor.channel != "policy":
+                record_decision_times([((task.monitor, task.created_at), "rejected")],
+                                      actor.channel, now)
     if not moved:
         now_task = get_task(key)
         if now_task.status == T.READY:

@@ -29,8 +29,8 @@ from .refusals import status_of
 PREFIX = "/api/v1"
 DEFAULT_LIMIT, MAX_LIMIT = 50, 1000
 # Fields each action's body may hold, and their types; the rest is refused.
-APPROVE_FIELDS = {"digest": str, "edit": str, "ack_hidden_characters": bool}
-REJECT_FIELDS = {"reason": str}
+APPROVE_FIELDS = {"digest": str, "edit": str, "ack_hidden_characters": bool, "for": str}
+REJECT_FIELDS = {"reason": str, "for": str}
 
 
 def refusal(code, message):
@@ -129,7 +129,8 @@ class Api:
     # -- deciding ----------------------------------------------------------------
 
     def approve(self, request, viewer, body):
-        """``POST …/approve`` ``{digest, edit?, ack_hidden_characters?}``."""
+        """``POST …/approve`` ``{digest, edit?, ack_hidden_characters?, for?}`` (``for``: the
+        reviewer a delegate approves for)."""
         fields = _body(body, APPROVE_FIELDS, required=("digest",))
         extra = {name: fields[name] for name in ("edit", "ack_hidden_characters")
                  if name in fields}
@@ -137,13 +138,15 @@ class Api:
         if missing:
             raise Refused("invalid_body", f"{sorted(missing)[0]}: not supported by this server")
         return self.rt.approve(request.path_params["key"], fields["digest"], by=viewer.name,
-                               channel="api", monitors=viewer.monitors, **extra)
+                               channel="api", monitors=viewer.monitors,
+                               for_reviewer=fields.get("for"), **extra)
 
     def reject(self, request, viewer, body):
-        """``POST …/reject`` ``{reason}``."""
+        """``POST …/reject`` ``{reason, for?}``."""
         fields = _body(body, REJECT_FIELDS)
         return self.rt.reject(request.path_params["key"], reason=fields.get("reason"),
-                              by=viewer.name, channel="api", monitors=viewer.monitors)
+                              by=viewer.name, channel="api", monitors=viewer.monitors,
+                              for_reviewer=fields.get("for"))
 
     def cancel(self, request, viewer, body):
         """``POST …/cancel`` (an empty body or ``{}``): the life cycle's cancel of one task."""

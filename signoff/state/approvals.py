@@ -5,14 +5,18 @@ from peewee import fn
 
 from ..models import Approval, Audit, Task
 from ..storage import insert_rows, key_in, lock_rows, select_tuples
+from .history import record_decision_times
 from .moves import Fenced
 from .statuses import TaskStatus as T
 from .tasks import move_tasks, update_task
 
 
-def add_approvals(wanted, actor, now, audit_code="approved"):
+def add_approvals(wanted, actor, now, audit_code="approved", stand_ins=None):
     """Record ``actor``'s approval of each task in ``wanted`` (``{key: (digest, needed)}``)
     and approve those whose digest now has ``needed`` distinct identities.
+
+    ``stand_ins``: ``{key: reviewer}`` a delegate approves for (kept with the
+    approval; the identity counted is still the actor's, once).
 
     Run in the caller's transaction. The task rows are locked first (PostgreSQL;
     SQLite's transaction holds the write lock since BEGIN), so two approvers at
@@ -32,9 +36,10 @@ def add_approvals(wanted, actor, now, audit_code="approved"):
     live = [k for k in keys if current.get(k, ())[:2] == (T.READY, wanted[k][0])
             and not (policy and current[k][2])]
     stale = set(keys) - set(live)
+    stand_ins = stand_ins or {}
     counted = {k for (k,) in insert_rows(Approval, [
         {"task_key": k, "digest": wanted[k][0], "by": actor.identity, "channel": actor.channel,
-         "at": now, "note": actor.note} for k in live],
+         "at": now, "note": actor.note, "for_reviewer": stand_ins.get(k)} for k in live],
         ignore_conflicts=True, returning=("task_key",))} if live else set()
     counts = approval_counts(live)
     complete = [k for k in live if counts.get(k, 0) >= wanted[k][1]]
@@ -45,12 +50,17 @@ def add_approvals(wanted, actor, now, audit_code="approved"):
                           approved_by=actor.identity, approved_at=now, next_at=now,
                           code=None) if complete else set()
     rows = [{"at": now, "code": audit_code if k in approved else "approval_added",
-             "monitor": None, "event_id": None, "task_key": k, **actor.audit}
+             "monitor": None, "event_id": None, "task_key": k, **actor.audit,
+             "data": {"for": stand_ins[k]} if k in stand_ins else None}
             for k in keys if k in counted]
     if rows:
-        monitors = dict(select_tuples(Task.select(Task.key, Task.monitor).where(
-            key_in(Task.key, [r["task_key"] for r in rows]))))
-        insert_rows(Audit, [dict(r, monitor=monitors.get(r["task_key"])) for r in rows])
+        tasks = {k: (m, at) for k, m, at in select_tuples(Task.select(
+            Task.key, Task.monitor, Task.created_at).where(
+                key_in(Task.key, [r["task_key"] for r in rows])))}
+        insert_rows(Audit, [dict(r, monitor=tasks[r["task_key"]][0]) for r in rows])
+        if not policy:
+            record_decision_times([(tasks[r["task_key"]], r["code"]) for r in rows],
+                                  actor.channel, now)
     return counted, approved, set(live) - counted, stale
 
 

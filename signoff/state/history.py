@@ -1,6 +1,6 @@
 """What happened, kept: audit rows, attempts, dead letters (identifiers and codes only)."""
 
-from ..models import Attempt, Audit, DeadLetter
+from ..models import Attempt, Audit, DeadLetter, DecisionTime
 from ..storage import insert_rows
 
 
@@ -17,6 +17,14 @@ def audit(now, code, monitor=None, event_id=None, task_key=None, actor=None, cha
     return Audit.insert(at=now, code=code, monitor=monitor, event_id=event_id,
                         task_key=task_key, actor=actor, channel=channel, note=note,
                         subject=subject, data=data).execute()
+
+
+def record_decision_times(decided, channel, now):
+    """Keep how long after becoming ready each human decision came (``/metrics``
+    ``signoff_decision_seconds``): ``decided`` is ``((monitor, ready_at), kind)`` pairs."""
+    insert_rows(DecisionTime, [{"monitor": monitor, "channel": channel, "kind": kind,
+                                "seconds": max(0.0, now - ready_at), "at": now}
+                               for (monitor, ready_at), kind in decided])
 
 
 def record_attempts(rows):

@@ -23,7 +23,8 @@ SCHEMA_TABLE = "signoff_schema"
 # monitor, decision notifications, drafter usage), which init adds with their
 # defaults; version 6 added columns only (identities' notes and audit subjects,
 # the reason of a delivery's failed attempt); version 7 added columns and tables
-# only (the audit's data).
+# only (the audit's data; Slack users, messages and channels, delegations, who a
+# delegate decided for, decision times).
 RETIRED_INDEXES = ("delivery_status_next_at", "task_status_next_at", "delivery_suspect",
                    "task_suspect")
 # Data an upgrade from below a version must carry over, run once the columns exist.

@@ -364,8 +364,9 @@ V6_COLUMNS = {"approval": ("note",), "audit": ("note", "subject"), "reviewer": (
 
 
 # What version 7 added: columns of older tables (tables it adds are dropped by name).
-V7_COLUMNS = {"audit": ("data",)}
-V7_TABLES = ()
+V7_COLUMNS = {"audit": ("data",), "reviewer": ("slack_user",), "approval": ("for_reviewer",),
+              "task": ("rejected_for",)}
+V7_TABLES = ("delegation", "slack_message", "monitor_slack", "decision_time")
 
 
 def _drop_columns(database, added):
