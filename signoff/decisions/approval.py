@@ -165,6 +165,8 @@ def _approve(rt, items, tasks, who, spans):
             stand_ins)
         taken = counted | repeated
         for i in moves:
+            if isinstance(out[i], Refused):  # no one it may stand in for (``_stand_ins``)
+                continue
             if first[items[i][0]] != i or items[i][0] not in taken:
                 out[i] = Refused("not_ready", "the task moved on while it was being approved")
         done = [i for i in moves if not isinstance(out[i], Refused)]

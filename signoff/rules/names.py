@@ -122,10 +122,3 @@ class Actor:
         if self.for_reviewer is not None:
             fields["data"] = {"for": self.for_reviewer}
         return fields
-
-    @property
-    def shown(self):
-        """The actor as people read it: ``OTHER for NAME`` for a delegate's decision."""
-        if self.for_reviewer is None:
-            return self.identity
-        return f"{self.identity} for {self.for_reviewer}"
