@@ -115,23 +115,26 @@ def mcp_agents(obj, as_json, monitor_id):
 @click.option("--events", "pushed", is_flag=True,
               help="The host pushes events over MCP Events to `signoff serve` (needs the serve "
                    "and mcp extras); serve is killed once after a write.")
-def demo(obj, as_json, keep, over_mcp, pushed):
+@click.option("--channels", is_flag=True,
+              help="Decide where people work: a Slack click against a local stand-in for "
+                   "Slack (needs the serve and slack extras).")
+def demo(obj, as_json, keep, over_mcp, pushed, channels):
     """The whole story in a fresh home, with a real worker killed and restarted.
 
     It ignores every SIGNOFF_* variable: it never reaches a configured home, database
     or queue.
     """
     from ..demo import run_demo, run_sealed, sealed
-    if over_mcp and pushed:
-        raise click.UsageError("give at most one of --mcp and --events")
+    if over_mcp + pushed + channels > 1:
+        raise click.UsageError("give at most one of --mcp, --events and --channels")
     if over_mcp or pushed:
         mcp_module("hostserver")  # a one-line refusal when the extra is missing
-    if pushed:
+    if pushed or channels:
         serve_module()
     if not sealed():
-        sys.exit(run_sealed(keep, as_json, mcp=over_mcp, events=pushed))
+        sys.exit(run_sealed(keep, as_json, mcp=over_mcp, events=pushed, channels=channels))
     main = click.get_current_context().find_root().command  # the steps run the same CLI
-    report = run_demo(main, keep, as_json, mcp=over_mcp, events=pushed)
+    report = run_demo(main, keep, as_json, mcp=over_mcp, events=pushed, channels=channels)
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False, indent=2))
     sys.exit(0 if report["passed"] else 1)

@@ -3,7 +3,8 @@
 ``story`` runs it against the reference host in the home; ``mcp`` runs it with
 the host reached over MCP; ``pushed`` with the host pushing its events over MCP
 Events to ``signoff serve`` (``dying_serve`` is the serve it kills after a
-write). None imports the command line: the ``demo`` command hands its ``main`` in.
+write); ``channels`` with decisions taken in Slack (``slackstand``, a local
+stand-in for it). None imports the command line: the ``demo`` command hands its ``main`` in.
 """
 
 from . import story
@@ -12,11 +13,14 @@ from .story import run_sealed, sealed
 __all__ = ["run_demo", "run_sealed", "sealed"]
 
 
-def run_demo(cli, keep=None, as_json=False, mcp=False, events=False):
+def run_demo(cli, keep=None, as_json=False, mcp=False, events=False, channels=False):
     """Run the demo (``story.run_demo``): against the reference host in the home, or
     with the host reached over MCP (``mcp``), or pushing its events over MCP Events
-    (``events``); return the report (``report["passed"]`` is the verdict)."""
-    if mcp:
+    (``events``), or deciding where people work (``channels``: Slack); return the
+    report (``report["passed"]`` is the verdict)."""
+    if channels:
+        from .channels import ChannelsDemo as story_class
+    elif mcp:
         from .mcp import McpDemo as story_class  # the mcp extra: only this variant needs it
     elif events:
         from .pushed import EventsDemo as story_class

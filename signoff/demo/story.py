@@ -121,7 +121,7 @@ def sealed_env():
     return env
 
 
-def run_sealed(keep=None, as_json=False, mcp=False, events=False):
+def run_sealed(keep=None, as_json=False, mcp=False, events=False, channels=False):
     """Run ``signoff demo`` with these options in a child process whose environment is
     ``sealed_env()``, its output straight to this one's; returns its exit code.
 
@@ -129,7 +129,8 @@ def run_sealed(keep=None, as_json=False, mcp=False, events=False):
     command there reads the environment: sealing the process seals them all.
     """
     args = [*(["--keep", str(keep)] if keep is not None else []), *(["--json"] if as_json else []),
-            *(["--mcp"] if mcp else []), *(["--events"] if events else [])]
+            *(["--mcp"] if mcp else []), *(["--events"] if events else []),
+            *(["--channels"] if channels else [])]
     proc = subprocess.Popen([sys.executable, "-m", "signoff", "demo", *args],
                             stdin=subprocess.DEVNULL, env=sealed_env())
     try:

@@ -1,18 +1,20 @@
 """Slack: messages posted by a real worker, clicks answered by a real ``signoff serve``.
 
 A local server in this process speaks the Slack Web API methods signoff calls
-(``slackserver``); the clicks are signed as Slack signs them.
+(``signoff.demo.slackstand``, the demo's too); the clicks are signed as Slack signs them.
 """
 
 import json
+import subprocess
 import time
 
 import httpx
 import pytest
 
-from helpers import child_env, read_here, start_worker, stop_worker, wait_for
+from helpers import ROOT, child_env, read_here, signoff_cmd, start_worker, stop_worker, wait_for
 from servekit import Server, event, make_home
-from slackserver import SIGNING_SECRET, TOKEN, SlackServer, click, reject_submission, signed_action
+from signoff.demo.slackstand import (SIGNING_SECRET, TOKEN, SlackServer, click, reject_submission,
+                                     signed_action)
 
 CHANNEL = "C0REVIEWS"
 MONITOR = "slacked"
@@ -230,3 +232,18 @@ def test_decision_times_reach_metrics_by_monitor_and_channel(room, slack):
     assert count == [f'signoff_decision_seconds_count{{channel="slack",monitor="{MONITOR}"}} 1.0']
     assert f'signoff_decision_seconds_bucket{{channel="slack",le="+Inf",monitor="{MONITOR}"}} 1.0' \
         in text
+
+
+@pytest.mark.backend_independent  # the demo is sealed: its own home, whatever is configured
+@pytest.mark.timeout(300)
+def test_the_demo_clicks_in_slack(tmp_path):
+    done = subprocess.run(signoff_cmd(tmp_path, "demo", "--channels", "--json"), cwd=ROOT,
+                          env=child_env(), capture_output=True, text=True, timeout=240)
+    assert "Traceback" not in done.stderr
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["passed"] is True and all(s["ok"] for s in report["steps"])
+    calls = report["counts"]["slack_calls"]
+    assert calls["chat.postMessage"] == 1 and calls["response_url"] == 0
+    assert calls["chat.update"] >= 2  # one approval added, then the quorum completed
+    assert report["counts"]["results_on_host"] == 1

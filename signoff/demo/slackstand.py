@@ -1,4 +1,6 @@
-"""A local stand-in for the Slack Web API, in the test process, recording every call.
+"""A local stand-in for the Slack Web API, in this process, recording every call.
+
+``signoff demo --channels`` clicks against it, and the tests run it in theirs.
 
 It answers the methods signoff calls (``chat.postMessage``, ``chat.update``,
 ``views.open``) under ``/api/`` as Slack does (``{"ok": true, ...}``, or
@@ -18,12 +20,12 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-TOKEN = "xoxb-test-token"
-SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+TOKEN = "xoxb-stand-in-token"
+SIGNING_SECRET = "stand-in-signing-secret"
 
 
 class SlackServer:
-    """The fake Slack; ``calls`` is a list of ``(method, body)``, ``failures`` a list of
+    """The stand-in; ``calls`` is a list of ``(method, body)``, ``failures`` a list of
     Slack error names the next Web API calls answer (one each)."""
 
     def __init__(self):
