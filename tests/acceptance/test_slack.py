@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from helpers import ROOT, child_env, read_here, signoff_cmd, start_worker, stop_worker, wait_for
-from servekit import Server, event, make_home
+from servekit import Server, event, make_home, post_login
 from signoff.demo.slackstand import (SIGNING_SECRET, TOKEN, SlackServer, click, reject_submission,
                                      signed_action)
 
@@ -247,3 +247,104 @@ def test_the_demo_clicks_in_slack(tmp_path):
     assert calls["chat.postMessage"] == 1 and calls["response_url"] == 0
     assert calls["chat.update"] >= 2  # one approval added, then the quorum completed
     assert report["counts"]["results_on_host"] == 1
+
+
+def test_a_redraft_updates_the_message_with_the_new_draft(room, slack):
+    key, digest, posted = room.ready()
+    room.rt.host().put_material("doc-demo", "2026-12-24")
+    redrafted = httpx.post(f"{room.server.url}/api/v1/tasks/{key}/redraft", timeout=30,
+                           headers={"authorization": f"Bearer {room.tokens['alice']}"})
+    assert redrafted.status_code == 200, redrafted.text
+    fresh = room.rt.task(key)
+    assert fresh["digest"] != digest and "2026-12-24" in fresh["result"]["draft"]
+    update = wait_for(lambda: _updates_saying(slack, "2026-12-24"), what="the redraft shown")[-1]
+    assert _buttons(update["blocks"])["approve"]["value"] == f"{key}:{fresh['digest']}"
+    assert "2026-12-24" not in json.dumps(posted)
+
+
+def test_an_open_click_decides_nothing_and_a_hidden_character_draft_is_refused(home, slack):
+    room = Room(home, slack, approvals=2)
+    try:
+        _open_then_hidden_characters(room, slack)
+    finally:
+        room.close()
+
+
+def _open_then_hidden_characters(room, slack):
+    key, digest, _ = room.ready()
+    calls = len(slack.calls)
+    assert room.act(click("open", key, digest, "UALICE", slack.response_url())).status_code == 200
+    assert len(slack.calls) == calls and not room.rt.task(key)["approvals"]
+    edited = httpx.post(f"{room.server.url}/api/v1/tasks/{key}/approve", timeout=30,
+                        json={"digest": digest, "edit": "pay \u202eto account 1",
+                              "ack_hidden_characters": True},
+                        headers={"authorization": f"Bearer {room.tokens['alice']}"})
+    assert edited.status_code == 200, edited.text
+    wait_for(lambda: _updates_saying(slack, "pay ⟨U+202E⟩to account 1"), what="the edit, marked")
+    room.act(click("approve", key, edited.json()["digest"], "UBOB", slack.response_url()))
+    [reply] = wait_for(lambda: slack.of("response_url"), what="the refusal")
+    assert "hidden_characters" in reply["text"]
+    assert room.rt.task(key)["approvals_missing"] == 1
+    # a Slack user id taken away: that person's clicks are no one's
+    assert room.rt.set_reviewer("bob", slack_user="") == {"name": "bob", "slack_user": None}
+    room.act(click("approve", key, edited.json()["digest"], "UBOB", slack.response_url()))
+    wait_for(lambda: len(slack.of("response_url")) == 2, what="the second refusal")
+    assert "unknown_reviewer" in slack.of("response_url")[-1]["text"]
+
+
+def test_a_post_slack_refuses_ends_in_the_dead_letters_and_replay_posts_it(room, slack):
+    slack.failures.extend(["channel_not_found"] * 3)  # [notify.slack] attempts = 3
+    room.rt.enqueue_events([event(1)], monitor_id=MONITOR)
+    [letter] = wait_for(lambda: [d for d in room.rt.dead_letters() if d["kind"] == "notification"],
+                        what="the post in the dead letters")
+    assert (letter["step"], letter["code"], letter["attempts"]) == (
+        "notify", "slack_channel_not_found", 3)
+    assert len(slack.of("chat.postMessage")) == 3
+    assert room.rt.replay(letter["id"])["replayed"] == 1
+    wait_for(lambda: len(slack.of("chat.postMessage")) == 4, what="the replayed post")
+    key = room.rt.tasks("ready")[0]["key"]
+    assert slack.of("chat.postMessage")[-1]["blocks"][-1]["elements"][0]["value"].startswith(key)
+
+
+def test_a_delegate_clicks_for_the_delegator_and_the_api_refuses_beyond_it(room, slack):
+    room.rt.delegate("dave", "alice")  # dave may decide `elsewhere` only
+    room.rt.delegate("bob", "alice")
+    key, digest, _ = room.ready()
+    refused = httpx.post(f"{room.server.url}/api/v1/tasks/{key}/approve", timeout=30,
+                         json={"digest": digest, "for": "dave"},
+                         headers={"authorization": f"Bearer {room.tokens['alice']}"})
+    assert refused.status_code == 403 and refused.json()["error"] == "not_delegated"
+    assert not room.rt.task(key)["approvals"]
+    room.act(click("approve", key, digest, "UALICE", slack.response_url()))
+    assert [(a["by"], a["for"], a["channel"]) for a in room.rt.task(key)["approvals"]] == [
+        ("alice", "bob", "slack")]
+    wait_for(lambda: _updates_saying(slack, "Approved by alice for bob (slack)"),
+             what="the message naming whom alice approved for")
+
+
+@pytest.mark.parametrize("command", ["worker", "serve"])
+def test_a_token_or_secret_not_set_stops_the_worker_and_serve_naming_it(home, slack, command):
+    rt = make_home(home, extra_toml=(
+        '[notify.slack]\nbot_token_env = "TEST_SLACK_TOKEN"\n'
+        'signing_secret_env = "TEST_SLACK_SECRET"\n'
+        f'api_url = "{slack.api_url}"\n'))
+    rt.close()
+    env = child_env(TEST_SLACK_TOKEN=TOKEN)  # the signing secret is missing
+    if command == "worker":
+        env = child_env(TEST_SLACK_SECRET=SIGNING_SECRET)  # the worker posts: the token
+    done = subprocess.run(signoff_cmd(home, command, *(["--port", "0"] if command == "serve"
+                                                       else [])),
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    missing = "TEST_SLACK_SECRET" if command == "serve" else "TEST_SLACK_TOKEN"
+    assert "bad_config" in done.stderr and missing in done.stderr
+    assert not slack.calls
+
+
+def test_the_review_index_shows_the_oldest_waiting_task_per_monitor(room, slack):
+    room.ready()
+    for name, sees in (("alice", True), ("dave", False)):  # dave may see `elsewhere` only
+        with httpx.Client(base_url=room.server.url, timeout=30) as client:
+            assert post_login(client, name, room.tokens[name]).status_code == 303
+            page = client.get("/").text
+        assert ('id="oldest-waiting"' in page and f">{MONITOR}</a> since" in page) is sees

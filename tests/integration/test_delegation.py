@@ -5,10 +5,14 @@ On a real home and the fake clock (SQLite by default; PostgreSQL/Redis with the
 ``SIGNOFF_TEST_*`` variables).
 """
 
+import json
+
 import pytest
+from click.testing import CliRunner
 from helpers import T0, ready_task, refusal
 
-from signoff.commands.render import render_task
+from signoff.cli import main
+from signoff.commands.render import render_stats, render_task
 from signoff.models import Approval, Audit
 
 
@@ -157,3 +161,37 @@ def test_decision_times_are_kept_by_monitor_and_channel(people, clock):
     assert edited["status"] == "ready"
     waiting = rt.stats()["oldest_waiting"]
     assert set(waiting) == {"q"} and waiting["q"] == {"since": T0, "age_s": 3720}
+    assert "waiting     oldest per monitor: q 3720s" in render_stats(rt.stats())
+
+
+def test_the_commands_map_slack_users_delegate_and_bind_a_channel(rt, home):
+    rt.close()
+
+    def run(*args):
+        result = CliRunner().invoke(main, ["--home", str(home), *args, "--json"])
+        assert "Traceback" not in result.output
+        return result.exit_code, json.loads(result.output) if result.output.strip() else None
+
+    assert run("reviewer", "add", "ana", "--slack-user", "U0ANA")[1]["slack_user"] == "U0ANA"
+    code, out = run("reviewer", "add", "bo", "--slack-user", "U0ANA")
+    assert code == 1 and out["error"] == "invalid_slack_user"  # one person, one reviewer
+    assert run("reviewer", "add", "bo")[0] == 0
+    code, out = run("reviewer", "set", "bo", "--slack-user", "bo@example.com")
+    assert code == 1 and out["error"] == "invalid_slack_user"
+    assert run("reviewer", "set", "bo", "--slack-user", "W0BO")[1] == {"name": "bo",
+                                                                       "slack_user": "W0BO"}
+    code, out = run("reviewer", "delegate", "ana", "--to", "bo", "--until",
+                    "2030-01-01T00:00:00Z")
+    assert code == 0 and out == {"reviewer": "ana", "delegate": "bo", "until": 1893456000.0}
+    listed = {r["name"]: r for r in run("reviewer", "list")[1]}
+    assert (listed["ana"]["slack_user"], listed["ana"]["delegate"]) == ("U0ANA", "bo")
+    assert run("reviewer", "undelegate", "ana")[1] == {"reviewer": "ana", "delegated": False}
+    code, out = run("monitor", "bind", "--id", "s", "--document", "doc-demo",
+                    "--slack-channel", "#reviews")
+    assert code == 1 and out["error"] == "invalid_monitor"
+    assert run("monitor", "bind", "--id", "s", "--document", "doc-demo",
+               "--slack-channel", "C0REVIEWS")[1]["slack_channel"] == "C0REVIEWS"
+    changed = [(r["code"], r["subject"]) for r in run("audit", "--all")[1]
+               if r["code"] in ("reviewer_changed", "delegated", "undelegated")]
+    assert sorted(changed) == [("delegated", "ana"), ("reviewer_changed", "bo"),
+                               ("undelegated", "ana")]
