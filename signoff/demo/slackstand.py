@@ -67,16 +67,16 @@ class SlackServer:
             self.calls.append((method, body))
             failure = self.failures.pop(0) if self.failures else None
         if headers.get("Authorization", headers.get("authorization")) != f"Bearer {TOKEN}":
-            return 200, {"ok": False, "error": "invalid_auth"}
+            return 200, _failed("invalid_auth")
         if failure:
-            return 200, {"ok": False, "error": failure}
+            return 200, _failed(failure)
         if method == "chat.postMessage":
             return 200, {"ok": True, "channel": body["channel"], "ts": f"1700000000.{next(self.ts):06d}"}
         if method == "chat.update":
             return 200, {"ok": True, "channel": body["channel"], "ts": body["ts"]}
         if method == "views.open":
             return 200, {"ok": True, "view": {"id": "V1"}}
-        return 200, {"ok": False, "error": "unknown_method"}
+        return 200, _failed("unknown_method")
 
     def of(self, method):
         """The bodies of the calls of ``method`` so far."""
@@ -90,6 +90,11 @@ class SlackServer:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+def _failed(error):
+    """Slack's answer to a call it refuses (signoff shows it as ``slack_<error>``)."""
+    return {"ok": False, "error": error}
 
 
 def _decode(headers, raw):

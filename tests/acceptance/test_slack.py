@@ -79,6 +79,14 @@ def room(home, slack):
     made.close()
 
 
+@pytest.fixture
+def quorum_room(home, slack):
+    """A ``Room`` whose monitor needs two approvers."""
+    made = Room(home, slack, approvals=2)
+    yield made
+    made.close()
+
+
 def _texts(blocks):
     return "\n".join(b["text"]["text"] for b in blocks if b.get("type") == "section")
 
@@ -175,39 +183,29 @@ def test_a_refusal_is_an_ephemeral_reply_and_decides_nothing(room, slack, user, 
     assert not slack.of("views.open")
 
 
-def test_a_quorum_of_a_slack_click_and_an_api_approval(home, slack):
-    room = Room(home, slack, approvals=2)
-    try:
-        key, digest, _ = room.ready()
-        room.act(click("approve", key, digest, "UALICE", slack.response_url()))
-        assert room.rt.task(key)["approvals_missing"] == 1
-        wait_for(lambda: _updates_saying(slack, "1 of 2 (approved by alice (slack))"),
-                 what="the message counting one approval")
-        # the same person again, by a second click: counted once
-        room.act(click("approve", key, digest, "UALICE", slack.response_url()))
-        assert room.rt.task(key)["approvals_missing"] == 1
-        api = httpx.post(f"{room.server.url}/api/v1/tasks/{key}/approve", json={"digest": digest},
-                         headers={"authorization": f"Bearer {room.tokens['bob']}"}, timeout=30)
-        assert api.status_code == 200, api.text
-        task = room.rt.task(key)
-        assert task["approved_by"] == "bob"
-        assert sorted((a["by"], a["channel"]) for a in task["approvals"]) == [
-            ("alice", "slack"), ("bob", "api")]
-        wait_for(lambda: _updates_saying(slack, "Approved by alice (slack), bob (api)"),
-                 what="the message saying who approved")
-    finally:
-        room.close()
+def test_a_quorum_of_a_slack_click_and_an_api_approval(quorum_room, slack):
+    room = quorum_room
+    key, digest, _ = room.ready()
+    room.act(click("approve", key, digest, "UALICE", slack.response_url()))
+    assert room.rt.task(key)["approvals_missing"] == 1
+    wait_for(lambda: _updates_saying(slack, "1 of 2 (approved by alice (slack))"),
+             what="the message counting one approval")
+    # the same person again, by a second click: counted once
+    room.act(click("approve", key, digest, "UALICE", slack.response_url()))
+    assert room.rt.task(key)["approvals_missing"] == 1
+    api = httpx.post(f"{room.server.url}/api/v1/tasks/{key}/approve", json={"digest": digest},
+                     headers={"authorization": f"Bearer {room.tokens['bob']}"}, timeout=30)
+    assert api.status_code == 200, api.text
+    task = room.rt.task(key)
+    assert task["approved_by"] == "bob"
+    assert sorted((a["by"], a["channel"]) for a in task["approvals"]) == [
+        ("alice", "slack"), ("bob", "api")]
+    wait_for(lambda: _updates_saying(slack, "Approved by alice (slack), bob (api)"),
+             what="the message saying who approved")
 
 
-def test_an_edit_updates_the_message_and_the_old_buttons_go_stale(home, slack):
-    room = Room(home, slack, approvals=2)
-    try:
-        _edit_and_click_the_old_buttons(room, slack)
-    finally:
-        room.close()
-
-
-def _edit_and_click_the_old_buttons(room, slack):
+def test_an_edit_updates_the_message_and_the_old_buttons_go_stale(quorum_room, slack):
+    room = quorum_room
     key, digest, _ = room.ready()
     edited = httpx.post(f"{room.server.url}/api/v1/tasks/{key}/approve",
                         json={"digest": digest, "edit": "the demo is on 1 November"},
@@ -262,15 +260,9 @@ def test_a_redraft_updates_the_message_with_the_new_draft(room, slack):
     assert "2026-12-24" not in json.dumps(posted)
 
 
-def test_an_open_click_decides_nothing_and_a_hidden_character_draft_is_refused(home, slack):
-    room = Room(home, slack, approvals=2)
-    try:
-        _open_then_hidden_characters(room, slack)
-    finally:
-        room.close()
-
-
-def _open_then_hidden_characters(room, slack):
+def test_an_open_click_decides_nothing_and_a_hidden_character_draft_is_refused(quorum_room,
+                                                                               slack):
+    room = quorum_room
     key, digest, _ = room.ready()
     calls = len(slack.calls)
     assert room.act(click("open", key, digest, "UALICE", slack.response_url())).status_code == 200
