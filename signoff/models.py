@@ -276,7 +276,7 @@ class Approval(BaseModel):
     task_key = CharField(max_length=64)
     digest = CharField(max_length=64)
     by = Text()  # an identity (rules/identity.py): the quorum counts distinct ones
-    channel = Text()  # cli, page, api or policy
+    channel = Text()  # cli, page, api, slack or policy
     at = DoubleField()
     note = Text(null=True)  # the CLI's ``--by`` word: shown, never counted
     # The reviewer a delegate decided for (``by`` stays the delegate, counted once).

@@ -1,11 +1,12 @@
 """The trusted human channel: approve, reject, retry, cancel (the life cycle in docs/concepts.md).
 
 Nothing here is reachable from event content; the CLI, the review pages, the
-JSON API and the Python API are its only callers. ``by`` and ``channel`` name
-who decided and through which face (cli, page, api, policy); they become an
-``Actor`` (``rules/names.py``): on the CLI the OS account is the identity and
-``by`` a note, elsewhere ``by`` is the identity the face authenticated. A
-quorum counts identities.
+JSON API, Slack's verified clicks and the Python API are its only callers.
+``by`` and ``channel`` name who decided and through which face (cli, page, api,
+slack, policy); they become an ``Actor`` (``rules/names.py``): on the CLI the OS
+account is the identity and ``by`` a note, elsewhere ``by`` is the identity the
+face authenticated. A quorum counts identities; a delegate's decision also
+names whom it was for (``admin/delegations.py``).
 """
 
 from dataclasses import dataclass
