@@ -183,16 +183,21 @@ def _approve(rt, items, tasks, who, spans):
 def _stand_ins(first, items, tasks, who, now, out):
     """``{key: reviewer}`` a delegate approves for; a key whose asked-for reviewer
     cannot be stood in for is refused in ``out`` and left out of ``first``."""
-    stand_ins = {}
+    stand_ins, by_monitor = {}, {}  # one look-up per monitor, however many tasks
     for key, i in list(first.items()):
-        try:
-            acting = delegations.acting(who.actor, tasks[key].monitor, now, who.for_reviewer)
-        except Refused as exc:
-            out[i] = exc
+        monitor = tasks[key].monitor
+        if monitor not in by_monitor:
+            try:
+                by_monitor[monitor] = delegations.acting(who.actor, monitor, now,
+                                                         who.for_reviewer).for_reviewer
+            except Refused as exc:
+                by_monitor[monitor] = exc
+        found = by_monitor[monitor]
+        if isinstance(found, Refused):
+            out[i] = found
             del first[key]
-            continue
-        if acting.for_reviewer is not None:
-            stand_ins[key] = acting.for_reviewer
+        elif found is not None:
+            stand_ins[key] = found
     return stand_ins
 
 

@@ -36,10 +36,15 @@ def add_approvals(wanted, actor, now, audit_code="approved", stand_ins=None):
     live = [k for k in keys if current.get(k, ())[:2] == (T.READY, wanted[k][0])
             and not (policy and current[k][2])]
     stale = set(keys) - set(live)
-    stand_ins = stand_ins or {}
+    # Whom a delegate stood in for, as columns only when someone was: every row
+    # of one insert names the same columns, and most approvals stand in for no one.
+    approval_extra = ({k: {"for_reviewer": stand_ins.get(k)} for k in keys} if stand_ins
+                      else dict.fromkeys(keys, {}))
+    audit_extra = ({k: {"data": {"for": stand_ins[k]} if k in stand_ins else None}
+                    for k in keys} if stand_ins else approval_extra)
     counted = {k for (k,) in insert_rows(Approval, [
         {"task_key": k, "digest": wanted[k][0], "by": actor.identity, "channel": actor.channel,
-         "at": now, "note": actor.note, "for_reviewer": stand_ins.get(k)} for k in live],
+         "at": now, "note": actor.note, **approval_extra[k]} for k in live],
         ignore_conflicts=True, returning=("task_key",))} if live else set()
     counts = approval_counts(live)
     complete = [k for k in live if counts.get(k, 0) >= wanted[k][1]]
@@ -50,8 +55,7 @@ def add_approvals(wanted, actor, now, audit_code="approved", stand_ins=None):
                           approved_by=actor.identity, approved_at=now, next_at=now,
                           code=None) if complete else set()
     rows = [{"at": now, "code": audit_code if k in approved else "approval_added",
-             "monitor": None, "event_id": None, "task_key": k, **actor.audit,
-             "data": {"for": stand_ins[k]} if k in stand_ins else None}
+             "monitor": None, "event_id": None, "task_key": k, **actor.audit, **audit_extra[k]}
             for k in keys if k in counted]
     if rows:
         tasks = {k: (m, at) for k, m, at in select_tuples(Task.select(
