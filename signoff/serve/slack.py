@@ -24,12 +24,25 @@ from urllib.parse import parse_qs
 
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
+from ..chores.slack import slack_settings
 from ..errors import Refused, SignoffError
 from .bodies import FORM_LIMIT, read_body
 
 log = logging.getLogger("signoff.serve.slack")
 REJECT_VIEW = "signoff_reject"
+
+
+def slack_routes(rt):
+    """``POST /slack/actions`` when ``[notify.slack]`` is set, else no route.
+
+    A signing secret or token whose variable is not set stops serve here, naming it.
+    """
+    settings = slack_settings(rt.home)
+    if settings is None:
+        return []
+    return [Route("/slack/actions", SlackActions(rt, settings).endpoint, methods=["POST"])]
 
 
 class SlackActions:

@@ -9,13 +9,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import metrics
-from ..chores.slack import slack_settings
 from .api import Api
 from .groupcommit import GroupCommit
 from .hooks import make_endpoint, reader
 from .logins import Logins
 from .pages import Pages
-from .slack import SlackActions
+from .slack import slack_routes
 
 SECURITY_HEADERS = {
     # No scripts, no inline styles, forms post only here, never framed.
@@ -106,10 +105,8 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
         Route("/dead-letters/{letter:int}/replay", pages.replay, methods=["POST"]),
         Route("/style.css", pages.style, methods=["GET"]),
         *Api(rt, logins).routes(),
+        *slack_routes(rt),
     ]
-    slack = slack_settings(rt.home)
-    if slack is not None:  # a signing secret that is not set stops serve here, naming it
-        routes.append(Route("/slack/actions", SlackActions(rt, slack).endpoint, methods=["POST"]))
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={DatabaseError: _database_down,
                                         InterfaceError: _database_down})
