@@ -5,7 +5,7 @@ import threading
 from peewee import DatabaseError
 
 from . import views
-from .admin import gaps, keys, monitors, resume, reviewers, secrets, subscriptions
+from .admin import delegations, gaps, keys, monitors, resume, reviewers, secrets, subscriptions
 from .chores import retention
 from .decisions import approval, deadletters, deliveries, policy, redraft, statements
 from .engine import Engine
@@ -259,16 +259,17 @@ class Signoff:
 
     @own_database
     def approve(self, key, digest, by=None, channel="cli", edit=None,
-                ack_hidden_characters=False, monitors=None, proof=None):
+                ack_hidden_characters=False, monitors=None, proof=None, for_reviewer=None):
         """Approve a ready task whose result has ``digest`` (one place of its quorum).
 
         ``edit``: the draft's new text, approved as edited (its own digest).
         ``ack_hidden_characters``: the approver saw the draft's hidden characters marked.
         ``monitors``: a limited reviewer's monitors; another monitor's task is unknown.
         ``proof``: ``by``'s signature of the decision (``decisions.signing.Proof``).
+        ``for_reviewer``: the reviewer a delegate decides for (``reviewer delegate``).
         """
         return approval.approve(self, key, digest, by, channel, edit, ack_hidden_characters,
-                                monitors, proof)
+                                monitors, proof, for_reviewer)
 
     @own_database
     def statement(self, key, reviewer, decision="approve", edit=None, monitors=None):
@@ -290,11 +291,13 @@ class Signoff:
 
     @own_database
     def reject(self, key, reason=None, by=None, channel="cli", digest=None, monitors=None,
-               proof=None):
+               proof=None, for_reviewer=None):
         """Reject a ready task; ``reason`` (1-200 printable characters) is kept and shown;
         ``digest``: the result the person saw (refused ``digest_mismatch`` once it changed);
-        ``proof``: ``by``'s signature of the reject."""
-        return approval.reject(self, key, reason, by, channel, digest, monitors, proof)
+        ``proof``: ``by``'s signature of the reject; ``for_reviewer``: the reviewer a
+        delegate decides for."""
+        return approval.reject(self, key, reason, by, channel, digest, monitors, proof,
+                               for_reviewer)
 
     @own_database
     def cancel_task(self, key, by=None, channel="cli", monitors=None):
@@ -334,15 +337,26 @@ class Signoff:
 
     @own_database
     def add_reviewer(self, name, read_only=False, monitors=(), by=None, channel="cli",
-                     email=None):
-        """Create a reviewer, optionally limited to ``monitors`` and reached at ``email``;
-        its token is answered once."""
-        return reviewers.add(self, name, read_only, monitors, by, channel, email)
+                     email=None, slack_user=None):
+        """Create a reviewer, optionally limited to ``monitors``, reached at ``email`` and
+        deciding from Slack as member ``slack_user``; its token is answered once."""
+        return reviewers.add(self, name, read_only, monitors, by, channel, email, slack_user)
 
     @own_database
-    def set_reviewer(self, name, email, by=None, channel="cli"):
-        """Change a reviewer's email address (``""``: none)."""
-        return reviewers.set_contact(self, name, email, by, channel)
+    def set_reviewer(self, name, email=None, slack_user=None, by=None, channel="cli"):
+        """Change a reviewer's email address and/or Slack member id (``""`` removes one)."""
+        return reviewers.set_contacts(self, name, email, slack_user, by, channel)
+
+    @own_database
+    def delegate(self, name, to, until=None, by=None, channel="cli"):
+        """Let reviewer ``to`` decide for ``name`` until ``until`` (ISO 8601 with a zone,
+        or Unix seconds; default: until ``undelegate``)."""
+        return delegations.delegate(self, name, to, until, by, channel)
+
+    @own_database
+    def undelegate(self, name, by=None, channel="cli"):
+        """End reviewer ``name``'s delegation."""
+        return delegations.undelegate(self, name, by, channel)
 
     @own_database
     def replay(self, letter_id, by=None, channel="cli", monitors=None):

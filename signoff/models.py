@@ -172,6 +172,7 @@ class Task(BaseModel):
     # to_digest, diff} each (approval.py); the first from_digest is the drafted one.
     edits = JSON(default=list)
     rejected_by = Text(null=True)
+    rejected_for = Text(null=True)  # the reviewer a delegate rejected for
     reject_reason = Text(null=True)
     # The W3C trace context of the span that drafted it (signoff/tracing.py), if traced.
     traceparent = Text(null=True)
@@ -305,13 +306,15 @@ class Approval(BaseModel):
     task_key = CharField(max_length=64)
     digest = CharField(max_length=64)
     by = Text()  # an identity (rules/identity.py): the quorum counts distinct ones
-    channel = Text()  # cli, page, api or policy
+    channel = Text()  # cli, page, api, slack or policy
     at = DoubleField()
     note = Text(null=True)  # the CLI's ``--by`` word: shown, never counted
     # A signed decision's statement (its RFC 8785 text) and proof: {signature,
     # key_id} or {webauthn: {...}}. Null for an unsigned one.
     statement = Text(null=True)
     signature = JSON(null=True)
+    # The reviewer a delegate decided for (``by`` stays the delegate, counted once).
+    for_reviewer = Text(null=True)
 
     class Meta:
         indexes = ((("task_key", "digest", "by"), True),)
@@ -331,6 +334,18 @@ class StatementNonce(BaseModel):
     digest = CharField(max_length=64, null=True)
     issued_at = DoubleField()
     used_at = DoubleField(null=True)
+
+
+class DecisionTime(BaseModel):
+    """One human decision of a task and how long after the task became ready it came
+    (``/metrics`` ``signoff_decision_seconds``)."""
+
+    id = BigAutoField()
+    monitor = Text()
+    channel = Text()
+    kind = CharField()  # approval_added, approved, edited, rejected
+    seconds = DoubleField()
+    at = DoubleField()
 
 
 class Policy(BaseModel):
@@ -490,9 +505,19 @@ class Reviewer(BaseModel):
     # two reviewers who look alike. Null for reviewers added before version 6.
     skeleton = Text(null=True)
     email = Text(null=True)  # where email links to decide go (rules/contacts.py); null: none
+    slack_user = Text(null=True)  # the Slack user id whose clicks are this reviewer's
 
     class Meta:
-        indexes = ((("skeleton",), True),)
+        indexes = ((("skeleton",), True), (("slack_user",), True))
+
+
+class Delegation(BaseModel):
+    """``reviewer`` lets ``delegate`` decide for them (until ``until``; null: until undone)."""
+
+    reviewer = CharField(primary_key=True)
+    delegate = CharField(index=True)
+    until = DoubleField(null=True)
+    created_at = DoubleField()
 
 
 class ReviewerMonitor(BaseModel):
@@ -570,6 +595,22 @@ class Notification(BaseModel):
 
     class Meta:
         indexes = ((("status", "next_at"), False),)
+
+
+class SlackMessage(BaseModel):
+    """The Slack message that announced a task: where it is, so it can be updated."""
+
+    task_key = CharField(max_length=64, primary_key=True)
+    channel = Text()
+    ts = Text()
+    posted_at = DoubleField()
+
+
+class MonitorSlack(BaseModel):
+    """A monitor bound with ``--slack-channel``: its ready tasks are posted there."""
+
+    monitor = CharField(primary_key=True)
+    channel = Text()
 
 
 class Cursor(BaseModel):
@@ -714,11 +755,11 @@ MODELS = [
     Monitor, Delivery, Inbox, Gap,
     Task, Attempt, DeadLetter, PurgedTask, MonitorBatching, RecordBatch, BatchMember,
     MonitorReminders, TaskNudge,
-    Approval, StatementNonce, Policy, PolicyDecision,
+    Approval, StatementNonce, DecisionTime, Policy, PolicyDecision,
     Audit, AuditReviewer, Checkpoint,
     WebhookSecret, WebhookAnswer, WebhookDigest, WebhookRefusal,
-    Reviewer, ReviewerMonitor, ReviewerKey, EmailLink, ReviewSession,
-    Notification, Cursor,
+    Reviewer, ReviewerMonitor, ReviewerKey, EmailLink, ReviewSession, Delegation,
+    Notification, SlackMessage, MonitorSlack, Cursor,
     Subscription, EventDeliveryCount,
     DrafterUsage, DrafterCallCount,
     WorkerBeat, Chore,

@@ -13,7 +13,7 @@ from ..state.monitors import (end_monitor, end_pause, new_monitor, set_signed_ap
                               start_pause)
 from ..state.statuses import DELIVERY_WAITING
 from ..state.tasks import cancel_tasks
-from ..models import Delivery, Monitor, Policy, Task, db
+from ..models import Delivery, Monitor, MonitorSlack, Policy, Task, db
 from ..rules.retry import TRANSIENT
 from ..storage import retried
 
@@ -36,7 +36,8 @@ def check_id(monitor_id):
 
 def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, window_s=60,
          approval_ttl_s=None, batch_window_s=None, within=None, approvals=1,
-         signed_approvals=False, remind_after_s=None, escalate_after_s=None, escalate_to=()):
+         signed_approvals=False, remind_after_s=None, escalate_after_s=None, escalate_to=(),
+         slack_channel=None):
     """Bind a monitor from the host's current grant context.
 
     An id that exists already (active or cancelled) is refused: a cancelled
@@ -47,7 +48,8 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
     the monitor. ``approvals``: the distinct approvers each task's digest needs;
     ``signed_approvals``: only decisions signed by their reviewers count.
     ``remind_after_s``, ``escalate_after_s``, ``escalate_to``: reminders and
-    escalation of its waiting tasks (``chores/reminders.py``).
+    escalation of its waiting tasks (``chores/reminders.py``). ``slack_channel``:
+    the Slack channel id its ready tasks are posted to.
     """
     events = subscriptions.settings_of(rt)
     if event_names is None:
@@ -59,17 +61,8 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
     if isinstance(approvals, bool) or not isinstance(approvals, int) or not 1 <= approvals <= MAX_APPROVALS:
         raise Refused("invalid_monitor", f"approvals: must be a whole number from 1 to {MAX_APPROVALS}")
     escalate_to = _escalation(escalate_after_s, escalate_to)
-    try:
-        context = rt.host().context()
-    except TRANSIENT as exc:  # e.g. a host URL that cannot be reached: the message names it
-        raise Refused("host_unavailable", f"the host did not answer: {exc}") from None
-    actions = context.get("actions", []) if isinstance(context, dict) else []
-    if not {"read", "draft"} <= set(actions):
-        raise Refused("action", "the current grant does not allow read and draft")
-    docs = context.get("docs") if isinstance(context, dict) else None
-    if not isinstance(docs, list) or document not in docs:
-        # Refused now, not at the first event: such a monitor could never act.
-        raise Refused("access", f"the current grant does not cover document {document!r}")
+    _check_slack_channel(slack_channel)
+    context = _granted_context(rt, document)
 
     def create():
         now = rt.clock.now()
@@ -82,6 +75,8 @@ def bind(rt, document, monitor_id="default", event_names=None, ttl_s=DAY_S, wind
             if batch_window_s is not None:
                 recordbatches.set_window(monitor_id, batch_window_s)
             reminders.set_reminders(monitor_id, remind_after_s, escalate_after_s, escalate_to)
+            if slack_channel is not None:
+                MonitorSlack.create(monitor=monitor_id, channel=slack_channel)
             audit(now, "bound", monitor_id, subject=monitor_id)
             if signed_approvals:
                 audit(now, "monitor_signed_approvals", monitor_id, subject=monitor_id,
@@ -110,6 +105,23 @@ def _check_options(monitor_id, document, event_names, events, durations):
             raise Refused("invalid_monitor", f"{name}: must be a positive number of seconds")
 
 
+def _granted_context(rt, document):
+    """The host's current grant context, refused unless it allows read and draft on
+    ``document``."""
+    try:
+        context = rt.host().context()
+    except TRANSIENT as exc:  # e.g. a host URL that cannot be reached: the message names it
+        raise Refused("host_unavailable", f"the host did not answer: {exc}") from None
+    actions = context.get("actions", []) if isinstance(context, dict) else []
+    if not {"read", "draft"} <= set(actions):
+        raise Refused("action", "the current grant does not allow read and draft")
+    docs = context.get("docs") if isinstance(context, dict) else None
+    if not isinstance(docs, list) or document not in docs:
+        # Refused now, not at the first event: such a monitor could never act.
+        raise Refused("access", f"the current grant does not cover document {document!r}")
+    return context
+
+
 def _escalation(after_s, names):
     """The stored names of the reviewers ``names`` escalates to; each must exist."""
     if (after_s is None) != (not names):
@@ -119,6 +131,16 @@ def _escalation(after_s, names):
     if missing:
         raise Refused("unknown_reviewer", f"no reviewer {missing[0]!r} to escalate to")
     return sorted({row.name for row in found})
+
+
+def _check_slack_channel(channel):
+    """A Slack channel id (``C…``, ``G…`` or ``D…``, capitals and digits), or ``invalid_monitor``."""
+    if channel is None:
+        return
+    if not (isinstance(channel, str) and 2 <= len(channel) <= 32 and channel[0] in "CGD"
+            and channel.isascii() and channel.isalnum() and channel == channel.upper()):
+        raise Refused("invalid_monitor", f"slack-channel {channel!r}: a Slack channel id (C, G "
+                      "or D, then capital letters and digits), not its name")
 
 
 def _refuse_existing(monitor_id):
@@ -241,7 +263,9 @@ def row(monitor):
             "batch_window_s": recordbatches.windows([monitor.id]).get(monitor.id),
             "remind_after_s": nudge and nudge.remind_after_s,
             "escalate_after_s": nudge and nudge.escalate_after_s,
-            "escalate_to": nudge.escalate_to if nudge else []}
+            "escalate_to": nudge.escalate_to if nudge else [],
+            "slack_channel": MonitorSlack.select(MonitorSlack.channel).where(
+                MonitorSlack.monitor == monitor.id).scalar()}
 
 
 def listing():

@@ -19,8 +19,8 @@ from ..errors import Refused
 from ..rules.contacts import check_email
 from ..rules.names import Actor, clash, normal_name, skeleton
 from ..state.history import audit
-from ..models import (AuditReviewer, Monitor, Reviewer, ReviewerKey, ReviewerMonitor,
-                      ReviewSession, Task, db)
+from ..models import (AuditReviewer, Delegation, Monitor, Reviewer, ReviewerKey,
+                      ReviewerMonitor, ReviewSession, Task, db)
 
 SESSION_TTL_S = 12 * 3600
 
@@ -64,9 +64,10 @@ class Viewer:
         return isinstance(given, str) and hmac.compare_digest(given.encode(), self.csrf.encode())
 
 
-def add(rt, name, read_only=False, monitors=(), by=None, channel="cli", email=None):
-    """Create a reviewer; returns ``{name, token, read_only, monitors, email}`` (the token,
-    this once).
+def add(rt, name, read_only=False, monitors=(), by=None, channel="cli", email=None,
+        slack_user=None):
+    """Create a reviewer; returns ``{name, token, read_only, monitors, email, slack_user}``
+    (the token, this once).
 
     ``name`` is kept normalised (``rules/names.py``: ``Alice `` becomes
     ``alice``, which the answer's ``name`` says); one equal to or confusable
@@ -75,10 +76,13 @@ def add(rt, name, read_only=False, monitors=(), by=None, channel="cli", email=No
     limits the reviewer to those monitors' tasks (each must exist, else
     ``unknown_monitor``); none means every monitor. ``email``: where links to
     decide are mailed (``rules/contacts.py``, else ``invalid_email``).
+    ``slack_user``: the Slack user id whose clicks are this reviewer's
+    (``check_slack_user``).
     """
     form = normal_name(name)
     email = None if email is None else check_email(email)
     actor = Actor.of(by, channel)
+    slack_user = None if slack_user is None else check_slack_user(slack_user)
     token = "sor_" + secrets.token_urlsafe(32)
     now = rt.clock.now()
     monitors = sorted(set(monitors))
@@ -90,8 +94,10 @@ def add(rt, name, read_only=False, monitors=(), by=None, channel="cli", email=No
             raise Refused("unknown_monitor", f"no monitor {unknown[0]!r}")
         try:
             with db.atomic():  # a savepoint: a look-alike added meanwhile is refused cleanly
+                _refuse_taken_slack_user(slack_user, form)
                 Reviewer.create(name=form, token_hash=_hash(token), read_only=bool(read_only),
-                                created_at=now, skeleton=skeleton(form), email=email)
+                                created_at=now, skeleton=skeleton(form), email=email,
+                                slack_user=slack_user)
         except IntegrityError:
             raise Refused("invalid_name", f"{form!r} looks like a reviewer added at the same "
                           "moment; choose a name no one could take for another") from None
@@ -99,23 +105,61 @@ def add(rt, name, read_only=False, monitors=(), by=None, channel="cli", email=No
             ReviewerMonitor.create(reviewer=form, monitor=monitor)
         audit(now, "reviewer_added", subject=form, **actor.audit)
     return {"name": form, "token": token, "read_only": bool(read_only),
-            "monitors": monitors or None, "email": email}
+            "monitors": monitors or None, "email": email, "slack_user": slack_user}
 
 
-def set_contact(rt, name, email, by=None, channel="cli"):
-    """Give reviewer ``name`` the address ``email`` (``""``: none); audited
-    ``reviewer_changed``. Returns the reviewer as ``listing`` shows it."""
+def check_slack_user(uid):
+    """A Slack user id (``U…`` or ``W…``, capitals and digits), or ``invalid_slack_user``."""
+    if not (isinstance(uid, str) and 2 <= len(uid) <= 32 and uid[0] in "UW"
+            and uid.isascii() and uid.isalnum() and uid == uid.upper()):
+        raise Refused("invalid_slack_user", f"{uid!r} is not a Slack user id (U or W, then "
+                      "capital letters and digits: the member id of the person's Slack profile)")
+    return uid
+
+
+def _refuse_taken_slack_user(uid, name):
+    if uid is None:
+        return
+    other = Reviewer.get_or_none(Reviewer.slack_user == uid)
+    if other is not None and other.name != name:
+        raise Refused("invalid_slack_user", f"Slack user {uid} is reviewer {other.name!r}'s "
+                      "already: one person, one reviewer")
+
+
+def set_contacts(rt, name, email=None, slack_user=None, by=None, channel="cli"):
+    """Change reviewer ``name``'s contacts (``reviewer set``): ``email`` and/or
+    ``slack_user``, ``""`` removing one, ``None`` leaving it; audited
+    ``reviewer_changed`` (whether an address is set, never the address). Returns
+    the reviewer as ``listing`` shows it."""
     actor = Actor.of(by, channel)
-    email = None if email == "" else check_email(email)
+    if email is None and slack_user is None:  # a programming error: the CLI asks for one
+        raise ValueError("set_contacts changes email, slack_user or both")
+    changes = {}
+    if email is not None:
+        changes["email"] = None if email == "" else check_email(email)
+    if slack_user is not None:
+        changes["slack_user"] = None if slack_user == "" else check_slack_user(slack_user)
     now = rt.clock.now()
     with db.atomic():
         row = find(name)
         if row is None:
             raise Refused("unknown_reviewer", f"no reviewer {name!r}")
-        Reviewer.update(email=email).where(Reviewer.name == row.name).execute()
-        audit(now, "reviewer_changed", subject=row.name, data={"email": email is not None},
-              **actor.audit)
+        _refuse_taken_slack_user(changes.get("slack_user"), row.name)
+        Reviewer.update(**changes).where(Reviewer.name == row.name).execute()
+        data = dict(changes)
+        if "email" in data:  # whether one is set, never the address
+            data["email"] = data["email"] is not None
+        audit(now, "reviewer_changed", subject=row.name, data=data, **actor.audit)
     return next(r for r in listing() if r["name"] == row.name)
+
+
+def viewer_for_slack_user(uid):
+    """The ``Viewer`` whose reviewer has Slack user id ``uid``, or ``None``."""
+    reviewer = Reviewer.get_or_none(Reviewer.slack_user == uid) if isinstance(uid, str) else None
+    if reviewer is None:
+        return None
+    return Viewer(name=reviewer.name, read_only=bool(reviewer.read_only),
+                  monitors=_monitors_of(reviewer.name))
 
 
 def _refuse_lookalike(typed, form):
@@ -160,6 +204,8 @@ def remove(rt, name, by=None, channel="cli"):
         ended = ReviewSession.delete().where(ReviewSession.reviewer == name).execute()
         ReviewerMonitor.delete().where(ReviewerMonitor.reviewer == name).execute()
         _remove_keys(name, now, actor.audit)
+        Delegation.delete().where((Delegation.reviewer == name)
+                                  | (Delegation.delegate == name)).execute()
         audit(now, "reviewer_removed", subject=name, **actor.audit)
     return {"name": name, "removed": True, "sessions_ended": ended}
 
@@ -174,12 +220,15 @@ def _remove_keys(reviewer, now, who):
 
 
 def listing():
-    """Reviewers as ``{name, read_only, monitors, email, created_at}`` (never a token);
-    ``monitors`` is null for a reviewer of every monitor."""
+    """Reviewers as ``{name, read_only, monitors, email, slack_user, delegate, created_at}``
+    (never a token); ``monitors`` is null for a reviewer of every monitor,
+    ``delegate`` names who decides for them (``reviewer delegate``), if anyone."""
     limits = _limits(None)
+    delegates = dict(Delegation.select(Delegation.reviewer, Delegation.delegate).tuples())
     return [{"name": r.name, "read_only": r.read_only,
              "monitors": sorted(limits[r.name]) if r.name in limits else None,
-             "email": r.email, "created_at": r.created_at}
+             "email": r.email, "slack_user": r.slack_user, "delegate": delegates.get(r.name),
+             "created_at": r.created_at}
             for r in Reviewer.select().order_by(Reviewer.name)]
 
 

@@ -23,6 +23,9 @@ no cursor (a worker runs it before it takes any work) puts the cursor at the
 end of the audit log, and neither the cursor nor its look-back ever reads
 behind that start, so tasks that were ready before are not announced.
 
+Slack messages (``[notify.slack]``, ``slack.py``) go through the same outbox,
+cursor and pump, with or without a ``[notify] url``.
+
     [notify]
     url = "https://chat.example/hooks/signoff"
     secret = "whsec_..."
@@ -33,8 +36,10 @@ behind that start, so tasks that were ready before are not announced.
 
 import contextlib
 import datetime
+import functools
 import json
 import logging
+import operator
 import threading
 from dataclasses import dataclass
 
@@ -53,7 +58,7 @@ from ..rules.canonical import digest
 from ..rules.retry import backoff
 from .. import storage
 from ..storage import key_in, log_failed_pass, unindexed
-from . import mail
+from . import mail, slack
 
 CURSOR = "notify"
 START = "notify_start"  # where the cursor started: nothing before it is ever collected
@@ -67,7 +72,7 @@ ANNOUNCED = {"ready": "task.ready", "rejected": "task.rejected",
              "approval_added": "task.approval_added", "reminded": "task.reminder",
              "escalated": "task.escalated"}
 # Tables of [notify] that configure a channel of their own, not the webhook.
-CHANNEL_TABLES = ("email",)
+CHANNEL_TABLES = ("email", "slack")
 
 log = logging.getLogger("signoff.notify")
 
@@ -93,6 +98,7 @@ NUMBERS = {"attempts": (int, ATTEMPTS), "timeout_s": (NUMBER, Range(0, 300, abov
 def notify_settings(home):
     """The ``[notify]`` settings of ``home``, or ``None`` when no url is set."""
     from ..rules.signatures import check_secret
+    # Its channels' tables ([notify.email], [notify.slack]) are read by their own modules.
     table = {k: v for k, v in read_table(home, "notify").items() if k not in CHANNEL_TABLES}
     if not table.get("url"):
         return None
@@ -115,9 +121,14 @@ def notify_settings(home):
         raise ConfigError("bad_config", f"[notify]: {exc}") from None
 
 
-def collect(now, webhook=True, email=False):
-    """Move new audit rows into the outbox, for the ``webhook`` and for ``email``;
-    returns how many rows were added."""
+def collect(now, webhook=True, email=False, to_slack=False):
+    """Move new audit rows into the outbox; returns how many rows were added.
+
+    ``webhook``: ``[notify] url`` is set (its ``ANNOUNCED`` rows); ``email``:
+    ``[notify.email]`` is (``mail.collect``); ``to_slack``: ``[notify.slack]`` is
+    (``slack.CODES`` rows of monitors with a channel).
+    """
+    codes = (list(ANNOUNCED) if webhook or email else []) + (list(slack.CODES) if to_slack else [])
     with db.atomic():
         cursor = Cursor.get_or_none(Cursor.name == CURSOR)
         top = Audit.select(fn.MAX(Audit.seq)).scalar() or 0
@@ -131,13 +142,15 @@ def collect(now, webhook=True, email=False):
         start = Cursor.select(Cursor.seq).where(Cursor.name == START).scalar() or 0
         rows = list(Audit.select(Audit.seq, Audit.task_key, Audit.code, Audit.data)
                     .where(Audit.seq > max(start, seen - LOOKBACK), Audit.seq <= top,
-                           Audit.code.in_(list(ANNOUNCED)), Audit.task_key.is_null(False))
+                           Audit.code.in_(sorted(set(codes))), Audit.task_key.is_null(False))
                     .order_by(Audit.seq).limit(COLLECT_LIMIT))
         new_seq = rows[-1].seq if len(rows) == COLLECT_LIMIT else top
         if not Cursor.update(seq=new_seq).where(Cursor.name == CURSOR, Cursor.seq == seen).execute():
             return 0  # another pump moved the cursor first
-        return ((_webhook_rows(rows, now) if webhook else 0)
-                + (len(mail.collect(rows, now)) if email else 0))
+        announced = [r for r in rows if r.code in ANNOUNCED]
+        return ((_webhook_rows(announced, now) if webhook else 0)
+                + (len(mail.collect(announced, now)) if email else 0)
+                + (slack.outbox_rows(rows, now) if to_slack else 0))
 
 
 def _webhook_rows(rows, now):
@@ -201,23 +214,30 @@ def signed_request(task, settings, now, row=None):
                   "webhook-signature": Webhook(settings.secret).sign(msg_id, at, body)}
 
 
-def send_due(rt, settings, client, email=None):
-    """Send the outbox rows that are due (``settings``: the webhook's, ``email``: the
-    ``[notify.email]`` settings; either may be ``None``); returns ``(sent, failed)``."""
+def send_due(rt, settings, client, email=None, slack_settings=None, slack_client=None):
+    """Send the outbox rows that are due; returns ``(sent, failed)``.
+
+    ``settings``/``client``: the webhook's (``None`` without a ``[notify] url``);
+    ``email``: ``[notify.email]``'s; ``slack_settings``/``slack_client``: Slack's.
+    Only the configured channels' rows are sent; the others wait for their
+    channel to be configured (here, or in another worker).
+    """
     now = rt.clock.now()
     sent = failed = 0
+    kinds = _configured(settings, email, slack_settings)
+    if not kinds:
+        return 0, 0
     for row in (Notification.select().where(Notification.status == N.PENDING,
-                                            Notification.next_at <= now)
+                                            Notification.next_at <= now,
+                                            functools.reduce(operator.or_, kinds))
                 .order_by(Notification.next_at).limit(SEND_LIMIT)):
-        channel = email if row.type == mail.TYPE else settings
-        if channel is None:
-            continue  # its channel is not configured here: another worker's, or for later
+        channel = _channel_of(row, settings, email, slack_settings)
         # Hold the row for the length of a try so another pump leaves it alone: from
         # now, not the pass's start, which the tries before it (SMTP's) may have aged.
         now = rt.clock.now()
         if not hold_notification(row.task_key, row.next_at, now + 2 * channel.timeout_s + 1):
             continue
-        code = _send_one(row, channel, client, now)
+        code = _send_one(row, channel, client, slack_client, now)
         if code is None or code == mail.NOT_NEEDED:
             sent += 1
         else:
@@ -226,12 +246,32 @@ def send_due(rt, settings, client, email=None):
     return sent, failed
 
 
-def _send_one(row, channel, client, now):
+def _configured(settings, email, slack_settings):
+    """The outbox rows the configured channels send: one SQL condition per channel."""
+    is_slack = Notification.type.startswith("slack.")
+    is_mail = Notification.type == mail.TYPE
+    webhook = Notification.type.is_null() | ~(is_slack | is_mail)
+    return [kind for kind, on in ((webhook, settings), (is_mail, email), (is_slack, slack_settings))
+            if on is not None]
+
+
+def _channel_of(row, settings, email, slack_settings):
+    """The settings of the channel outbox ``row`` goes through."""
+    if row.type == mail.TYPE:
+        return email
+    return slack_settings if (row.type or "").startswith("slack.") else settings
+
+
+def _send_one(row, channel, client, slack_client, now):
     """One try of outbox ``row`` through its channel: ``None`` when sent, else a code."""
     if row.type == mail.TYPE:
         return mail.try_send(row, channel, now)
     task = Task.get_or_none(Task.key == (row.task or row.task_key))
-    return _try_send(client, task, channel, now, row) if task else "unknown_task"
+    if task is None:
+        return "unknown_task"
+    if (row.type or "").startswith("slack."):
+        return slack.send(slack_client, channel, row, task, now)
+    return _try_send(client, task, channel, now, row)
 
 
 def _try_send(client, task, settings, now, row=None):
@@ -286,10 +326,12 @@ def replay(rt, letter, who=None):
 
 class Pump:
     """The notification thread of one worker process (``settings``: the webhook's,
-    ``email``: ``[notify.email]``'s; either may be ``None``)."""
+    ``email``: ``[notify.email]``'s, ``slack_settings``: ``[notify.slack]``'s; each may
+    be ``None``)."""
 
-    def __init__(self, rt, settings, email=None):
-        self.rt, self.settings, self.email = rt, settings, email
+    def __init__(self, rt, settings, email=None, slack_settings=None):
+        self.rt, self.settings, self.email, self.slack = rt, settings, email, slack_settings
+        self.timeout_s = max(c.timeout_s for c in (settings, email, slack_settings) if c)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="signoff-notify", daemon=True)
 
@@ -298,11 +340,13 @@ class Pump:
             self._pump()
 
     def _pump(self):
+        slack_client = self.slack.client() if self.slack else None
         with self._client() as client:
             while not self._stop.wait(INTERVAL_S):
                 try:
-                    collect(self.rt.clock.now(), self.settings is not None, self.email is not None)
-                    send_due(self.rt, self.settings, client, self.email)
+                    collect(self.rt.clock.now(), self.settings is not None,
+                            self.email is not None, self.slack is not None)
+                    send_due(self.rt, self.settings, client, self.email, self.slack, slack_client)
                 except Exception:
                     log_failed_pass(log, "notification pass", "retrying on the next pass")
                     db.close()  # this thread's connection: the next pass reconnects
@@ -318,23 +362,26 @@ class Pump:
     def stop(self):
         """Stop after the try in progress (bounded by the request timeout)."""
         self._stop.set()
-        self._thread.join(timeout=max(c.timeout_s for c in (self.settings, self.email) if c) + 5)
+        self._thread.join(timeout=self.timeout_s + 5)
 
 
 def start(rt):
-    """Start the notification pump when ``[notify] url`` or ``[notify.email]`` is set;
-    returns it or ``None``.
+    """Start the notification pump when ``[notify] url``, ``[notify.email]`` or
+    ``[notify.slack]`` is set; returns it or ``None``.
 
     Its first collection runs here, before the worker takes any work, so that a
     home's first one starts the cursor before a new task can become ready.
     """
     settings, email = notify_settings(rt.home), mail.email_settings(rt.home)
-    if settings is None and email is None:
+    to_slack = slack.slack_settings(rt.home)
+    if settings is None and email is None and to_slack is None:
         return None
+    if to_slack is not None:
+        to_slack.client()  # a variable that is not set stops the worker here, naming it
     try:
-        collect(rt.clock.now(), settings is not None, email is not None)
+        collect(rt.clock.now(), settings is not None, email is not None, to_slack is not None)
     except Exception:
         log_failed_pass(log, "first notification pass", "the pump runs it again")
-    pump = Pump(rt, settings, email)
+    pump = Pump(rt, settings, email, to_slack)
     pump._thread.start()
     return pump

@@ -38,16 +38,18 @@ MONITOR_COLUMNS = ["id", "document", "event_names", "active", "paused", "expires
                    help="Seconds: after this long, a waiting task is escalated to --escalate-to.")
 @command_line_only("--escalate-to", "escalate_to", multiple=True,
                    help="A reviewer who may decide a task once it is escalated (repeatable).")
+@click.option("--slack-channel", default=None,
+              help="Slack channel id (C…) its ready tasks are posted to ([notify.slack]).")
 def monitor_bind(obj, as_json, monitor_id, document, events, ttl, window, approval_ttl,
                  batch_window, approvals, signed_approvals, remind_after, escalate_after,
-                 escalate_to):
+                 escalate_to, slack_channel):
     """Bind a monitor from the host's current grant (subscribing it when the host offers events)."""
     m = obj.open().bind(document, monitor_id, event_names=list(events) or None,
                         ttl_s=ttl, window_s=window, approval_ttl_s=approval_ttl,
                         batch_window_s=batch_window, approvals=approvals,
                         signed_approvals=signed_approvals,
                         remind_after_s=remind_after, escalate_after_s=escalate_after,
-                        escalate_to=escalate_to)
+                        escalate_to=escalate_to, slack_channel=slack_channel)
     emit(m, as_json, lambda m: table([m], MONITOR_COLUMNS, short=("grant_digest",)))
 
 

@@ -48,17 +48,22 @@ def render_task(t):
 
 def _decisions(t):
     """The quorum, edits, rejection and hidden characters of ``tasks show``."""
-    given = ", ".join(who(fmt(a["by"]), fmt(a["channel"]), a.get("note") and fmt(a["note"])) for a in t["approvals"]) or "none"
+    given = ", ".join(who(fmt(a["by"]), fmt(a["channel"]), a.get("note") and fmt(a["note"]),
+                          a.get("for") and fmt(a["for"])) for a in t["approvals"]) or "none"
     lines = [f"approvals {given}; {t['approvals_needed']} needed"
              + (f", {t['approvals_missing']} missing" if t["approvals_missing"] else "")]
     for e in t["edits"]:
-        lines.append(f"edited    {_clock(e['at'])} by {who(fmt(e['by']), fmt(e['channel']), e.get('note') and fmt(e['note']))}: "
+        shown = who(fmt(e['by']), fmt(e['channel']), e.get('note') and fmt(e['note']),
+                    e.get('for') and fmt(e['for']))
+        lines.append(f"edited    {_clock(e['at'])} by {shown}: "
                      f"{fmt(e['from_digest'][:12])} -> {fmt(e['to_digest'][:12])}")
         lines += [f"            {fmt(line)}" for line in (e.get("diff") or "").splitlines()]
     if t["edits"]:
         lines.append(f"drafted   {fmt(t['drafted_digest'])}")
     if t["status"] == T.REJECTED:
-        lines.append(f"rejected  by {fmt(t['rejected_by'])}: {fmt(t['reject_reason'])}")
+        rejected = fmt(t["rejected_by"]) + (f" for {fmt(t['rejected_for'])}"
+                                            if t.get("rejected_for") else "")
+        lines.append(f"rejected  by {rejected}: {fmt(t['reject_reason'])}")
     if t["hidden_characters"]:
         lines.append(f"WARNING   the draft holds hidden characters ({fmt(', '.join(t['hidden_characters']))}), "
                      "marked below as ⟨U+XXXX⟩; approving needs --ack-hidden-characters")
@@ -138,6 +143,7 @@ def render_stats(s):
         "deliveries  " + _pairs(s["deliveries"]),
         "outcomes    " + _pairs(s["outcomes"]),
         "tasks       " + _pairs(s["tasks"]),
+        _waiting(s.get("oldest_waiting")),
         f"in flight   deliveries {s['in_flight']['deliveries']}, tasks {s['in_flight']['tasks']}",
         f"retrying    deliveries {rw['deliveries']}, tasks {rw['tasks']}, next due in {due}",
         f"uncertain   now {u['now']}, parked (may have been written) {u['parked_may_be_written']}, "
@@ -152,6 +158,13 @@ def render_stats(s):
         _subscribed(s["subscriptions"]),
         _drafted(s.get("drafter")),
     ])
+
+
+def _waiting(oldest):
+    if not oldest:
+        return "waiting     no task waits for a decision"
+    return "waiting     oldest per monitor: " + ", ".join(
+        f"{fmt(m)} {w['age_s']:.0f}s" for m, w in oldest.items())
 
 
 def _drafted(d):

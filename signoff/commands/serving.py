@@ -35,11 +35,13 @@ def reviewer():
 @command_line_only("--monitor", "monitors", multiple=True,
           help="Limit the reviewer to this monitor's tasks (repeatable; default: every monitor).")
 @command_line_only("--email", default=None, help="Where links to decide tasks are mailed.")
+@command_line_only("--slack-user", default=None,
+                   help="Their Slack member id (U…): their clicks in Slack decide as them.")
 @by_option
-def reviewer_add(obj, as_json, name, read_only, monitors, email, by):
+def reviewer_add(obj, as_json, name, read_only, monitors, email, slack_user, by):
     """Create a reviewer; their login and API token is printed this once."""
-    emit(obj.open().add_reviewer(name, read_only, monitors, by=by, channel="cli", email=email),
-         as_json,
+    emit(obj.open().add_reviewer(name, read_only, monitors, by=by, channel="cli", email=email,
+                                 slack_user=slack_user), as_json,
          lambda r: f"reviewer {r['name']}{' (read-only)' if r['read_only'] else ''}, "
                    f"token (shown once): {r['token']}")
 
@@ -55,13 +57,18 @@ def reviewer_remove(obj, as_json, name, by):
 
 @command("set", group=reviewer)
 @click.argument("name")
-@command_line_only("--email", required=True,
+@command_line_only("--email", default=None,
                    help="Where links to decide tasks are mailed (\"\": none).")
+@command_line_only("--slack-user", default=None,
+                   help="Their Slack member id (U…); an empty value removes it.")
 @by_option
-def reviewer_set(obj, as_json, name, email, by):
-    """Change a reviewer's contact."""
-    emit(obj.open().set_reviewer(name, email, by=by), as_json,
-         lambda r: f"reviewer {r['name']}: email {r['email'] or '(none)'}")
+def reviewer_set(obj, as_json, name, email, slack_user, by):
+    """Change a reviewer's contacts: --email, --slack-user or both."""
+    if email is None and slack_user is None:
+        raise click.UsageError("give --email, --slack-user or both")
+    emit(obj.open().set_reviewer(name, email, slack_user, by=by), as_json,
+         lambda r: f"reviewer {r['name']}: email {r['email'] or '(none)'}, "
+                   f"slack user {r['slack_user'] or '(none)'}")
 
 
 @reviewer.group("key")
@@ -104,7 +111,31 @@ def reviewer_key_remove(obj, as_json, name, key_id, by):
 def reviewer_list(obj, as_json):
     """Reviewers (never their tokens)."""
     emit(obj.open().reviewers(), as_json,
-         lambda rows: table(rows, ["name", "read_only", "monitors", "email", "created_at"]))
+         lambda rows: table(rows, ["name", "read_only", "monitors", "email", "slack_user",
+                                   "delegate", "created_at"]))
+
+
+@command("delegate", group=reviewer)
+@click.argument("name")
+@command_line_only("--to", "to", required=True, help="The reviewer who decides for NAME.")
+@command_line_only("--until", default=None,
+                   help="When it ends: ISO 8601 with a zone, or Unix seconds (default: "
+                        "until `reviewer undelegate`).")
+@by_option
+def reviewer_delegate(obj, as_json, name, to, until, by):
+    """Let another reviewer decide for NAME (what both may decide), until --until."""
+    emit(obj.open().delegate(name, to, until, by=by), as_json,
+         lambda r: f"{r['delegate']} decides for {r['reviewer']}"
+                   + (f" until {r['until']:.0f}" if r["until"] is not None else ""))
+
+
+@command("undelegate", group=reviewer)
+@click.argument("name")
+@by_option
+def reviewer_undelegate(obj, as_json, name, by):
+    """End NAME's delegation."""
+    emit(obj.open().undelegate(name, by=by), as_json,
+         lambda r: f"{r['reviewer']} decides for themselves again")
 
 
 @command("mcp")
@@ -127,8 +158,8 @@ def mcp_agents(obj, as_json, monitor_id):
               help="The host pushes events over MCP Events to `signoff serve` (needs the serve "
                    "and mcp extras); serve is killed once after a write.")
 @click.option("--channels", is_flag=True,
-              help="A task approved from an email link, through a local SMTP server and "
-                   "`signoff serve` (needs the serve and channels extras).")
+              help="Decide where people work: an email link (a local SMTP server) and a "
+                   "Slack click (a local stand-in); needs the serve, channels and slack extras.")
 def demo(obj, as_json, keep, over_mcp, pushed, channels):
     """The whole story in a fresh home, with a real worker killed and restarted.
 

@@ -1,11 +1,12 @@
 """The trusted human channel: approve, reject, retry, cancel (the life cycle in docs/concepts.md).
 
 Nothing here is reachable from event content; the CLI, the review pages, the
-JSON API and the Python API are its only callers. ``by`` and ``channel`` name
-who decided and through which face (cli, page, api, policy); they become an
-``Actor`` (``rules/names.py``): on the CLI the OS account is the identity and
-``by`` a note, elsewhere ``by`` is the identity the face authenticated. A
-quorum counts identities.
+JSON API, Slack's verified clicks and the Python API are its only callers.
+``by`` and ``channel`` name who decided and through which face (cli, page, api,
+slack, policy); they become an ``Actor`` (``rules/names.py``): on the CLI the OS
+account is the identity and ``by`` a note, elsewhere ``by`` is the identity the
+face authenticated. A quorum counts identities; a delegate's decision also
+names whom it was for (``admin/delegations.py``).
 """
 
 from dataclasses import dataclass
@@ -21,13 +22,14 @@ from ..rules.gate import INGEST_ACTIONS, GrantRead, gate
 from ..rules.names import Actor
 from . import signing
 from ..state.approvals import add_approvals, approval_counts, edit_task, quorum_of
-from ..state.history import audit
+from ..state.history import audit, record_decision_times
 from ..state.moves import Fenced
 from ..state.statuses import TaskStatus as T
 from ..state.tasks import cancel_tasks, move_task, move_tasks, update_task
 from ..storage import key_in, retried, select_instances
 from ..models import Approval, Monitor, Task, db
 from ..views.lookup import get_task, resolve_key
+from ..admin import delegations
 from ..rules.retry import TRANSIENT, backoff
 
 
@@ -40,7 +42,7 @@ def answer(task, missing=0):
 
 
 def approve(rt, key, reviewed_digest, by, channel="cli", edit=None, ack_hidden_characters=False,
-            monitors=None, proof=None):
+            monitors=None, proof=None, for_reviewer=None):
     """Approve task ``key`` (or a unique key prefix) if ``reviewed_digest`` is its result's.
 
     With ``edit`` (the draft's new text) the draft is replaced first and the
@@ -49,13 +51,15 @@ def approve(rt, key, reviewed_digest, by, channel="cli", edit=None, ack_hidden_c
     deciding reviewer's limits (another monitor's task is ``unknown_task``).
     ``proof``: the reviewer ``by``'s signature of the decision (``signing.Proof``),
     which a monitor bound with ``--signed-approvals`` requires.
+    ``for_reviewer``: the reviewer a delegate decides for (``admin/delegations.py``;
+    by default whoever's active delegation to them reaches the task, if any).
     """
     if edit is not None:
         return edit_and_approve(rt, key, reviewed_digest, edit, by, channel, ack_hidden_characters,
-                                monitors, proof)
+                                monitors, proof, for_reviewer)
     outcome = approve_many(rt, [(resolve_key(key, monitors), reviewed_digest)], by,
                            channel=channel, ack_hidden_characters=ack_hidden_characters,
-                           monitors=monitors, proof=proof)[0]
+                           monitors=monitors, proof=proof, for_reviewer=for_reviewer)[0]
     if isinstance(outcome, Refused):
         raise outcome
     return outcome
@@ -70,7 +74,7 @@ _READ = (Task.key, Task.monitor, Task.record_id, Task.status, Task.record, Task.
 
 
 def approve_many(rt, items, by, audit_code="approved", channel="cli", ack_hidden_characters=False,
-                 monitors=None, proof=None):
+                 monitors=None, proof=None, for_reviewer=None):
     """Approve many ``(key, digest)`` pairs: one grant read, one transaction.
 
     Returns, in order, the answer dict or the ``Refused`` for each pair; the
@@ -81,7 +85,8 @@ def approve_many(rt, items, by, audit_code="approved", channel="cli", ack_hidden
     one that completes it approves. A policy never approves an edited draft; a
     reviewer limited to ``monitors`` finds no other monitor's task. A ``proof``
     (one item alone) signs the approval; a signed monitor's task is refused
-    ``signature_required`` without one.
+    ``signature_required`` without one. A delegate approves for ``for_reviewer``
+    (or whom their delegations name, per task).
     """
     if proof is not None and len(items) != 1:
         raise ValueError("a signature proves one approval")
@@ -95,7 +100,8 @@ def approve_many(rt, items, by, audit_code="approved", channel="cli", ack_hidden
     spans = {i: tracing.begin("signoff.approve", tasks[key], task_key=key,
                               monitor=tasks[key].monitor)
              for i, (key, _) in enumerate(items) if key in tasks} if tracing.enabled() else {}
-    who = Who(actor, audit_code, ack_hidden_characters, _given(actor.identity, items), proof)
+    who = Who(actor, audit_code, ack_hidden_characters, _given(actor.identity, items), proof,
+              for_reviewer)
     try:
         out = _approve(rt, items, tasks, who, spans)
     except Exception as exc:  # e.g. host_unavailable: the whole call is refused
@@ -118,6 +124,7 @@ class Who:
     ack_hidden: bool
     given: frozenset  # (key, digest) pairs the identity approved already
     proof: object = None  # signing.Proof of a signed approval
+    for_reviewer: str | None = None  # asked for by name; None: found per task
 
 
 def _given(identity, items):
@@ -164,7 +171,8 @@ def _approve(rt, items, tasks, who, spans):
 
 def _record(rt, items, tasks, monitors, moves, who, out, now):
     """Count the checked approvals (``moves``) in one transaction, with their
-    signatures' checks; fills ``out`` and returns the keys approved."""
+    signatures' checks and whom a delegate stands in for; fills ``out`` and
+    returns the keys approved."""
     with db.atomic():
         proofs = {}
         for i in list(moves):
@@ -178,15 +186,18 @@ def _record(rt, items, tasks, monitors, moves, who, out, now):
         first = {}  # a key given twice is approved once; the repeat is refused as moved on
         for i in moves:
             first.setdefault(items[i][0], i)
+        stand_ins = _stand_ins(first, items, tasks, who, now, out)
         needed = {k: _needed(monitors.get(tasks[k].monitor)) for k in first}
         counted, moved, repeated, _ = add_approvals(
             {k: (items[i][1], needed[k]) for k, i in first.items()}, who.actor, now, who.audit_code,
-            {k: (p.text, p.signature, p.data) for k, p in proofs.items()})
+            {k: (p.text, p.signature, p.data) for k, p in proofs.items()}, stand_ins)
         for key in counted & set(proofs):
             signing.spend(proofs[key], now)
         taken = counted | repeated
         for i in moves:
-            if first[items[i][0]] != i or items[i][0] not in taken:
+            if isinstance(out[i], Refused):  # no one it may stand in for (``_stand_ins``)
+                continue
+            if first.get(items[i][0]) != i or items[i][0] not in taken:
                 out[i] = Refused("not_ready", "the task moved on while it was being approved")
         done = [i for i in moves if not isinstance(out[i], Refused)]
         # Read before commit: once committed, a worker may submit the task before we answer.
@@ -204,6 +215,27 @@ def _signed(rt, actor, proof, task, monitor, digest, now):
     if proof is None:
         return {}
     return {task.key: signing.check(rt, proof, task, actor.identity, digest, now)}
+
+
+def _stand_ins(first, items, tasks, who, now, out):
+    """``{key: reviewer}`` a delegate approves for; a key whose asked-for reviewer
+    cannot be stood in for is refused in ``out`` and left out of ``first``."""
+    stand_ins, by_monitor = {}, {}  # one look-up per monitor, however many tasks
+    for key, i in list(first.items()):
+        monitor = tasks[key].monitor
+        if monitor not in by_monitor:
+            try:
+                by_monitor[monitor] = delegations.acting(who.actor, monitor, now,
+                                                         who.for_reviewer).for_reviewer
+            except Refused as exc:
+                by_monitor[monitor] = exc
+        found = by_monitor[monitor]
+        if isinstance(found, Refused):
+            out[i] = found
+            del first[key]
+        elif found is not None:
+            stand_ins[key] = found
+    return stand_ins
 
 
 def _answers(keys, needed):
@@ -233,7 +265,7 @@ def _needed(monitor):
 
 
 def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_characters=False,
-                     monitors=None, proof=None):
+                     monitors=None, proof=None, for_reviewer=None):
     """Replace the draft of ready task ``key`` by ``text`` and approve the edited result.
 
     ``reviewed`` is the digest the editor saw (stale → ``digest_mismatch``,
@@ -248,6 +280,7 @@ def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_char
     now = rt.clock.now()
     task = get_task(key, actor.monitors)
     key = task.key
+    actor = delegations.acting(actor, task.monitor, now, for_reviewer)
     if task.status != T.READY:
         raise Refused("not_ready", f"task is {task.status}, not ready; only a waiting draft is edited")
     _precheck(task, key, reviewed, now, Who(actor, "approved", True, frozenset()))
@@ -255,7 +288,7 @@ def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_char
     new_digest = digest(result)
     if new_digest == task.digest:  # nothing changed: an approval as it stands
         return approve(rt, key, reviewed, by, channel, ack_hidden_characters=ack_hidden_characters,
-                       monitors=monitors, proof=proof)
+                       monitors=monitors, proof=proof, for_reviewer=for_reviewer)
     if hidden_characters(result["draft"]) and not ack_hidden_characters:
         raise _hidden_refusal(result["draft"])
     problem = acceptance(result, task.record)
@@ -264,18 +297,20 @@ def edit_and_approve(rt, key, reviewed, text, by, channel="cli", ack_hidden_char
     host = rt.host()
     monitor = Monitor.get_or_none(Monitor.id == task.monitor)
     _check_source(rt, host, task, monitor, with_retries(rt, host.context), now)
-    edit = {"by": actor.identity, "channel": actor.channel, "note": actor.note, "at": now,
-            "from_digest": task.digest, "to_digest": new_digest,
+    edit = {"by": actor.identity, "for": actor.for_reviewer, "channel": actor.channel,
+            "note": actor.note, "at": now, "from_digest": task.digest, "to_digest": new_digest,
             "diff": draft_diff(task.result.get("draft"), result["draft"], task.digest, new_digest)}
     try:
         with db.atomic():
             signed = _signed(rt, actor, proof, task, monitor, new_digest, now)
             edit_task(key, reviewed, result, new_digest, edit, now)
-            audit(now, "edited", task.monitor, task_key=key, **actor.audit,
-                  data={"from": reviewed, "digest": new_digest})
+            audit(now, "edited", task.monitor, task_key=key,
+                  **actor.audit_with({"from": reviewed, "digest": new_digest}))
+            record_decision_times([((task.monitor, task.created_at), "edited")], actor.channel, now)
             _, moved, _, _ = add_approvals(
                 {key: (new_digest, _needed(monitor))}, actor, now,
-                proofs={k: (p.text, p.signature, p.data) for k, p in signed.items()})
+                proofs={k: (p.text, p.signature, p.data) for k, p in signed.items()},
+                stand_ins={key: actor.for_reviewer} if actor.for_reviewer else None)
             for checked in signed.values():
                 signing.spend(checked, now)
             fresh = get_task(key)  # before commit, as in _approve
@@ -388,20 +423,23 @@ def acceptance(result, record):
     return None
 
 
-def reject(rt, key, reason=None, by=None, channel="cli", digest=None, monitors=None, proof=None):
+def reject(rt, key, reason=None, by=None, channel="cli", digest=None, monitors=None, proof=None,
+           for_reviewer=None):
     """Reject a ready task, keeping who rejected it and why (``reason``, optional).
 
     ``digest``: the result the person saw; the task is rejected only while it is
     still that result, checked in the transaction that rejects it (else
     ``digest_mismatch``, nothing changed). ``proof``: the reviewer ``by``'s
     signature of the reject (its statement's digest is the result seen), which a
-    monitor bound with ``--signed-approvals`` requires.
+    monitor bound with ``--signed-approvals`` requires. ``for_reviewer``: as for
+    ``approve``.
     """
     actor = Actor.of(by, channel, monitors, signed=proof is not None)
     reason = check_reason(reason)
     now = rt.clock.now()
     task = get_task(key, actor.monitors)
     key = task.key
+    actor = delegations.acting(actor, task.monitor, now, for_reviewer)
     if digest is None and proof is not None:
         digest = task.digest
     seen = () if digest is None else (Task.digest == digest,)
@@ -409,14 +447,18 @@ def reject(rt, key, reason=None, by=None, channel="cli", digest=None, monitors=N
         signed = _signed(rt, actor, proof, task, Monitor.get_or_none(Monitor.id == task.monitor),
                          digest, now).get(key)
         moved = move_tasks([key], [T.READY], T.REJECTED, now, where=seen[0] if seen else None,
-                           code="rejected", rejected_by=actor.identity, reject_reason=reason,
+                           code="rejected", rejected_by=actor.identity,
+                           rejected_for=actor.for_reviewer, reject_reason=reason,
                            **({} if signed is None else {"reject_proof": dict(
                                statement=signed.text, **signed.signature)}))
         if moved:
-            audit(now, "rejected", task.monitor, task_key=key, **actor.audit,
-                  data=None if signed is None else signed.data)
+            audit(now, "rejected", task.monitor, task_key=key,
+                  **actor.audit_with(None if signed is None else signed.data))
             if signed is not None:
                 signing.spend(signed, now)
+            if actor.channel != "policy":
+                record_decision_times([((task.monitor, task.created_at), "rejected")],
+                                      actor.channel, now)
     if not moved:
         now_task = get_task(key)
         if now_task.status == T.READY:

@@ -3,7 +3,9 @@
 ``story`` runs it against the reference host in the home; ``mcp`` runs it with
 the host reached over MCP; ``pushed`` with the host pushing its events over MCP
 Events to ``signoff serve`` (``dying_serve`` is the serve it kills after a
-write); ``channels`` with a task approved from an email link. None imports the command line: the ``demo`` command hands its ``main`` in.
+write); ``channels`` with decisions taken where people work: a task approved from
+an email link, and in Slack (``slackstand``, a local stand-in for it). None
+imports the command line: the ``demo`` command hands its ``main`` in.
 """
 
 from . import story
@@ -15,8 +17,8 @@ __all__ = ["run_demo", "run_sealed", "sealed"]
 def run_demo(cli, keep=None, as_json=False, mcp=False, events=False, channels=False):
     """Run the demo (``story.run_demo``): against the reference host in the home, or
     with the host reached over MCP (``mcp``), or pushing its events over MCP Events
-    (``events``), or approved from an email link (``channels``); return the report
-    (``report["passed"]`` is the verdict)."""
+    (``events``), or deciding where people work (``channels``: an email link and
+    Slack); return the report (``report["passed"]`` is the verdict)."""
     if channels:
         from .channels import ChannelsDemo as story_class
     elif mcp:

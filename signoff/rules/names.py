@@ -27,7 +27,7 @@ RESERVED = ("policy:", "operator:", "delegate:")
 OPERATOR = "operator:"
 NAME_RULE = (f"1-{MAX_NAME} characters after normalising, no spaces, no control, bidi or "
              "invisible characters, not starting with " + ", ".join(RESERVED))
-CHANNELS = ("cli", "page", "api", "policy", "email")  # the faces a decision comes through
+CHANNELS = ("cli", "page", "api", "policy", "email", "slack")  # the faces a decision comes through
 
 
 def normal_name(name):
@@ -83,17 +83,20 @@ def os_account():
 
 @dataclass(frozen=True)
 class Actor:
-    """Who made a decision: the ``identity`` counted, the ``channel``, a ``note``, and the
-    ``monitors`` a limited reviewer may decide for (``None``: every monitor).
+    """Who made a decision: the ``identity`` counted, the ``channel``, a ``note``, the
+    ``monitors`` a limited reviewer may decide for (``None``: every monitor), and
+    ``for_reviewer``, the reviewer a delegate decides for (``decisions/delegation.py``).
 
     The limits travel with the actor into every decision, which finds its task
-    among those monitors' alone: another monitor's task is unknown to it.
+    among those monitors' alone: another monitor's task is unknown to it. A
+    delegate is counted under their own identity whoever they decide for.
     """
 
     identity: str
     channel: str
     note: str | None = None
     monitors: frozenset | None = None
+    for_reviewer: str | None = None
 
     @classmethod
     def of(cls, by, channel, monitors=None, signed=False):
@@ -116,5 +119,15 @@ class Actor:
 
     @property
     def audit(self):
-        """The audit row's fields for this actor."""
-        return {"actor": self.identity, "channel": self.channel, "note": self.note}
+        """The audit row's fields for this actor (a delegate's names whom they decided for)."""
+        fields = {"actor": self.identity, "channel": self.channel, "note": self.note}
+        if self.for_reviewer is not None:
+            fields["data"] = {"for": self.for_reviewer}
+        return fields
+
+    def audit_with(self, data):
+        """The audit row's fields for this actor with ``data`` (or none), a
+        delegate's ``for`` kept beside it."""
+        fields = self.audit
+        merged = {**fields.get("data", {}), **(data or {})}
+        return {**fields, "data": merged or None}

@@ -33,8 +33,9 @@ DEFAULT_LIMIT, MAX_LIMIT = 50, 1000
 # A signed decision adds its statement and an Ed25519 signature with its key's
 # id, or a passkey's assertion (docs/concepts.md, "Signed approvals").
 SIGNED_FIELDS = {"statement": dict, "signature": str, "key_id": str, "webauthn": dict}
-APPROVE_FIELDS = {"digest": str, "edit": str, "ack_hidden_characters": bool, **SIGNED_FIELDS}
-REJECT_FIELDS = {"reason": str, **SIGNED_FIELDS}
+APPROVE_FIELDS = {"digest": str, "edit": str, "ack_hidden_characters": bool, "for": str,
+                  **SIGNED_FIELDS}
+REJECT_FIELDS = {"reason": str, "for": str, **SIGNED_FIELDS}
 STATEMENT_FIELDS = {"edit": str}
 
 
@@ -150,8 +151,9 @@ class Api:
                                  viewer.monitors)
 
     def approve(self, request, viewer, body):
-        """``POST …/approve`` ``{digest, edit?, ack_hidden_characters?}``, signed with
-        ``{statement, signature, key_id}`` or ``{statement, webauthn}``."""
+        """``POST …/approve`` ``{digest, edit?, ack_hidden_characters?, for?}`` (``for``: the
+        reviewer a delegate approves for), signed with ``{statement, signature, key_id}``
+        or ``{statement, webauthn}``."""
         fields = _body(body, APPROVE_FIELDS, required=("digest",))
         extra = {name: fields[name] for name in ("edit", "ack_hidden_characters")
                  if name in fields}
@@ -162,15 +164,16 @@ class Api:
         proof = proof_of(fields, "edit" if "edit" in fields else "approve", origin_of(request))
         return self.rt.approve(key, fields["digest"], by=viewer.name, channel="api",
                                monitors=self.rt.viewer_for_task(viewer, key).monitors,
-                               proof=proof, **extra)
+                               proof=proof, for_reviewer=fields.get("for"), **extra)
 
     def reject(self, request, viewer, body):
-        """``POST …/reject`` ``{reason}``, signed as ``approve`` is."""
+        """``POST …/reject`` ``{reason, for?}``, signed as ``approve`` is."""
         fields = _body(body, REJECT_FIELDS)
         key = request.path_params["key"]
         return self.rt.reject(key, reason=fields.get("reason"), by=viewer.name, channel="api",
                               monitors=self.rt.viewer_for_task(viewer, key).monitors,
-                              proof=proof_of(fields, "reject", origin_of(request)))
+                              proof=proof_of(fields, "reject", origin_of(request)),
+                              for_reviewer=fields.get("for"))
 
     def cancel(self, request, viewer, body):
         """``POST …/cancel`` (an empty body or ``{}``): the life cycle's cancel of one task."""

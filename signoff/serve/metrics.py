@@ -5,7 +5,8 @@ and worker processes agree without a shared metrics directory, and the figures
 are those ``signoff stats --json`` prints.
 """
 
-from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import (CollectorRegistry, CounterMetricFamily, GaugeMetricFamily,
+                                    HistogramMetricFamily)
 from prometheus_client.exposition import generate_latest
 
 from ..views.health import probe_database, probe_queue
@@ -92,6 +93,19 @@ class SignoffCollector:
         yield spent
         yield _gauge_by("signoff_notifications", "task.ready notifications by status.", "status",
                         s["notifications"])
+        yield _decisions(s["decision_seconds"])
+
+
+def _decisions(rows):
+    """``signoff_decision_seconds``: from ready to each human decision, by monitor and channel."""
+    family = HistogramMetricFamily(
+        "signoff_decision_seconds", "Seconds from a task becoming ready to each human decision "
+        "(an approval, the one completing a quorum, an edit, a reject).",
+        labels=["monitor", "channel"])
+    for row in rows:
+        buckets = [(f"{bound:g}", n) for bound, n in row["buckets"]] + [("+Inf", row["count"])]
+        family.add_metric([row["monitor"], row["channel"]], buckets, row["sum"])
+    return family
 
 
 def registry_for(rt, *collectors):

@@ -149,9 +149,10 @@ class Pages:
         for row in rows:  # a ready draft's first lines beside its checkbox
             row["draft"] = None if row["draft"] is None else excerpt(row["draft"])
         unobserved = await run_in_threadpool(self.rt.unobserved, viewer.monitors)
+        waiting = await run_in_threadpool(self.rt.oldest_waiting, viewer.monitors)
         return self.render(request, "index.html", viewer=viewer, rows=rows, counts=counts,
                            status=status, monitor=monitor, parked=parked, statuses=STATUSES,
-                           limit=PAGE_LIMIT, unobserved=unobserved)
+                           limit=PAGE_LIMIT, unobserved=unobserved, waiting=waiting)
 
     async def task(self, request):
         """``GET /tasks/{key}``: everything an approver needs to decide."""

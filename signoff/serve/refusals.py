@@ -12,7 +12,7 @@ STATUS = {
     "invalid_body": 400, "invalid_event": 400, "ambiguous_key": 400, "invalid_reason": 400,
     "invalid_edit": 400, "invalid_name": 400, "hidden_characters": 400,
     "unauthorized": 401, "bad_signature": 401,
-    "read_only": 403, "bad_csrf_token": 403, "not_allowed": 403,
+    "read_only": 403, "bad_csrf_token": 403, "not_allowed": 403, "not_delegated": 403,
     # What does not exist, and what a limited reviewer may not see.
     "unknown_task": 404, "unknown_delivery": 404, "unknown_dead_letter": 404,
     "unknown_monitor": 404, "unknown_link": 404,

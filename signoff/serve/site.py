@@ -76,6 +76,11 @@ class Site(Signoff):
         """``viewer`` widened to task ``key``'s monitor when it was escalated to them."""
         return reviewers.viewer_for_task(viewer, key)
 
+    @own_database
+    def viewer_for_slack_user(self, uid):
+        """The reviewer (a ``reviewers.Viewer``) mapped to Slack user ``uid``, or ``None``."""
+        return reviewers.viewer_for_slack_user(uid)
+
     # -- email links ----------------------------------------------------------
 
     @own_database
@@ -117,6 +122,12 @@ class Site(Signoff):
         """What no monitor observed: the gaps' summary the pages show (``gaps.summary``),
         of ``monitors`` alone if given."""
         return gaps.summary(monitors=monitors)
+
+    @own_database
+    def oldest_waiting(self, monitors=None):
+        """``{monitor: {since, age_s}}``: each monitor's oldest task waiting for a decision
+        (of ``monitors`` alone, if given)."""
+        return views.timing.oldest_waiting(self.clock.now(), monitors)
 
     @own_database
     def metrics(self):

@@ -16,6 +16,7 @@ from .links import LinkPages
 from .logins import Logins
 from .pages import Pages
 from .passkeys import Passkeys
+from .slack import slack_routes
 
 SECURITY_HEADERS = {
     # Scripts from this site alone (passkeys.js: no inline script), no inline styles,
@@ -120,6 +121,7 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
         Route("/r/{token}/approve", linked.approve, methods=["POST"]),
         Route("/r/{token}/reject", linked.reject, methods=["POST"]),
         *Api(rt, logins).routes(),
+        *slack_routes(rt),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={DatabaseError: _database_down,

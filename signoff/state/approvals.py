@@ -5,15 +5,18 @@ from peewee import fn
 
 from ..models import Approval, Task
 from ..storage import insert_rows, key_in, lock_rows, select_tuples
-from .history import append_audits
+from .history import append_audits, record_decision_times
 from .moves import Fenced
 from .statuses import TaskStatus as T
 from .tasks import move_tasks, update_task
 
 
-def add_approvals(wanted, actor, now, audit_code="approved", proofs=None):
+def add_approvals(wanted, actor, now, audit_code="approved", proofs=None, stand_ins=None):
     """Record ``actor``'s approval of each task in ``wanted`` (``{key: (digest, needed)}``)
     and approve those whose digest now has ``needed`` distinct identities.
+
+    ``stand_ins``: ``{key: reviewer}`` a delegate approves for (kept with the
+    approval; the identity counted is still the actor's, once).
 
     Run in the caller's transaction. The task rows are locked first (PostgreSQL;
     SQLite's transaction holds the write lock since BEGIN), so two approvers at
@@ -26,7 +29,7 @@ def add_approvals(wanted, actor, now, audit_code="approved", proofs=None):
     changed digest or were edited meanwhile. ``proofs``: ``{key: (statement,
     signature, audit data)}`` of signed approvals, kept on their rows.
     """
-    proofs = proofs or {}
+    proofs, stand_ins = proofs or {}, stand_ins or {}
     keys = sorted(wanted)
     policy = actor.channel == "policy"
     columns = (Task.key, Task.status, Task.digest) + ((Task.edits,) if policy else ())
@@ -35,10 +38,14 @@ def add_approvals(wanted, actor, now, audit_code="approved", proofs=None):
     live = [k for k in keys if current.get(k, ())[:2] == (T.READY, wanted[k][0])
             and not (policy and current[k][2])]
     stale = set(keys) - set(live)
+    # Whom a delegate stood in for, as columns only when someone was: every row
+    # of one insert names the same columns, and most approvals stand in for no one.
+    approval_extra = ({k: {"for_reviewer": stand_ins.get(k)} for k in keys} if stand_ins
+                      else dict.fromkeys(keys, {}))
     counted = {k for (k,) in insert_rows(Approval, [
         {"task_key": k, "digest": wanted[k][0], "by": actor.identity, "channel": actor.channel,
          "at": now, "note": actor.note, "statement": proofs.get(k, (None,))[0],
-         "signature": proofs.get(k, (None, None))[1]} for k in live],
+         "signature": proofs.get(k, (None, None))[1], **approval_extra[k]} for k in live],
         ignore_conflicts=True, returning=("task_key",))} if live else set()
     counts = approval_counts(live)
     complete = [k for k in live if counts.get(k, 0) >= wanted[k][1]]
@@ -55,13 +62,24 @@ def add_approvals(wanted, actor, now, audit_code="approved", proofs=None):
              "task_key": k, **actor.audit,
              "data": {**({"digest": wanted[k][0], "quorum": wanted[k][1]} if k in approved
                          else {"digest": wanted[k][0]}),
-                      **(proofs.get(k, (None, None, None))[2] or {})}}
+                      **(proofs.get(k, (None, None, None))[2] or {}),
+                      **({"for": stand_ins[k]} if k in stand_ins else {})}}
             for k in keys if k in counted]
     if rows:
-        monitors = dict(select_tuples(Task.select(Task.key, Task.monitor).where(
-            key_in(Task.key, [r["task_key"] for r in rows]))))
-        append_audits([dict(r, monitor=monitors.get(r["task_key"])) for r in rows])
+        _enter_counted(rows, actor, now)
     return counted, approved, set(live) - counted, stale
+
+
+def _enter_counted(rows, actor, now):
+    """Write the counted approvals' audit ``rows`` with their tasks' monitors, and a
+    person's decision times (a policy's are no one's wait)."""
+    tasks = {k: (m, at) for k, m, at in select_tuples(Task.select(
+        Task.key, Task.monitor, Task.created_at).where(
+            key_in(Task.key, [r["task_key"] for r in rows])))}
+    append_audits([dict(r, monitor=tasks[r["task_key"]][0]) for r in rows])
+    if actor.channel != "policy":
+        record_decision_times([(tasks[r["task_key"]], r["code"]) for r in rows],
+                              actor.channel, now)
 
 
 def quorum_of(monitor):

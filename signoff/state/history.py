@@ -12,7 +12,7 @@ alone, committed to by the next checkpoint.
 
 from peewee import SQL, Value, fn
 
-from ..models import Approval, Attempt, Audit, DeadLetter
+from ..models import Approval, Attempt, Audit, DeadLetter, DecisionTime
 from ..rules.auditchain import APPROVING, ENTRY_FIELDS, TASK_CHAIN, entry_hash, task_chain
 from ..storage import insert_rows, key_in, select_tuples
 from .tallies import count_attempts
@@ -91,6 +91,14 @@ def chain_heads(chains):
     last = (Audit.select(fn.MAX(Audit.seq)).where(key_in(Audit.chain, sorted(chains)))
             .group_by(Audit.chain))
     return dict(select_tuples(Audit.select(Audit.chain, Audit.hash).where(Audit.seq.in_(last))))
+
+
+def record_decision_times(decided, channel, now):
+    """Keep how long after becoming ready each human decision came (``/metrics``
+    ``signoff_decision_seconds``): ``decided`` is ``((monitor, ready_at), kind)`` pairs."""
+    insert_rows(DecisionTime, [{"monitor": monitor, "channel": channel, "kind": kind,
+                                "seconds": max(0.0, now - ready_at), "at": now}
+                               for (monitor, ready_at), kind in decided])
 
 
 def record_attempts(rows):

@@ -27,9 +27,10 @@ SCHEMA_TABLE = "signoff_schema"
 # tallies of finished rows (counted from the rows by the upgrade), tasks indexed in
 # the listings' order (all, and by monitor, replacing ``task_monitor``), and the
 # signed approvals' columns and tables (reviewer keys, statement nonces, a monitor's
-# signed approvals, the statements and signatures kept with decisions), and
-# reviewers' email addresses, email links, reminders and escalation and an email
-# notification's addressee.
+# signed approvals, the statements and signatures kept with decisions), reviewers'
+# email addresses, email links, reminders and escalation and an email
+# notification's addressee, and Slack users, messages and channels, delegations,
+# whom a delegate decided for, and decision times.
 RETIRED_INDEXES = ("delivery_status_next_at", "task_status_next_at", "delivery_suspect",
                    "task_suspect", "task_monitor")
 # The tallies (state/tallies.py) counted afresh from the rows: what an upgrade to

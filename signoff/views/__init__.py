@@ -13,6 +13,7 @@ from ..steps import drafting, recordbatches
 from ..admin import gaps, subscriptions
 from ..rules.drafts import draft_diff
 from ..rules.retry import TRANSIENT
+from . import timing
 from .lookup import get_task
 from ..errors import Blocked, Refused
 from ..models import (Approval, Attempt, Audit, AuditReviewer, DeadLetter, Delivery, Monitor,
@@ -189,6 +190,7 @@ def metric_counts(now):
                          .group_by(WebhookRefusal.code).tuples()),
         "notifications": _notification_counts(),
         "oldest_ready_s": max(0.0, now - oldest) if oldest is not None else 0.0,
+        "decision_seconds": timing.decision_seconds(),
     }
 
 
@@ -318,7 +320,8 @@ def task_detail(key, monitors=None):
     key = t.key
     history = _history("task", key)
     events = [{"at": a.at, "code": a.code, "event_id": a.event_id, "actor": a.actor,
-               "channel": a.channel, "note": a.note, "subject": a.subject}
+               "channel": a.channel, "note": a.note, "subject": a.subject,
+               "for": (a.data or {}).get("for") if isinstance(a.data, dict) else None}
               for a in Audit.select().where(Audit.task_key == key).order_by(Audit.seq)]
     previous = list(t.previous_drafts or [])
     purged = purged_at(key)
@@ -342,9 +345,11 @@ def task_detail(key, monitors=None):
     return detail
 
 
-def who(identity, channel, note=None):
-    """An identity as every face shows a decision's: ``operator:ana (cli, note "on call")``."""
-    return f"{identity} ({channel}" + (f', note "{note}")' if note else ")")
+def who(identity, channel, note=None, for_reviewer=None):
+    """An identity as every face shows a decision's: ``operator:ana (cli, note "on call")``,
+    a delegate's ``bob for ana (slack)``."""
+    shown = identity if for_reviewer is None else f"{identity} for {for_reviewer}"
+    return f"{shown} ({channel}" + (f', note "{note}")' if note else ")")
 
 
 def timeline(audit, history):
@@ -352,7 +357,8 @@ def timeline(audit, history):
     ``{at, kind, code, who}`` (``kind``: ``audit`` or ``attempt STEP``; ``who``: the
     decision's identity and subject, the event, or the worker)."""
     rows = [{"at": a["at"], "kind": "audit", "code": a["code"],
-             "who": " ".join(filter(None, [who(a["actor"], a["channel"], a.get("note"))
+             "who": " ".join(filter(None, [who(a["actor"], a["channel"], a.get("note"),
+                                               a.get("for"))
                                            if a.get("actor") else a.get("event_id"),
                                            a.get("subject")]))} for a in audit]
     rows += attempt_rows(history)
@@ -384,7 +390,7 @@ def current_source(rt, task):
 # ``hidden_by_field`` lists.
 PERSON_READ = ("monitor", "record_id", "record", "result", "draft_meta", "open_questions",
                "edits", "previous_drafts", "draft_changes", "approvals", "approved_by",
-               "rejected_by", "reject_reason", "audit")
+               "rejected_by", "rejected_for", "reject_reason", "audit")
 
 
 def hidden_by_field(detail):
@@ -410,7 +416,8 @@ def decisions(t):
     hidden characters its draft holds (``⟨U+XXXX⟩`` on every face)."""
     needed = Monitor.select(Monitor.approvals).where(Monitor.id == t.monitor).scalar() or 1
     # A signed approval shows its statement and signature (docs/concepts.md, "Signed approvals").
-    given = [{"by": a.by, "channel": a.channel, "at": a.at, "note": a.note,
+    given = [{"by": a.by, "for": a.for_reviewer, "channel": a.channel, "at": a.at,
+              "note": a.note,
               **({"statement": a.statement, "signature": a.signature} if a.statement else {})}
              for a in Approval.select().where(
         Approval.task_key == t.key, Approval.digest == t.digest).order_by(Approval.at, Approval.id)]
@@ -419,7 +426,8 @@ def decisions(t):
     return {"approvals": given, "approvals_needed": needed,
             "approvals_missing": max(0, needed - len(given)) if t.status == T.READY else 0,
             "edits": edits, "drafted_digest": edits[0]["from_digest"] if edits else t.digest,
-            "rejected_by": t.rejected_by, "reject_reason": t.reject_reason,
+            "rejected_by": t.rejected_by, "rejected_for": t.rejected_for,
+            "reject_reason": t.reject_reason,
             **({"reject_proof": t.reject_proof} if t.reject_proof else {}),
             "hidden_characters": hidden_characters(draft)}
 
@@ -464,6 +472,7 @@ def stats(now, tokens_per_hour=None):
         "deliveries": deliveries,
         "outcomes": outcomes,
         "tasks": tasks_,
+        "oldest_waiting": timing.oldest_waiting(now),
         "in_flight": {"deliveries": deliveries.get("processing", 0), "tasks": flags["leased"]},
         "retries_waiting": {"deliveries": retrying[0], "tasks": task_retries[0],
                             "next_due_in_s": _due(now, retrying[1], task_retries[1])},

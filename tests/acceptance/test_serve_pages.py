@@ -233,13 +233,14 @@ def test_reviewer_cli_shapes_and_refusals(home):
                              capture_output=True, text=True, timeout=60)
         return out.returncode, json.loads(out.stdout)
     code, added = cli("add", "sam", "--read-only")
-    assert code == 0 and set(added) == {"name", "token", "read_only", "monitors", "email"}
+    assert code == 0 and set(added) == {"name", "token", "read_only", "monitors", "email",
+                                        "slack_user"}
     assert added["read_only"] and added["monitors"] is None
     assert cli("add", "sam")[1]["error"] == "reviewer_exists"
     assert cli("add", "bad\x07name")[1]["error"] == "invalid_name"
     code, rows = cli("list")
     assert rows == [{"name": "sam", "read_only": True, "monitors": None, "email": None,
-                     "created_at": rows[0]["created_at"]}]
+                     "slack_user": None, "delegate": None, "created_at": rows[0]["created_at"]}]
     assert cli("set", "sam", "--email", "Sam <sam@example.com>")[1]["error"] == "invalid_email"
     assert cli("add", "tia", "--email", "tia@example")[1]["error"] == "invalid_email"
     assert cli("set", "nobody", "--email", "n@example.com")[1]["error"] == "unknown_reviewer"

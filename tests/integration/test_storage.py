@@ -369,10 +369,13 @@ V6_COLUMNS = {"approval": ("note",), "audit": ("note", "subject"), "reviewer": (
 
 # What version 7 added: columns of older tables (tables it adds are dropped by name).
 V7_COLUMNS = {"audit": ("data", "chain", "prev", "hash", "checkpoint"),
-              "monitor": ("signed_approvals",), "approval": ("statement", "signature"),
-              "task": ("reject_proof",), "reviewer": ("email",), "notification": ("reviewer",)}
+              "monitor": ("signed_approvals",),
+              "approval": ("statement", "signature", "for_reviewer"),
+              "task": ("reject_proof", "rejected_for"), "reviewer": ("email", "slack_user"),
+              "notification": ("reviewer",)}
 V7_TABLES = ("tally", "tally_delta", "checkpoint", "reviewer_key", "statement_nonce",
-             "email_link", "monitor_reminders", "task_nudge")
+             "email_link", "monitor_reminders", "task_nudge", "delegation", "slack_message",
+             "monitor_slack", "decision_time")
 
 
 def _drop_columns(database, added):

@@ -22,7 +22,7 @@ SIGNOFF = {
     # the human channel, policies, reviewers, secrets, retention
     "approve", "approve_many", "reject", "cancel_task", "retry", "retry_delivery", "redraft",
     "add_policy", "policies", "revoke_policy", "add_reviewer", "set_reviewer", "reviewers",
-    "remove_reviewer",
+    "remove_reviewer", "delegate", "undelegate",
     "replay", "purge", "add_secret", "monitor_secrets", "remove_secret",
     # signed approvals: monitors that ask for them, reviewer keys, statements to sign
     "set_signed_approvals", "add_reviewer_key", "reviewer_keys", "remove_reviewer_key",
@@ -36,7 +36,8 @@ SIGNOFF = {
 SITE = {"webhook_secrets", "subscription_callbacks", "first_webhook_answer", "write_webhooks",
         "reviewer_for_token", "viewer_for", "log_in", "log_out", "task_page", "review_list",
         "unobserved", "metrics", "passkey_options", "register_passkey",
-        "viewer_for_task", "open_link", "decide_by_link"}
+        "viewer_for_task", "open_link", "decide_by_link", "viewer_for_slack_user",
+        "oldest_waiting"}
 ENGINE = {"claim_limit", "ingest_batch", "submit_batch", "reap", "tend_subscriptions"}
 
 
