@@ -2,12 +2,13 @@
 
 ``reviewer delegate NAME --to OTHER [--until TIME]`` lets OTHER decide for
 NAME until TIME (or until ``reviewer undelegate NAME``); one delegation per
-NAME, a new one replaces it. A delegate never gains a right: a decision for
-NAME is one both may take (NAME's monitors and OTHER's, neither read-only), so
-the delegation names who a decision stood in for without widening who may
-decide. The decision keeps ``by`` OTHER (the identity the quorum counts, once
-whoever they decide for) and ``for`` NAME. Every face gets this through the
-decisions, which ask ``stand_in`` who a reviewer decides for.
+NAME, a new one replaces it. While it is active OTHER may decide what NAME may
+decide, for NAME, and never more than NAME may: the faces widen OTHER's
+monitors by NAME's (``reviewers._monitors_of``; a read-only NAME lends nothing,
+a read-only OTHER decides nothing), and a decision on a task of NAME's monitors
+is recorded for NAME. The decision keeps ``by`` OTHER (the identity the quorum
+counts, once whoever they decide for) and ``for`` NAME. Every face gets this
+through the decisions, which ask ``stand_in`` who a reviewer decides for.
 """
 
 import datetime
@@ -90,7 +91,7 @@ def stand_in(identity, monitor, now, asked=None):
     ``asked`` (a reviewer's name): that one, or ``not_delegated`` when no
     active delegation of theirs is to ``identity`` or they may not decide
     ``monitor``'s tasks. The caller has found the task within ``identity``'s
-    own monitors: a delegate's decision is one both may take.
+    monitors, which a face widens by those of the reviewers delegating to them.
     """
     query = Delegation.select(Delegation.reviewer).where(
         Delegation.delegate == identity,

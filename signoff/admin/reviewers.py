@@ -153,13 +153,13 @@ def set_contacts(rt, name, email=None, slack_user=None, by=None, channel="cli"):
     return next(r for r in listing() if r["name"] == row.name)
 
 
-def viewer_for_slack_user(uid):
+def viewer_for_slack_user(uid, now):
     """The ``Viewer`` whose reviewer has Slack user id ``uid``, or ``None``."""
     reviewer = Reviewer.get_or_none(Reviewer.slack_user == uid) if isinstance(uid, str) else None
     if reviewer is None:
         return None
     return Viewer(name=reviewer.name, read_only=bool(reviewer.read_only),
-                  monitors=_monitors_of(reviewer.name))
+                  monitors=_monitors_of(reviewer.name, now))
 
 
 def _refuse_lookalike(typed, form):
@@ -243,9 +243,18 @@ def _limits(name):
     return limits
 
 
-def _monitors_of(name):
-    limits = _limits(name).get(name)
-    return None if limits is None else frozenset(limits)
+def _monitors_of(name, now):
+    """The monitors ``name`` sees and decides (``None``: every monitor): their own, and
+    while a reviewer who may decide delegates to them (``reviewer delegate``), that
+    reviewer's too, since the delegate decides what the delegator may, for them."""
+    lenders = [n for (n,) in Delegation.select(Delegation.reviewer)
+               .join(Reviewer, on=(Reviewer.name == Delegation.reviewer))
+               .where(Delegation.delegate == name, Reviewer.read_only == False,  # noqa: E712
+                      Delegation.until.is_null() | (Delegation.until > now)).tuples()]
+    limits = _limits(None) if lenders else _limits(name)
+    if any(n not in limits for n in (name, *lenders)):
+        return None
+    return frozenset().union(*(limits[n] for n in (name, *lenders)))
 
 
 def viewer_for_task(viewer, key):
@@ -261,7 +270,7 @@ def viewer_for_task(viewer, key):
     return dataclasses.replace(viewer, monitors=viewer.monitors | {task.monitor})
 
 
-def viewer_for_token(token):
+def viewer_for_token(token, now):
     """The ``Viewer`` whose reviewer token is ``token`` (a bearer token), or ``None``.
 
     Only the token's sha256 is stored: the row is found by it, and the stored
@@ -275,7 +284,7 @@ def viewer_for_token(token):
     if not hmac.compare_digest(given, expected) or reviewer is None:
         return None
     return Viewer(name=reviewer.name, read_only=bool(reviewer.read_only),
-                  monitors=_monitors_of(reviewer.name))
+                  monitors=_monitors_of(reviewer.name, now))
 
 
 def log_in(name, token, now):
@@ -314,7 +323,7 @@ def viewer_for(session_token, now):
     if row is None:
         return None
     return Viewer(name=row[0], read_only=bool(row[1]), session_token=session_token,
-                  monitors=_monitors_of(row[0]))
+                  monitors=_monitors_of(row[0], now))
 
 
 def log_out(session_token):

@@ -53,7 +53,7 @@ class Site(Signoff):
     @own_database
     def reviewer_for_token(self, token):
         """The reviewer (a ``reviewers.Viewer``) whose API token is ``token``, or ``None``."""
-        return reviewers.viewer_for_token(token)
+        return reviewers.viewer_for_token(token, self.clock.now())
 
     @own_database
     def viewer_for(self, session_token):
@@ -79,7 +79,7 @@ class Site(Signoff):
     @own_database
     def viewer_for_slack_user(self, uid):
         """The reviewer (a ``reviewers.Viewer``) mapped to Slack user ``uid``, or ``None``."""
-        return reviewers.viewer_for_slack_user(uid)
+        return reviewers.viewer_for_slack_user(uid, self.clock.now())
 
     # -- email links ----------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Delegation (docs/slack-and-delegation.md): while active, OTHER decides for NAME what both
+"""Delegation (docs/slack-and-delegation.md): while active, OTHER decides for NAME what NAME
 may decide, recorded ``OTHER for NAME`` and counted once as OTHER; and the decision times.
 
 On a real home and the fake clock (SQLite by default; PostgreSQL/Redis with the
@@ -107,7 +107,7 @@ def test_never_more_than_the_delegator_may_nor_the_delegate(people):
     # bo's own decision on q is bo's alone: ana's delegation does not reach it
     rt.approve(key, digest, by="bo", channel="api")
     assert rt.task(key)["approvals"][0]["for"] is None
-    # cy, limited to q, gains nothing of ana's: default's tasks stay unknown to cy
+    # a decision within cy's own monitors, as the caller gives them, reaches no further
     rt.delegate("ana", "cy")
     own, own_digest = ready_task(rt, record_id="comment-0", event_id="evt-0")
     assert refusal(rt.approve, own, own_digest, by="cy", channel="api", monitors={"q"},
@@ -196,3 +196,26 @@ def test_the_commands_map_slack_users_delegate_and_bind_a_channel(rt, home):
                if r["code"] in ("reviewer_changed", "delegated", "undelegated")]
     assert sorted(changed) == [("delegated", "ana"), ("reviewer_changed", "bo"),
                                ("undelegated", "ana")]
+
+
+def test_a_delegate_limited_elsewhere_sees_and_decides_the_delegators_tasks(people, clock):
+    """cy (limited to q) covers for ana (limited to default): while the delegation is
+    active the faces widen cy's monitors by ana's, and no further; then back to q."""
+    rt = people
+    cy = rt.add_reviewer("cy2", monitors=["q"])["token"]
+    key, digest = ready_task(rt)  # a task of default: ana's, not cy2's
+    with Site(rt.home, clock=clock) as site:
+        assert site.reviewer_for_token(cy).monitors == {"q"}
+        rt.delegate("ana", "cy2", until=str(T0 + 60))
+        widened = site.reviewer_for_token(cy)
+        assert widened.monitors == {"q", "default"}
+        answer = rt.approve(key, digest, by="cy2", channel="api", monitors=widened.monitors)
+        assert answer["status"] == "approved"
+        assert [(a["by"], a["for"]) for a in rt.task(key)["approvals"]] == [("cy2", "ana")]
+        clock.advance(61)
+        assert site.reviewer_for_token(cy).monitors == {"q"}
+        rt.delegate("ro", "cy2")  # a read-only reviewer lends nothing
+        assert site.reviewer_for_token(cy).monitors == {"q"}
+        rt.delegate("bo", "cy2")  # bo may decide every monitor: so may cy2, for bo
+        assert site.reviewer_for_token(cy).monitors is None
+    assert [r["monitors"] for r in rt.reviewers() if r["name"] == "ana"] == [["default"]]
