@@ -55,42 +55,9 @@ async def _database_down(request, exc):
                         status_code=503)
 
 
-def build_app(rt, secure_cookies=False, window_s=None, logins=None):
-    """The Starlette app serving one signoff home (``rt``, a ``Site``).
-
-    ``logins`` is the login throttle (a ``Logins``; by default its defaults).
-    """
-    commits = GroupCommit(rt.write_webhooks,  # binds its own database in the commit thread
-                          **({} if window_s is None else {"window_s": window_s}))
-    # Requests waiting for what they are verified against share one read, in a thread
-    # of its own.
-    reads = GroupCommit(reader(rt), window_s=0, name="signoff-reads")
-    logins = logins or Logins()
-    pages = Pages(rt, logins, secure_cookies=secure_cookies)
-    passkeys = Passkeys(rt, pages)
-    linked = LinkPages(rt, pages)
-    registry = metrics.registry_for(rt, logins)
-
-    async def healthz(request):
-        ok, report = await run_in_threadpool(metrics.health, rt)
-        return JSONResponse(dict(report, ok=ok), status_code=200 if ok else 503)
-
-    async def metrics_page(request):
-        body = await run_in_threadpool(metrics.render, registry)
-        return Response(body, media_type=metrics.CONTENT_TYPE)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        commits.start()
-        reads.start()
-        yield
-        await commits.stop()  # after uvicorn answered the requests in flight
-        await reads.stop()
-
-    routes = [
-        Route("/hooks/{monitor}", make_endpoint(rt, commits, reads), methods=["POST"]),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/metrics", metrics_page, methods=["GET"]),
+def _people_routes(pages, passkeys, linked):
+    """The routes people use in a browser: the review pages, passkeys, email links."""
+    return [
         Route("/login", pages.login_page, methods=["GET"]),
         Route("/login", pages.login, methods=["POST"]),
         Route("/logout", pages.logout, methods=["POST"]),
@@ -120,6 +87,44 @@ def build_app(rt, secure_cookies=False, window_s=None, logins=None):
         Route("/r/{token}", linked.show, methods=["GET"]),
         Route("/r/{token}/approve", linked.approve, methods=["POST"]),
         Route("/r/{token}/reject", linked.reject, methods=["POST"]),
+    ]
+
+
+def build_app(rt, secure_cookies=False, window_s=None, logins=None):
+    """The Starlette app serving one signoff home (``rt``, a ``Site``).
+
+    ``logins`` is the login throttle (a ``Logins``; by default its defaults).
+    """
+    commits = GroupCommit(rt.write_webhooks,  # binds its own database in the commit thread
+                          **({} if window_s is None else {"window_s": window_s}))
+    # Requests waiting for what they are verified against share one read, in a thread
+    # of its own.
+    reads = GroupCommit(reader(rt), window_s=0, name="signoff-reads")
+    logins = logins or Logins()
+    pages = Pages(rt, logins, secure_cookies=secure_cookies)
+    registry = metrics.registry_for(rt, logins)
+
+    async def healthz(request):
+        ok, report = await run_in_threadpool(metrics.health, rt)
+        return JSONResponse(dict(report, ok=ok), status_code=200 if ok else 503)
+
+    async def metrics_page(request):
+        body = await run_in_threadpool(metrics.render, registry)
+        return Response(body, media_type=metrics.CONTENT_TYPE)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        commits.start()
+        reads.start()
+        yield
+        await commits.stop()  # after uvicorn answered the requests in flight
+        await reads.stop()
+
+    routes = [
+        Route("/hooks/{monitor}", make_endpoint(rt, commits, reads), methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", metrics_page, methods=["GET"]),
+        *_people_routes(pages, Passkeys(rt, pages), LinkPages(rt, pages)),
         *Api(rt, logins).routes(),
         *slack_routes(rt),
     ]
