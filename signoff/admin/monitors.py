@@ -205,16 +205,22 @@ def _wake_held(rt, monitor_id):
         rt.wakers.wake("ingest", waiting)
 
 
+def _active(monitor_id):
+    """Monitor ``monitor_id``, refused ``unknown_monitor`` or ``cancelled`` unless it is active."""
+    monitor = Monitor.get_or_none(Monitor.id == monitor_id)
+    if monitor is None:
+        raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
+    if not monitor.active:
+        raise Refused("cancelled", f"monitor {monitor_id!r} is cancelled")
+    return monitor
+
+
 @retried
 def _set_paused(rt, monitor_id, paused, by, channel):
     actor = Actor.of(by, channel)
     now = rt.clock.now()
     with db.atomic():
-        monitor = Monitor.get_or_none(Monitor.id == monitor_id)
-        if monitor is None:
-            raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
-        if not monitor.active:
-            raise Refused("cancelled", f"monitor {monitor_id!r} is cancelled")
+        monitor = _active(monitor_id)
         if paused and monitor.paused_at is None:
             if start_pause(monitor_id, now):
                 audit(now, "paused", monitor_id, subject=monitor_id, **actor.audit)
@@ -235,11 +241,7 @@ def set_signed(rt, monitor_id, signed, by=None, channel="cli"):
     actor = Actor.of(by, channel)
     now = rt.clock.now()
     with db.atomic():
-        monitor = Monitor.get_or_none(Monitor.id == monitor_id)
-        if monitor is None:
-            raise Refused("unknown_monitor", f"no monitor {monitor_id!r}")
-        if not monitor.active:
-            raise Refused("cancelled", f"monitor {monitor_id!r} is cancelled")
+        monitor = _active(monitor_id)
         if signed and Policy.select().where(Policy.monitor == monitor_id,
                                             Policy.ended_at.is_null()).exists():
             raise Refused("policy_active", f"monitor {monitor_id!r} has an active policy, which "
