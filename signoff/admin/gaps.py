@@ -20,6 +20,7 @@ from peewee import fn
 from ..rules.canonical import digest
 from ..errors import InvalidEvent, Refused
 from ..rules.events import check_label
+from ..state import tallies
 from ..state.history import audit
 from ..models import Delivery, Gap
 from ..rules.retry import TRANSIENT
@@ -28,6 +29,7 @@ from ..hosts.contract import Capability, supports
 MODES = ("new_only", "replay")
 RESUME, LAPSE = "resume", "lapse"  # what made a gap (Gap.kind)
 LATEST_STALE = 20
+STALE = "stale_event"  # a delivery's outcome when its event came too late
 
 
 def replay(rt, gap, monitor_id, name, document, changed, now):
@@ -116,8 +118,7 @@ def listing(monitors=None):
 
     ``monitors``: those monitors' alone (a limited reviewer's), or ``None`` for all.
     """
-    stale = Delivery.select().where(Delivery.outcome == "stale_event",
-                                    *_of(Delivery.monitor, monitors))
+    stale = Delivery.select().where(Delivery.outcome == STALE, *_of(Delivery.monitor, monitors))
     latest = [{"kind": "stale_event", "monitor": d.monitor, "event_id": d.event_id,
                "record_id": d.record_id, "occurred": d.occurred, "at": d.updated_at,
                "observed": "not observed; the event arrived outside its freshness window"}
@@ -125,8 +126,19 @@ def listing(monitors=None):
     rows = [gap_row(g) for g in _limited(Gap.select(), Gap.monitor, monitors).order_by(Gap.id)]
     return {"resume_gaps": [g for g in rows if g["kind"] == RESUME],
             "lapse_gaps": [g for g in rows if g["kind"] == LAPSE],
-            "stale_events": {"total": stale.count(), "latest": latest},
+            "stale_events": {"total": stale_total(monitors), "latest": latest},
             "not_observed_s": summary(monitors=monitors)["not_observed_s"]}
+
+
+def stale_total(monitors=None):
+    """How many events arrived outside their freshness window (of ``monitors`` alone if
+    given): the settled deliveries' tally and the few still on their way, never a scan
+    of every delivery."""
+    settled = tallies.counts("delivery", detail=STALE, monitors=monitors)
+    moving = Delivery.select().where(Delivery.outcome == STALE,
+                                     Delivery.status.in_(tallies.unsettled(Delivery)),
+                                     *_of(Delivery.monitor, monitors)).count()
+    return sum(settled.values()) + moving
 
 
 def _of(column, monitors):
@@ -142,14 +154,13 @@ def _limited(query, column, monitors):
 def summary(stale_events=None, monitors=None):
     """The counts ``stats`` shows: resume and lapse gaps, their seconds, stale events.
 
-    ``stale_events`` is the count when the caller has it already (a scan of
-    every delivery otherwise); ``monitors`` limits all of them as ``listing`` does.
+    ``stale_events`` is the count when the caller has it already (``stale_total``
+    otherwise); ``monitors`` limits all of them as ``listing`` does.
     """
     counts, seconds = dict.fromkeys((RESUME, LAPSE), 0), 0.0
     totals = Gap.select(Gap.kind, fn.COUNT(Gap.id), fn.SUM(Gap.ended_at - Gap.started_at))
     for kind, n, spent in _limited(totals, Gap.monitor, monitors).group_by(Gap.kind).tuples():
         counts[kind], seconds = n, seconds + (spent or 0.0)
-    stale = (Delivery.select().where(Delivery.outcome == "stale_event", *_of(Delivery.monitor, monitors))
-             .count() if stale_events is None else stale_events)
+    stale = stale_total(monitors) if stale_events is None else stale_events
     return {"resume_gaps": counts[RESUME], "lapse_gaps": counts[LAPSE],
             "not_observed_s": round(seconds, 3), "stale_events": stale}

@@ -32,6 +32,12 @@ FOLD_CHUNK = 5000
 FOLD_EVERY_S = 5.0
 
 
+def unsettled(model):
+    """The statuses of ``model`` its rows may still leave: counted from the rows."""
+    settled = SETTLED[model]
+    return [s for s in type(settled[0]) if s not in settled]
+
+
 def returned_by(model, target):
     """The columns a move of ``model`` to ``target`` returns for its tally (none when
     ``target`` is not a status the table never leaves)."""

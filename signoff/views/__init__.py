@@ -66,7 +66,7 @@ def _query(name, status=None, newest_first=False, where=()):
     model, _, columns, order, status_column = LISTINGS[name]
     query = model.select(*columns)
     if status:
-        if model is Task and status not in _live(Task):
+        if model is Task and status not in tallies.unsettled(Task):
             # Most tasks are finished: a page of the newest reads the listings' index
             # and skips the others, where the status index would sort them all first.
             status_column = storage.unindexed(status_column)
@@ -142,19 +142,13 @@ def task_page(status=None, monitor=None, parked=False, monitors=None, limit=50, 
     return [convert(r) for r in query.limit(limit).offset(offset).dicts()], more
 
 
-def _live(model):
-    """The statuses of ``model`` its rows may still leave: counted from the rows."""
-    settled = tallies.SETTLED[model]
-    return [s for s in type(settled[0]) if s not in settled]
-
-
 def task_total(status=None, monitor=None, parked=False, monitors=None):
     """How many tasks the task listings' filters keep: the tallies for the statuses a
     task never leaves, the rows themselves for the others."""
     statuses = [T(status)] if status else list(T)
     if monitor is not None:
         monitors = {monitor} & set(monitors) if monitors is not None else {monitor}
-    live = [s for s in statuses if s in _live(Task)]
+    live = [s for s in statuses if s in tallies.unsettled(Task)]
     total = 0
     if live:
         query = Task.select().where(Task.status.in_(live))
@@ -163,7 +157,7 @@ def task_total(status=None, monitor=None, parked=False, monitors=None):
         if parked:
             query = query.where(Task.parked == True)  # noqa: E712
         total += query.count()
-    settled = [s for s in statuses if s not in _live(Task)]
+    settled = [s for s in statuses if s not in tallies.unsettled(Task)]
     if settled:
         total += sum(tallies.counts("task", "parked" if parked else "", settled,
                                     monitors).values())
@@ -173,7 +167,7 @@ def task_total(status=None, monitor=None, parked=False, monitors=None):
 def delivery_total(status=None):
     """How many deliveries the events listing keeps (as ``task_total``)."""
     statuses = [D(status)] if status else list(D)
-    live = [s for s in statuses if s in _live(Delivery)]
+    live = [s for s in statuses if s in tallies.unsettled(Delivery)]
     total = Delivery.select().where(Delivery.status.in_(live)).count() if live else 0
     return total + sum(n for (s, _), n in tallies.by_detail("delivery").items()
                        if s in statuses)
@@ -196,7 +190,7 @@ def metric_counts(now):
 
 def _notification_counts():
     counts = dict(Notification.select(Notification.status, fn.COUNT(Notification.task_key))
-                  .where(Notification.status.in_(_live(Notification)))
+                  .where(Notification.status.in_(tallies.unsettled(Notification)))
                   .group_by(Notification.status).tuples())
     for (status, _), n in tallies.by_detail("notification").items():
         counts[status] = counts.get(status, 0) + n
@@ -213,7 +207,7 @@ def review_list(status, monitor=None, parked=False, monitors=None, limit=200):
                         Task.updated_at, Task.created_at, Task.result, Task.needs_answers)
     # The few tasks of a status not finished are found by status; a finished status
     # or all of them, in the listings' order, skipping the others.
-    by_status = status != "all" and status in _live(Task)
+    by_status = status != "all" and status in tallies.unsettled(Task)
     status_column = Task.status if by_status else storage.unindexed(Task.status)
     monitor_column = storage.unindexed(Task.monitor) if by_status else Task.monitor
     if status != "all":
@@ -237,7 +231,7 @@ def review_list(status, monitor=None, parked=False, monitors=None, limit=200):
 
 def _counts_by_status(monitors):
     """Tasks by status (of ``monitors`` only, when given), as ``task_total`` counts them."""
-    counted = (Task.select(Task.status, fn.COUNT(Task.key)).where(Task.status.in_(_live(Task)))
+    counted = (Task.select(Task.status, fn.COUNT(Task.key)).where(Task.status.in_(tallies.unsettled(Task)))
                .group_by(Task.status))
     if monitors is not None:  # found by status, as in ``task_total``
         counted = counted.where(storage.unindexed(Task.monitor).in_(sorted(monitors)))
@@ -512,7 +506,7 @@ def _paused():
 def _delivery_tallies():
     deliveries, outcomes = {}, {}
     live = (Delivery.select(Delivery.status, Delivery.outcome, fn.COUNT(Delivery.id))
-            .where(Delivery.status.in_(_live(Delivery)))
+            .where(Delivery.status.in_(tallies.unsettled(Delivery)))
             .group_by(Delivery.status, Delivery.outcome).tuples())
     for status, outcome, n in [*live, *((s, o or None, n) for (s, o), n
                                         in tallies.by_detail("delivery").items())]:
@@ -536,7 +530,7 @@ def _task_tallies():
     sums = [fn.SUM(Case(None, [(flag, 1)], 0)) for flag in _TASK_FLAGS.values()]
     tasks_, flags = {}, dict.fromkeys(_TASK_FLAGS, 0)
     query = (Task.select(Task.status, fn.COUNT(Task.key), *sums)
-             .where(Task.status.in_(_live(Task))).group_by(Task.status))
+             .where(Task.status.in_(tallies.unsettled(Task))).group_by(Task.status))
     for status, n, *counts in query.tuples():
         tasks_[status] = n
         for name, count in zip(_TASK_FLAGS, counts):

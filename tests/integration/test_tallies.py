@@ -43,6 +43,9 @@ def _views_say(rt):
         events = views.delivery_total()
     assert total == sum(stats["tasks"].values()) and by_status == stats["tasks"]
     assert events == sum(stats["deliveries"].values())
+    stale = stats["outcomes"].get("stale_event", 0)
+    assert rt.gaps()["stale_events"]["total"] == stale
+    assert stats["observation_gaps"]["stale_events"] == stale
     return {"deliveries": stats["deliveries"], "outcomes": stats["outcomes"],
             "tasks": stats["tasks"], "attempts": sorted(attempts), "parked": stats["parked"],
             "lease_expiries": stats["lease_expiries"]}
@@ -56,12 +59,13 @@ def _records(rt, count):
 
 def _work(rt, first, n):
     """Events for records ``first``..``first + n``: most approved and done, one rejected,
-    one left ready, one for another document, then one more for a done task's record
+    one left ready, one for another document, one a day late (stale), then one more for a done task's record
     (a duplicate)."""
     at = int(rt.clock.now())
     events = [make_event(event_id=f"e{i}", record_id=f"r-{i}", occurred=at)
               for i in range(first, first + n)]
     events.append(make_event(event_id=f"elsewhere-{first}", document="doc-other", occurred=at))
+    events.append(make_event(event_id=f"late-{first}", record_id=f"r-{first}", occurred=at - 86400))
     rt.enqueue_events(events)
     rt.run_until_idle()
     ready = [t for t in rt.tasks(status="ready") if t["monitor"] == "default"]
@@ -87,6 +91,7 @@ def test_the_views_count_what_the_rows_hold_before_and_after_folding(rt, clock):
     said = _rows_say(rt)
     assert said["tasks"].get("done") and said["tasks"].get("rejected") and said["tasks"].get("expired")
     assert said["outcomes"].get("duplicate") and said["outcomes"].get("nonmatch")
+    assert said["outcomes"].get("stale_event")
     with storage.bind(rt.database):
         assert TallyDelta.select().count(), "nothing was tallied as the rows finished"
     assert _views_say(rt) == said
