@@ -350,6 +350,7 @@ def plain_huey(queue_spec, host_path=None, times=None):
     huey = baseline_queue(queue_spec)
     times = times if times is not None else {}
     noop_done = times.setdefault("noop", [])
+    stamped = times.setdefault("stamp", [])
     chain_start = times.setdefault("chain_start", [])
     chain_done = times.setdefault("chain", [])
     local = threading.local()
@@ -373,6 +374,11 @@ def plain_huey(queue_spec, host_path=None, times=None):
     @huey.task(name="bench.noop")
     def noop():
         noop_done.append(time.time())
+
+    @huey.task(name="bench.stamp")
+    def stamp(sent):
+        # A no-op that says when it ran: enqueue → run, for ``bench.latency``.
+        stamped.append((sent, time.time()))
 
     @huey.task(name="bench.read")
     def read(key, record_id):
@@ -405,7 +411,7 @@ def plain_huey(queue_spec, host_path=None, times=None):
                                         "sources": list(drafted["sources"])})))
         chain_done.append(time.time())
 
-    return huey, {"noop": noop, "chain": read, "job": job}
+    return huey, {"noop": noop, "stamp": stamp, "chain": read, "job": job}
 
 
 def _hand_over(huey, messages):
