@@ -94,12 +94,36 @@ def _signoff_pass(folder, backend, n, ingest_s, approve_s, say):
         _paced(n, approve_s, lambda i: rt.approve(*items[i], by="bench"))
         done = _await(rt, group, n, "done")
         done_s = time.perf_counter() - start
-        group.stop()
+        synced = group.stop()["extra"].get("clock", [])
+        mine = getattr(rt.clock, "offset", None) or 0.0
     finally:
         group.kill()
         rt.close()
-    return {"events": n, "ready_ms": ready, "done_ms": done,
+    return {"events": n, "ready_ms": _delays(ready, mine, synced),
+            "done_ms": _delays(done, mine, synced),
             "ready_per_s": n / ready_s, "done_per_s": n / done_s}
+
+
+def _delays(stamps, mine, synced):
+    """Milliseconds from each ``(begin, end)`` pair's begin (stamped here, our clock's
+    ``mine`` offset) to its end (stamped by the worker), sorted.
+
+    On a PostgreSQL home each process keeps the server's time as its own clock
+    plus an offset it measures; the offsets of two processes differ by their
+    round trips' noise, several milliseconds on a busy machine. Both ends are
+    turned back into this machine's time first, the worker's with the offset in
+    force when it stamped (``synced``: its syncs' local times and offsets).
+    """
+    syncs = sorted((at, offset) for at, offset in synced if offset is not None)
+    delays = []
+    for begin, end in stamps:
+        offset = 0.0
+        for at, value in syncs:
+            if at > end - value:
+                break
+            offset = value
+        delays.append((end - offset - (begin - mine)) * 1000)
+    return sorted(delays)
 
 
 def _paced(n, spacing_s, call):
@@ -121,7 +145,7 @@ def _event(i):
 
 @reads
 def _await(rt, group, n, step):
-    """Wait for ``n`` deliveries ``ready`` (or tasks ``done``); their delays in ms, sorted."""
+    """Wait for ``n`` deliveries ``ready`` (or tasks ``done``); their ``(begin, end)`` stamps."""
     from signoff.models import Delivery, Task
     if step == "ready":
         query = Delivery.select(Delivery.accepted_at, Delivery.updated_at).where(
@@ -129,7 +153,7 @@ def _await(rt, group, n, step):
     else:
         query = Task.select(Task.approved_at, Task.updated_at).where(Task.status == "done")
     _wait(lambda: query.count() >= n, 60 + n / 10, f"{n} {step}", group.children)
-    return sorted((end - begin) * 1000 for begin, end in query.tuples())
+    return list(query.tuples())
 
 
 @reads

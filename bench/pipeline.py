@@ -294,6 +294,7 @@ def _child(argv):
         from signoff.commands.libraries import import_libraries
         import_libraries(args[args.index("--home") + 1])  # as the command starts a worker
         _time_batches(reporter)
+        _record_clock(reporter)
         atexit.register(reporter.write, True)
         from signoff.cli import main
         main(args, prog_name="signoff")
@@ -318,6 +319,20 @@ def _time_batches(reporter):
             return claimed, full
 
         setattr(Engine, f"{step}_batch", timed)
+
+
+def _record_clock(reporter):
+    """Record (local time, offset) of every sync of a server clock: what turns the
+    worker's server-clock stamps back into this machine's time (``bench.latency``)."""
+    from signoff.clock import ServerClock
+    synced = reporter.extra["clock"] = []
+    original = ServerClock.sync
+
+    def sync(self):
+        original(self)
+        synced.append((time.time(), self.offset))
+
+    ServerClock.sync = sync
 
 
 def _host_conn(path):
