@@ -65,6 +65,9 @@ class BackendUrl(click.ParamType):
 @click.option("--pairs", type=click.IntRange(min=1), default=3, show_default=True,
               help="With --concurrent: how many (batch, concurrent) pairs and sequential rounds "
               "to run; the median is reported. More pairs decide a ratio a noisy machine blurs.")
+@click.option("--latency", is_flag=True,
+              help="Instead: event → ready and approve → done, one API call at a time, with an "
+              "idle worker and at half of capacity, against plain Huey's no-op enqueue → run.")
 @click.option("--cli", "through_cli", is_flag=True,
               help="Instead: ingest through the CLI (enqueue, worker --drain) against plain Huey "
               "producer and consumer processes, process start included; and the start-up alone.")
@@ -72,7 +75,7 @@ class BackendUrl(click.ParamType):
               help="With --cli: the signoff home's [worker] batch_size (default: signoff's).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def bench(n_events, workers, processes, database_url, queue_url, growth, growth_rows, over_mcp,
-          http, traced, concurrent, pairs, through_cli, batch_size, as_json):
+          http, traced, concurrent, pairs, latency, through_cli, batch_size, as_json):
     """Measure signoff against plain Huey on this machine, in one run.
 
     The homes it makes are its own: their backends are the flags' (SQLite by
@@ -96,7 +99,10 @@ def bench(n_events, workers, processes, database_url, queue_url, growth, growth_
             click.echo(json.dumps(report, ensure_ascii=False, indent=2))
         return
     from .pipeline import run_bench
-    if concurrent:
+    if latency:
+        from .latency import run_latency_bench
+        report = run_latency_bench(database_url, queue_url, as_json)
+    elif concurrent:
         from .callers import run_concurrent_bench
         report = run_concurrent_bench(n_events, workers, database_url, queue_url, as_json,
                                       pairs=pairs)

@@ -294,6 +294,7 @@ def _child(argv):
         from signoff.commands.libraries import import_libraries
         import_libraries(args[args.index("--home") + 1])  # as the command starts a worker
         _time_batches(reporter)
+        _record_clock(reporter)
         atexit.register(reporter.write, True)
         from signoff.cli import main
         main(args, prog_name="signoff")
@@ -318,6 +319,20 @@ def _time_batches(reporter):
             return claimed, full
 
         setattr(Engine, f"{step}_batch", timed)
+
+
+def _record_clock(reporter):
+    """Record (local time, offset) of every sync of a server clock: what turns the
+    worker's server-clock stamps back into this machine's time (``bench.latency``)."""
+    from signoff.clock import ServerClock
+    synced = reporter.extra["clock"] = []
+    original = ServerClock.sync
+
+    def sync(self):
+        original(self)
+        synced.append((time.time(), self.offset))
+
+    ServerClock.sync = sync
 
 
 def _host_conn(path):
@@ -350,6 +365,7 @@ def plain_huey(queue_spec, host_path=None, times=None):
     huey = baseline_queue(queue_spec)
     times = times if times is not None else {}
     noop_done = times.setdefault("noop", [])
+    stamped = times.setdefault("stamp", [])
     chain_start = times.setdefault("chain_start", [])
     chain_done = times.setdefault("chain", [])
     local = threading.local()
@@ -373,6 +389,11 @@ def plain_huey(queue_spec, host_path=None, times=None):
     @huey.task(name="bench.noop")
     def noop():
         noop_done.append(time.time())
+
+    @huey.task(name="bench.stamp")
+    def stamp(sent):
+        # A no-op that says when it ran: enqueue → run, for ``bench.latency``.
+        stamped.append((sent, time.time()))
 
     @huey.task(name="bench.read")
     def read(key, record_id):
@@ -405,7 +426,7 @@ def plain_huey(queue_spec, host_path=None, times=None):
                                         "sources": list(drafted["sources"])})))
         chain_done.append(time.time())
 
-    return huey, {"noop": noop, "chain": read, "job": job}
+    return huey, {"noop": noop, "stamp": stamp, "chain": read, "job": job}
 
 
 def _hand_over(huey, messages):

@@ -17,14 +17,15 @@ skipped or lost only costs latency.
 Looking at the queue is not enough on its own: a worker blocked on a Redis or
 PostgreSQL queue takes each wake-up the moment it lands, so none is ever seen
 waiting, and events enqueued one call at a time would send one wake-up each.
-So a process also paces itself (``wake``): the first announcement of a kind
-tops the queue up at once, and those that follow within ``WINDOW_S`` are held
-and sent as one top-up when the window ends (a throttle with a leading and a
-trailing edge). A burst therefore costs one wake-up per window per kind on
-every backend, an idle worker still hears of the first event at once, and a
-steady stream is never held back for more than one window, which a pure
-trailing debounce (wait for a quiet spell) would do for as long as the stream
-lasts. What is held is always sent after the commit it announces, by a timer
+So a process also paces itself (``wake``) while announcements come in a
+burst: one that follows the last of its kind within ``BURST_GAP_S``, inside
+``WINDOW_S`` of the last top-up, is held and sent with the others as one
+top-up when the window ends (a throttle with a leading and a trailing edge).
+Any other tops the queue up at once: an event that arrives alone is never
+held, however recently the one before it was sent. A burst therefore costs
+one wake-up per window per kind on every backend, and a steady stream is never
+held back for more than one window, which a pure trailing debounce (wait for a
+quiet spell) would do for as long as the stream lasts. What is held is always sent after the commit it announces, by a timer
 in long-running processes and by ``flush`` when a runtime closes (the CLI
 closes it before exiting). The reaper and a worker handing on call
 ``top_up``, which sends at once: they are paced by their own clocks.
@@ -58,6 +59,10 @@ RETRY_AFTER_S = 5.0
 # a bound on the wake-ups a burst sends (one per window per kind and process),
 # and the most a held one waits.
 WINDOW_S = 0.1
+# Announcements closer together than this are a burst, which the window paces;
+# one further from the last is sent at once. Events arriving 50 ms apart were
+# each held up to a window (event → ready p50 55 ms, where the work takes 5).
+BURST_GAP_S = 0.01
 
 wake_log = logging.getLogger("signoff.wakeups")
 
@@ -83,21 +88,24 @@ class WakePolicy:
         self._lock = threading.Lock()
         self._window_end = {}  # kind -> when announcements of it may top up again
         self._held = {}  # kind -> rows of the largest announcement held in the window
+        self._last = {}  # kind -> when it was last announced
         self._timer = None
 
     def wake(self, kind, rows=1):
         """Announce ``rows`` rows of ``kind`` made claimable by a commit that has happened.
 
-        Tops the queue up at once unless this process topped ``kind`` up less than
-        ``WINDOW_S`` ago; then the announcement is held for the window's end.
-        Returns the wake-ups sent now.
+        Tops the queue up at once unless it comes in a burst: within ``BURST_GAP_S``
+        of the last announcement of ``kind`` and ``WINDOW_S`` of the last top-up;
+        then it is held for the window's end. Returns the wake-ups sent now.
         """
         if rows <= 0:
             return 0
         with self._lock:
             now = time.monotonic()
             end = self._window_end.get(kind, 0.0)
-            if now < end:
+            burst = now - self._last.get(kind, float("-inf")) < BURST_GAP_S
+            self._last[kind] = now
+            if burst and now < end:
                 # The largest, not the sum: one waiting wake-up drains full batches
                 # for a while and hands on, so a stream of small commits needs one.
                 self._held[kind] = max(self._held.get(kind, 0), rows)

@@ -36,7 +36,10 @@ from .storage.queue import close_queue, one_line_queue_faults
 
 REAP_INTERVAL_S = 1.0
 HEALTH_INTERVAL_S = 10.0
-IDLE_POLL_S = 0.5  # Huey's idle polling cap; its default of 10 s is too slow a wake-up
+# Huey's polling cap. Every queue's consumer waits for its wake-ups instead of polling
+# (a blocking pop, LISTEN, a SQLite queue's pokes: storage.pokes), so this bounds only
+# the backoff after a queue error; Huey's default of 10 s would be a long outage.
+IDLE_POLL_S = 0.5
 # How often `--drain` asks whether anything can progress: a query each time, and
 # the moment the work ends it exits within two of them.
 DRAIN_POLL_S = 0.05
@@ -213,6 +216,10 @@ def _loop(rt, workers, drain, drain_wait, dog):
                 consumer.check_worker_health()
                 health_at = time.monotonic() + HEALTH_INTERVAL_S
     finally:
+        # A SQLite queue's consumers wait on a socket (storage.pokes): woken, they see the stop.
+        stop_waiting = getattr(rt.queue.storage, "stop_waiting", None)
+        if stop_waiting is not None:
+            stop_waiting()
         consumer.stop(graceful=True)
         for helper in (notifier, tender):
             if helper is not None:

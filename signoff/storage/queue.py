@@ -11,12 +11,13 @@ import sqlite3
 import sys
 import threading
 
-from huey import PostgresHuey, RedisHuey, SqliteHuey
+from huey import PostgresHuey, RedisHuey
 
 from ..errors import ConfigError, StorageError
 from ..config import kind_of
 from .engines import SCHEMA_LOCK, session_options
 from .net import libpq_params, redis_params
+from .pokes import PokedSqliteHuey
 from .urls import postgres_dsn
 
 
@@ -86,18 +87,21 @@ def make_queue(config, create=False):
     url, name = config.queue_url, config.queue_name
     kind = kind_of(url)
     if kind == "sqlite":
-        # A missing file is made again (a lost queue loses only wake-ups).
+        # A missing file is made again (a lost queue loses only wake-ups). Its
+        # consumers are woken by a datagram after each enqueue (see ``pokes``).
         path = config.queue_path
         fresh = create or not path.exists() or not _sqlite_queue_ready(path)
-        return SqliteHuey(name=name, filename=str(path), fsync=False, results=False,
+        return PokedSqliteHuey(name=name, filename=str(path), fsync=False, results=False,
                           timeout=30, create_tables=fresh)
     if kind == "redis":
         # Every wait bounded, as PostgreSQL's are: a server that is down or silent
-        # fails a call, never hangs it (see ``net``).
+        # fails a call, never hangs it (see ``net``). Huey's consumer waits in a
+        # blocking pop (BRPOP, a second at a time): a push wakes it at once.
         import redis  # here: only a Redis queue needs the driver
         pool = redis.ConnectionPool.from_url(url, **redis_params(redis, url))
         return RedisHuey(name=name, connection_pool=pool, results=False)
     if kind == "postgresql":
+        # Huey's consumer waits on LISTEN, and each enqueue NOTIFYs in its commit.
         queue = PostgresHuey(name=name, dsn=postgres_dsn(url), results=False,
                              create_tables=False, connection=QueueConnections(postgres_dsn(url)))
         if create:

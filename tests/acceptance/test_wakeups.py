@@ -1,6 +1,7 @@
 """The wake-up policy: coalesced wake-ups, and a queue that cannot be reached after a commit."""
 
 import json
+import socket
 import logging
 import subprocess
 import sys
@@ -261,3 +262,64 @@ def test_the_api_answers_as_usual_and_logs_the_warning(live, caplog, monkeypatch
     rt.wakers.flush()
     assert len(warnings_of_this_outage()) == 1
     rt.close()
+
+
+# -- an idle worker woken at once, and polling when a wake-up is lost --------------------
+
+# The real CLI looking for work of its own accord once a minute at most: its
+# queue's idle wait and its reaper put off, only a wake-up can reach it sooner.
+WORKER_POLLING_SLOWLY = ("import signoff.worker as w, signoff.storage.pokes as p; "
+                         "w.REAP_INTERVAL_S = w.IDLE_POLL_S = p.WAKE_POLL_S = 60.0; "
+                         "from signoff.cli import main; main()")
+
+
+def sqlite_queue(rt):
+    return rt.config.queue_url is None or rt.config.queue_url.startswith("sqlite")
+
+
+def test_an_idle_worker_that_polls_once_a_minute_takes_an_event_well_before(live):
+    home, rt = live
+    worker = serving(home, rt, python_cli(WORKER_POLLING_SLOWLY, home, "worker"))
+    try:
+        for n in range(1, 4):  # each alone, the worker idle again between them
+            [line] = rt.enqueue_events([event(n)])
+            assert line.accepted
+            # A third of the poll interval: only the enqueue's wake-up can make it.
+            wait_for(all_done(n + 1), timeout=20, what=f"event {n} done")
+    finally:
+        stop(worker)
+
+
+def test_a_wake_up_lost_on_the_way_is_made_up_by_polling(live):
+    home, rt = live
+    worker = serving(home, rt, signoff_cmd(home, "worker", "--workers", "2"))
+    send = rt.wakers.send
+    rt.wakers.send = lambda kind, count: None  # the message never reaches the queue
+    try:
+        [line] = rt.enqueue_events([event(1)])
+        assert line.accepted
+        wait_for(all_done(2), timeout=60, what="the event found by the reaper")
+    finally:
+        rt.wakers.send = send
+        stop(worker)
+
+
+def test_a_poke_lost_or_sent_to_a_dead_socket_is_made_up_by_the_queue_poll(live):
+    home, rt = live
+    if not sqlite_queue(rt):
+        pytest.skip("pokes wake the consumers of a SQLite queue")
+    from signoff.storage.pokes import folder_for
+    worker = serving(home, rt, python_cli(WORKER_WITHOUT_REAPER, home, "worker"))
+    folder = folder_for(rt.config.queue_path)
+    try:
+        [live_socket] = folder.iterdir()
+        live_socket.unlink()  # the worker's socket gone: every poke to it is lost
+        dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        dead.bind(str(folder / "1"))
+        dead.close()  # a socket file no process holds, as a killed worker leaves
+        [line] = rt.enqueue_events([event(1)])
+        assert line.accepted
+        assert not (folder / "1").exists()  # refused, and removed by the enqueue
+        wait_for(all_done(2), timeout=60, what="the event found by the queue poll")
+    finally:
+        stop(worker)
