@@ -25,10 +25,11 @@ Any other tops the queue up at once: an event that arrives alone is never
 held, however recently the one before it was sent. A burst therefore costs
 one wake-up per window per kind on every backend, and a steady stream is never
 held back for more than one window, which a pure trailing debounce (wait for a
-quiet spell) would do for as long as the stream lasts. What is held is always sent after the commit it announces, by a timer
-in long-running processes and by ``flush`` when a runtime closes (the CLI
-closes it before exiting). The reaper and a worker handing on call
-``top_up``, which sends at once: they are paced by their own clocks.
+quiet spell) would do for as long as the stream lasts. What is held is always
+sent after the commit it announces, by a timer in long-running processes and
+by ``flush`` when a runtime closes (the CLI closes it before exiting). The
+reaper and a worker handing on call ``top_up``, which sends at once: they are
+paced by their own clocks.
 
 Sending happens after the commit. If the queue cannot be reached then, what
 was committed stands: the caller's answer does not change, one
