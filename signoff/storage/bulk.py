@@ -268,6 +268,19 @@ def to_param(field):
     A value already of the column's own type, or None, needs no conversion:
     skipping the field's db_value for it is a third of the cost of a bulk insert.
     """
+    # Made once per field (most enqueue calls convert a key list of one key). By
+    # identity, the field kept so its id is never reused: a field's ``==`` makes
+    # an SQL expression, which a cache keyed by the field would take for true.
+    made = _PARAMS.get(id(field))
+    if made is None:
+        made = _PARAMS[id(field)] = (field, _to_param(field))
+    return made[1]
+
+
+_PARAMS = {}
+
+
+def _to_param(field):
     kind = _kind(field)
     if kind is None:
         return field.db_value
