@@ -4,7 +4,6 @@ It is the demo and the test double, so it is honest: a real database, real
 idempotency checks, and fault switches that persist across processes.
 """
 
-import json
 import os
 import signal
 import sqlite3
@@ -12,6 +11,7 @@ import time
 from pathlib import Path
 
 from ..rules.canonical import canonical
+from ..rules.jsontext import loads
 from ..errors import Blocked, Refused, StorageError
 from .contract import covered, verdict
 
@@ -62,7 +62,7 @@ class ReferenceHost:
 
     def _one(self, sql, *args):
         row = self.conn.execute(sql, args).fetchone()
-        return json.loads(row[0]) if row else None
+        return loads(row[0]) if row else None
 
     # -- the host protocol -------------------------------------------------
 
@@ -81,8 +81,8 @@ class ReferenceHost:
             raise TimeoutError("reference host: simulated read timeout")
         if record is None:
             raise Blocked("missing", f"no record {record_id!r}")
-        record = json.loads(record)
-        if not readable(record, json.loads(grant)):
+        record = loads(record)
+        if not readable(record, loads(grant)):
             raise Blocked("access", "the grant does not cover this record")
         return record
 
@@ -91,11 +91,11 @@ class ReferenceHost:
         grant, material = self.conn.execute(
             "SELECT (SELECT body FROM grants WHERE id = 1),"
             " (SELECT body FROM materials WHERE document = ?)", (document,)).fetchone()
-        if document not in json.loads(grant)["docs"]:
+        if document not in loads(grant)["docs"]:
             raise Blocked("access", "the grant does not cover this document")
         if material is None:
             raise Blocked("missing", f"no material for {document!r}")
-        return json.loads(material)
+        return loads(material)
 
     def get_many(self, record_ids):
         """``{record_id: record}`` for the ids ``get`` would answer, read in one snapshot.
@@ -110,8 +110,8 @@ class ReferenceHost:
             f" WHERE id IN ({_marks(ids)})", ids).fetchall()
         if not rows:
             return {}
-        grant = json.loads(rows[0][2])  # one snapshot: the same grant on every row
-        return {rid: record for rid, record in ((rid, json.loads(body)) for rid, body, _ in rows)
+        grant = loads(rows[0][2])  # one snapshot: the same grant on every row
+        return {rid: record for rid, record in ((rid, loads(body)) for rid, body, _ in rows)
                 if readable(record, grant)}
 
     def submit(self, key, expected, result):
@@ -156,7 +156,7 @@ class ReferenceHost:
         """``{key: decoded JSON}`` of ``select … IN (keys)``, a query of two columns."""
         keys = list(keys)
         rows = self.conn.execute(f"{select} ({_marks(keys)})", keys).fetchall() if keys else ()
-        return {key: json.loads(body) for key, body in rows}
+        return {key: loads(body) for key, body in rows}
 
     def _after_write(self):
         if self._fire("crash-after-write"):
@@ -192,7 +192,7 @@ class ReferenceHost:
         rows = self.conn.execute(
             "SELECT c.record_id, r.body FROM record_changes c JOIN records r ON r.id = c.record_id"
             " WHERE c.document = ? AND c.at >= ? ORDER BY c.at, c.record_id", (document, since))
-        return [rid for rid, body in rows if json.loads(body)["tenant"] == grant["tenant"]]
+        return [rid for rid, body in rows if loads(body)["tenant"] == grant["tenant"]]
 
     # -- administration (the `signoff host` commands) ------------------------
 
@@ -258,7 +258,7 @@ class ReferenceHost:
 
     def results(self):
         """Every result written, in key order."""
-        return [{"key": k, "result": json.loads(r)} for k, r in
+        return [{"key": k, "result": loads(r)} for k, r in
                 self.conn.execute("SELECT key, result FROM results ORDER BY key")]
 
     def _fire(self, name):

@@ -32,11 +32,13 @@ def add_approvals(wanted, actor, now, audit_code="approved", proofs=None, stand_
     proofs, stand_ins = proofs or {}, stand_ins or {}
     keys = sorted(wanted)
     policy = actor.channel == "policy"
-    columns = (Task.key, Task.status, Task.digest) + ((Task.edits,) if policy else ())
+    # The monitor and the ready time too: the audit entries and decision times need them.
+    columns = (Task.key, Task.status, Task.digest, Task.monitor, Task.created_at) + (
+        (Task.edits,) if policy else ())
     current = {row[0]: row[1:] for row in select_tuples(lock_rows(
         Task.select(*columns).where(key_in(Task.key, keys)).order_by(Task.key)))} if keys else {}
     live = [k for k in keys if current.get(k, ())[:2] == (T.READY, wanted[k][0])
-            and not (policy and current[k][2])]
+            and not (policy and current[k][4])]
     stale = set(keys) - set(live)
     # Whom a delegate stood in for, as columns only when someone was: every row
     # of one insert names the same columns, and most approvals stand in for no one.
@@ -66,16 +68,14 @@ def add_approvals(wanted, actor, now, audit_code="approved", proofs=None, stand_
                       **({"for": stand_ins[k]} if k in stand_ins else {})}}
             for k in keys if k in counted]
     if rows:
-        _enter_counted(rows, actor, now)
+        _enter_counted(rows, {k: current[k][2:4] for k in counted}, actor, now)
     return counted, approved, set(live) - counted, stale
 
 
-def _enter_counted(rows, actor, now):
+def _enter_counted(rows, tasks, actor, now):
     """Write the counted approvals' audit ``rows`` with their tasks' monitors, and a
-    person's decision times (a policy's are no one's wait)."""
-    tasks = {k: (m, at) for k, m, at in select_tuples(Task.select(
-        Task.key, Task.monitor, Task.created_at).where(
-            key_in(Task.key, [r["task_key"] for r in rows])))}
+    person's decision times (a policy's are no one's wait); ``tasks``: ``{key:
+    (monitor, created_at)}``."""
     append_audits([dict(r, monitor=tasks[r["task_key"]][0]) for r in rows])
     if actor.channel != "policy":
         record_decision_times([(tasks[r["task_key"]], r["code"]) for r in rows],

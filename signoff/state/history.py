@@ -21,6 +21,7 @@ LONE = "lone"  # a row's key: True when its writer does not hold the task's row
 # A row's key: True when its writer created the task's row in this transaction, so
 # its chain begins here (tasks are never deleted: a key is never made twice).
 CREATED = "created"
+_UNSET = dict.fromkeys(ENTRY_FIELDS)  # every column an entry's hash covers, null
 
 
 def audit(now, code, monitor=None, event_id=None, task_key=None, actor=None, channel=None,
@@ -55,10 +56,11 @@ def _linked(rows):
     """``rows`` with every column, each with its chain, ``prev`` and ``hash``."""
     linked, created = [], set()
     for given in rows:
-        row = {name: given.get(name) for name in ENTRY_FIELDS}
-        if row["task_key"] is not None and not given.get(LONE):
+        row = {**_UNSET, **given}
+        lone, made = row.pop(LONE, False), row.pop(CREATED, False)
+        if row["task_key"] is not None and not lone:
             row["chain"] = task_chain(row["task_key"])
-            if given.get(CREATED):
+            if made:
                 created.add(row["chain"])
         linked.append(row)
     heads = chain_heads({row["chain"] for row in linked if row["chain"] is not None} - created)
@@ -72,16 +74,21 @@ def _linked(rows):
     return linked
 
 
-def approvals_outside_chains(keys):
-    """The task ``keys`` with an approval on record that no entry of the task's chain
-    records (its identity approving): a row written around signoff, not by it."""
+def approvals_in_chains(keys):
+    """``{key: [(digest, recorded)]}``: each approval on record of the task ``keys``,
+    with its digest and whether an entry of the task's chain records it (its
+    identity approving); one not recorded was written around signoff, not by it."""
     if not keys:
-        return set()
-    recorded = Audit.select(SQL("1")).where(
+        return {}
+    recorded = fn.EXISTS(Audit.select(SQL("1")).where(
         Audit.chain == Value(TASK_CHAIN).concat(Approval.task_key),
-        Audit.actor == Approval.by, Audit.code.in_(list(APPROVING)))
-    return {k for (k,) in select_tuples(Approval.select(Approval.task_key).distinct().where(
-        key_in(Approval.task_key, sorted(keys)), ~fn.EXISTS(recorded)))}
+        Audit.actor == Approval.by, Audit.code.in_(list(APPROVING))))
+    found = {}
+    for key, digest, inside in select_tuples(Approval.select(
+            Approval.task_key, Approval.digest, recorded).where(
+                key_in(Approval.task_key, sorted(keys)))):
+        found.setdefault(key, []).append((digest, bool(inside)))
+    return found
 
 
 def chain_heads(chains):

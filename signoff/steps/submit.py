@@ -21,8 +21,8 @@ from .hostreads import receipts, submit
 from .outcomes import Step, failures_key
 from .outcomes import write as outcomes_write
 from ..state.leases import release
-from ..state.approvals import approval_counts, quorum_of
-from ..state.history import approvals_outside_chains, bury
+from ..state.approvals import quorum_of
+from ..state.history import approvals_in_chains, bury
 from ..state.moves import Fenced, RELEASED, run_moves
 from ..state.statuses import TASK_ACTIVE, TaskStatus as T
 from ..state.tasks import (mark_write_possible, maybe_written, move_task, prepare_move_tasks,
@@ -84,18 +84,20 @@ def submit_batch(rt, owner):
 def chain_problems(tasks, monitors):
     """``{key: what is wrong}`` for the tasks whose counted approvals are not in their
     audit chain: an approval on record that no chain entry records, or fewer
-    approvals than the quorum (a status or a row written around signoff). Two
-    queries a batch; the links and digests themselves are ``audit verify``'s.
+    approvals of the task's digest than the quorum (a status or a row written
+    around signoff). One query a batch; the links and digests themselves are
+    ``audit verify``'s.
     """
-    keys = [t.key for t in tasks]
-    counts, outside = approval_counts(keys), approvals_outside_chains(keys)
+    approvals = approvals_in_chains([t.key for t in tasks])
     found = {}
     for task in tasks:
+        mine = approvals.get(task.key, ())
         needed = quorum_of(monitors.get(task.monitor))
-        if task.key in outside:
+        counted = sum(1 for digest, _ in mine if digest == task.digest)
+        if not all(inside for _, inside in mine):
             found[task.key] = "an approval on record is not in its chain"
-        elif counts.get(task.key, 0) < needed:
-            found[task.key] = f"{counts.get(task.key, 0)} of the {needed} approvals it needs"
+        elif counted < needed:
+            found[task.key] = f"{counted} of the {needed} approvals it needs"
     return found
 
 

@@ -55,7 +55,8 @@ def claim(model, suspect, now, limit, changes):
 def key_in(field, values):
     """``field IN values`` as one SQL node, cheaper to build than ``field.in_`` for a
     batch; each value as ``field`` stores it (text escaped, see ``fields``)."""
-    return engine_of().key_in(field.column_name, [field.db_value(v) for v in values])
+    convert = to_param(field)
+    return engine_of().key_in(field.column_name, [convert(v) for v in values])
 
 
 def key_case(field, values, column):

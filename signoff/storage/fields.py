@@ -1,11 +1,11 @@
 """Columns whose values read back exactly as they were written, on every engine."""
 
 import functools
-import json
 import re
 
 from peewee import JSONField, Node, TextField
 
+from ..rules import jsontext
 from .database import resolve
 
 # PostgreSQL's text and jsonb refuse NUL and lone surrogates, which hosts,
@@ -42,7 +42,7 @@ def unescape_text(value):
                         else chr(int(m.group(3), 16)), value)
 
 
-def lossless_dumps(value, dumps=json.dumps):
+def lossless_dumps(value, dumps=jsontext.dumps):
     """``value`` as JSON text that every engine stores exactly (strings escaped as
     ``escape_text`` does).
 
@@ -89,6 +89,10 @@ class JSON(JSONField):
     """
 
     _codecs = {}  # engine class -> (wrap, read)
+
+    def __init__(self, dumps=None, loads=None, **kwargs):
+        # json.dumps and json.loads, with their encoder and scanner made once.
+        super().__init__(dumps=dumps or jsontext.dumps, loads=loads or jsontext.loads, **kwargs)
 
     def _codec(self):
         database = resolve(self.model._meta.database)

@@ -8,7 +8,7 @@ import sys
 import pytest
 from helpers import child_env
 
-from bench.instructions import BUDGETS
+from bench.instructions import BUDGETS, CHAIN_SHARE, NO_CHAIN_PIPELINE
 from bench.pipeline import GROWTH_KEYS, KEYS, PER_EVENT_PAIRS
 
 TARGETS = ("ingest_ratio", "pipeline_ratio", "job_ratio", "commits_per_event", "enqueue_per_s",
@@ -297,6 +297,11 @@ def test_instruction_counts_cover_every_step_and_every_event(tmp_path):
         report["pipeline"], counts["enqueue_call"])
     assert all(targets[key]["pass"] == (targets[key]["value"] <= budget)
                for key, budget in BUDGETS.items()), targets
+    # The chain's share: the pipeline against the figure counted without the chain.
+    chain = targets["chain"]
+    assert (chain["value"], chain["ratio"]) == (
+        report["pipeline"], round(report["pipeline"] / NO_CHAIN_PIPELINE, 3))
+    assert chain["pass"] == (report["pipeline"] <= round(NO_CHAIN_PIPELINE * CHAIN_SHARE))
 
 
 @pytest.mark.backend_independent
