@@ -227,10 +227,14 @@ def send_due(rt, settings, client, email=None, slack_settings=None, slack_client
     kinds = _configured(settings, email, slack_settings)
     if not kinds:
         return 0, 0
-    for row in (Notification.select().where(Notification.status == N.PENDING,
-                                            Notification.next_at <= now,
-                                            functools.reduce(operator.or_, kinds))
-                .order_by(Notification.next_at).limit(SEND_LIMIT)):
+    # Read whole before the first write: on SQLite a cursor still being read keeps its
+    # snapshot, and once another process has committed, every write this connection
+    # tries meanwhile is refused as locked until the lock wait runs out.
+    due = list(Notification.select().where(Notification.status == N.PENDING,
+                                           Notification.next_at <= now,
+                                           functools.reduce(operator.or_, kinds))
+               .order_by(Notification.next_at).limit(SEND_LIMIT))
+    for row in due:
         channel = _channel_of(row, settings, email, slack_settings)
         # Hold the row for the length of a try so another pump leaves it alone: from
         # now, not the pass's start, which the tries before it (SMTP's) may have aged.

@@ -65,6 +65,7 @@ print("the wake-up was sent: the patch did not take")
 """
 
 
+@pytest.mark.slow  # chaos: a SIGKILL and a restart; CI runs the slow tests
 def test_kill_after_the_delivery_is_written_before_the_queue_is_woken(real_home):
     h = real_home()
     child = subprocess.run([sys.executable, "-c", INTAKE_THEN_DIE, str(h.path),
@@ -94,6 +95,7 @@ print("the wake-up was sent: the patch did not take")
 """
 
 
+@pytest.mark.slow  # chaos: a SIGKILL and a restart; CI runs the slow tests
 def test_kill_after_the_approval_is_written_before_the_queue_is_woken(real_home):
     h = real_home()
     h.enqueue([h.event()])
@@ -110,6 +112,7 @@ def test_kill_after_the_approval_is_written_before_the_queue_is_woken(real_home)
 
 # -- (b) after read-back ---------------------------------------------------------
 
+@pytest.mark.slow  # chaos: a SIGKILL and a restart; CI runs the slow tests
 def test_kill_after_read_back(real_home):
     h = real_home()
     arm_crash(h.path, "after-get")
@@ -132,6 +135,7 @@ def test_kill_after_read_back(real_home):
 
 # -- (c) after the host wrote, before the worker recorded it -------------------------
 
+@pytest.mark.slow  # chaos: a SIGKILL and a restart; CI runs the slow tests
 def test_kill_after_the_host_wrote_before_the_worker_recorded_it(real_home):
     h = real_home()
     h.enqueue([h.event()])
@@ -166,6 +170,7 @@ def test_kill_after_the_host_wrote_before_the_worker_recorded_it(real_home):
 
 # -- (d) while uncertain ---------------------------------------------------------
 
+@pytest.mark.slow  # chaos: a SIGKILL and a restart; CI runs the slow tests
 def test_kill_while_uncertain(real_home):
     # A long first backoff keeps the task uncertain long enough to kill the worker then.
     h = real_home(base_delay_s=2.0, max_delay_s=2.0)
@@ -190,6 +195,7 @@ def test_kill_while_uncertain(real_home):
 
 # -- a call that hangs past its lease ------------------------------------------------
 
+@pytest.mark.slow  # chaos: a SIGKILL and a restart; CI runs the slow tests
 def test_a_submit_that_hangs_past_its_lease_is_taken_over_and_its_late_write_fenced(real_home):
     h = real_home()
     h.enqueue([h.event()])
@@ -255,6 +261,7 @@ def test_two_worker_processes_on_one_home(real_home):
 
 # -- an input that kills every worker that reads it ------------------------------
 
+@pytest.mark.slow  # chaos: a SIGKILL and a restart; CI runs the slow tests
 def test_an_input_that_kills_workers_ends_in_the_dead_letters(real_home):
     h = real_home(records=3, factory="testhosts:PoisonHost", host_options="sigkill = true",
                   read_attempts=3)

@@ -432,6 +432,7 @@ def test_sigterm_answers_the_request_in_flight(served):
     assert [e["event_id"] for e in rt.events()] == ["evt-1"]
 
 
+@pytest.mark.slow  # chaos: serve SIGKILLed under load; CI runs the slow tests
 def test_kill_9_while_8_clients_post_loses_no_202(home):
     rt = make_home(home)
     secret = rt.add_secret("default")["secret"]

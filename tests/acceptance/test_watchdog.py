@@ -8,6 +8,8 @@ on its third beat (the loop's first two passes went round).
 import subprocess
 import sys
 
+import pytest
+
 from helpers import child_env
 from signoff.app import Signoff
 
@@ -30,6 +32,7 @@ worker.run(sys.argv[1], workers=1)
 """
 
 
+@pytest.mark.slow  # chaos: a worker hung for good, then its watchdog's exit; CI runs the slow tests
 def test_a_worker_whose_loop_hangs_exits_1_with_its_stacks(home):
     Signoff.init(home).close()
     config = home / "signoff.toml"

@@ -256,6 +256,7 @@ def assert_one_batch_each(h, expected):
     assert "Traceback" not in h.stderr(), h.stderr()
 
 
+@pytest.mark.slow  # chaos: a SIGKILL and a restart; CI runs the slow tests
 def test_a_worker_killed_while_a_batch_is_open_loses_nothing(batch_home):
     h = batch_home
     h.rt.enqueue_events(events_for(h, [0, 1]), monitor_id="b")
@@ -271,6 +272,7 @@ def test_a_worker_killed_while_a_batch_is_open_loses_nothing(batch_home):
     assert_one_batch_each(h, ["comment-0", "comment-1", "comment-2"])
 
 
+@pytest.mark.slow  # chaos: a SIGKILL and a restart; CI runs the slow tests
 def test_a_worker_killed_while_closing_a_batch_closes_it_once_after_restart(batch_home):
     h = batch_home
     h.rt.enqueue_events(events_for(h, [0, 1, 3]), monitor_id="b")

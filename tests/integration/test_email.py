@@ -1,13 +1,18 @@
 """Email (§19): contacts, the messages a real SMTP server receives, reminders and
 escalation (on the fake clock); the links over HTTP are in acceptance/test_email_links.py."""
 
+import contextlib
+import sqlite3
+
 import pytest
 
 from helpers import make_event, read_here, refusal
 from mailkit import body, inbox, link_of, toml  # noqa: F401 (inbox: a fixture)
+from signoff import storage
 from signoff.chores import mail, notify, reminders
 from signoff.errors import ConfigError
 from signoff.models import Approval, Audit, EmailLink, Notification
+from signoff.storage import engines
 from signoff.rules import signatures
 
 HIDDEN = "please add the demo date\u202e moc.example"
@@ -92,6 +97,33 @@ def test_a_ready_task_mails_each_reviewer_who_may_decide_it(mailing, inbox):
     assert token not in repr(list(EmailLink.select().dicts())) + repr(
         list(Notification.select().dicts()))
     assert pump(mailing) == (0, 0)  # sent once
+
+
+def test_a_commit_elsewhere_between_two_messages_does_not_stall_the_pass(mailing, inbox,
+                                                                       monkeypatch):
+    """Another process's commit after the first message: the pass records both at once.
+
+    A pass that still read its due rows from an open cursor kept an old snapshot, and
+    each write it tried after that commit was refused as locked until the wait for
+    the lock ran out (a SIGTERM waited for it).
+    """
+    if storage.engine_of(mailing.database).kind != "sqlite":
+        pytest.skip("a snapshot held by an open cursor is SQLite's")
+    mailing.add_reviewer("erin", email="erin@example.com")
+    ready(mailing)
+    try_send = mail.try_send
+
+    def send_then_commit_elsewhere(row, *args):
+        code = try_send(row, *args)
+        with contextlib.closing(sqlite3.connect(mailing.home / "signoff.db")) as other:
+            with other:
+                other.execute("UPDATE reviewer SET email = 'dave@example.com' WHERE name = 'dave'")
+        return code
+
+    monkeypatch.setattr(mail, "try_send", send_then_commit_elsewhere)
+    monkeypatch.setattr(engines, "LOCK_WAIT_S", 1.0)  # a stall fails the test at once
+    assert pump(mailing) == (2, 0)
+    assert sorted(to for to, _ in inbox.messages) == [["alice@example.com"], ["erin@example.com"]]
 
 
 def test_an_unreachable_server_is_retried_then_dead_lettered(mailing, inbox, clock):
