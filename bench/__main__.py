@@ -70,7 +70,8 @@ class BackendUrl(click.ParamType):
               "idle worker and at half of capacity, against plain Huey's no-op enqueue → run.")
 @click.option("--cli", "through_cli", is_flag=True,
               help="Instead: ingest through the CLI (enqueue, worker --drain) against plain Huey "
-              "producer and consumer processes, process start included; and the start-up alone.")
+              "producer and consumer processes, process start included; and the start-up alone. With "
+              "--database-url: also on those servers with max(--processes) worker processes.")
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=None,
               help="With --cli: the signoff home's [worker] batch_size (default: signoff's).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
@@ -85,7 +86,15 @@ def bench(n_events, workers, processes, database_url, queue_url, growth, growth_
     given = click.get_current_context().get_parameter_source("n_events") != ParameterSource.DEFAULT
     if through_cli:
         from .cli import run_cli_bench
-        report = run_cli_bench(n_events if given else 10_000, as_json, batch_size)
+        from .backends import BenchBackend
+        backend = (BenchBackend(database_url=database_url, queue_url=queue_url or database_url)
+                   if database_url else None)
+        try:
+            report = run_cli_bench(n_events if given else 10_000, as_json, batch_size, backend,
+                                   max(processes))
+        finally:
+            if backend is not None:
+                backend.close()
         if as_json:
             click.echo(json.dumps(report, ensure_ascii=False, indent=2))
         return

@@ -14,7 +14,11 @@ On SQLite files in fresh folders, N events (default 10,000):
   ``fsync=True`` (``synchronous=FULL``, what signoff's state database runs with:
   each task acknowledged only once it is on disk).
 
-The two alternate ``ROUNDS`` times; each figure is the median round. Then the
+- with ``--database-url`` (and ``--queue-url``): the signoff round again on those
+  servers, with ``--processes`` worker processes draining at once (issue 50's target
+  3 compares two of them with the one SQLite process).
+
+The kinds alternate ``ROUNDS`` times; each figure is the median round. Then the
 start-up alone: ``python -m signoff --help`` and a bare ``import huey``
 process, and the import time of ``signoff.cli`` (``-X importtime``), medians
 of ``STARTS`` runs each.
@@ -38,6 +42,9 @@ from .pipeline import DOC, MONITOR, ROOT, _signoff_home
 
 ROUNDS = 3
 STARTS = 5
+# Issue 50's target 3: ingest on the servers with two worker processes against one
+# process on a SQLite home.
+SERVER_TARGET = 0.8
 
 _HUEY_CHILD = r"""
 import sys, threading, time
@@ -77,8 +84,10 @@ def _timed(*argvs, cwd=None):
     return time.perf_counter() - start
 
 
-def _signoff_round(folder, n, batch_size):
-    rt = _signoff_home(folder, n, 0, None, lambda msg: None)
+def _signoff_round(folder, n, batch_size, backend=None, processes=1):
+    """Seconds from ``signoff enqueue``'s start to the last of ``processes`` ``worker
+    --drain`` processes' exit, on ``backend`` (SQLite for ``None``)."""
+    rt = _signoff_home(folder, n, 0, backend, lambda msg: None)
     rt.close()
     if batch_size is not None:
         config = folder / "signoff.toml"
@@ -93,8 +102,21 @@ def _signoff_round(folder, n, batch_size):
                                           "document": DOC, "record_id": f"r-{i}", "occurred": now,
                                           "text": "wake only"}) + "\n" for i in range(n)))
     cli = [sys.executable, "-m", "signoff", "--home", str(folder)]
-    seconds = _timed([*cli, "enqueue", "--monitor", MONITOR, str(events)],
-                     [*cli, "worker", "--drain", "--workers", "2"])
+    start = time.perf_counter()
+    _timed([*cli, "enqueue", "--monitor", MONITOR, str(events)])
+    workers = [subprocess.Popen([*cli, "worker", "--drain", "--workers", "2"], env=_env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+               for _ in range(processes)]
+    for worker in workers:
+        _, err = worker.communicate()
+        if worker.returncode != 0:
+            raise RuntimeError(f"bench --cli: a worker exited {worker.returncode}: {err[-2000:]!r}")
+    seconds = time.perf_counter() - start
+    _check_ready(folder, n)
+    return seconds
+
+
+def _check_ready(folder, n):
     from signoff import storage
     from signoff.app import Signoff
     from signoff.models import Delivery
@@ -103,7 +125,6 @@ def _signoff_round(folder, n, batch_size):
             ready = Delivery.select().where(Delivery.outcome == "ready").count()
     if ready != n:
         raise RuntimeError(f"bench --cli: {ready} of {n} events ready")
-    return seconds
 
 
 def _huey_round(folder, n, fsync):
@@ -155,24 +176,31 @@ def _startup():
     return {key: round(statistics.median(values), 3) for key, values in runs.items()}
 
 
-def run_cli_bench(n_events=10_000, as_json=False, batch_size=None):
+def run_cli_bench(n_events=10_000, as_json=False, batch_size=None, backend=None,
+                  processes=2):
     """Both ways through processes, then the start-up alone; the report.
 
     ``batch_size``: the signoff home's ``[worker] batch_size`` (its default when ``None``).
+    ``backend`` (a ``BenchBackend`` on a server): also each round on it with
+    ``processes`` worker processes, against the SQLite round (one process).
     """
     say = (lambda msg: None) if as_json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     tmp = Path(tempfile.mkdtemp(prefix="signoff-bench-cli-"))
-    rounds = {"signoff": [], "huey": [], "huey_fsync": []}
+    rounds = {"signoff": [], "huey": [], "huey_fsync": [], "server": []}
     try:
         with backend_env_set_aside():
             for r in range(ROUNDS):
                 say(f"({r + 1}/{ROUNDS}) {n_events} events: signoff enqueue + worker --drain;"
-                    " plain Huey producer + consumer, without and with fsync")
+                    " plain Huey producer + consumer, without and with fsync"
+                    + (f"; signoff on {backend.label}, {processes} workers" if backend else ""))
                 rounds["signoff"].append(
                     n_events / _signoff_round(tmp / f"signoff-{r}", n_events, batch_size))
                 rounds["huey"].append(n_events / _huey_round(tmp / f"huey-{r}", n_events, False))
                 rounds["huey_fsync"].append(
                     n_events / _huey_round(tmp / f"huey-fsync-{r}", n_events, True))
+                if backend is not None:
+                    rounds["server"].append(n_events / _signoff_round(
+                        tmp / f"server-{r}", n_events, batch_size, backend, processes))
             say("start-up: signoff --help, import huey, python -c pass")
             startup = _startup()
     finally:
@@ -186,8 +214,13 @@ def run_cli_bench(n_events=10_000, as_json=False, batch_size=None):
               "huey_cli_noop_fsync_per_s": round(durable_rate, 1),
               "cli_ingest_ratio": round(signoff_rate / huey_rate, 3),
               "cli_ingest_ratio_fsync": round(signoff_rate / durable_rate, 3),
-              "rounds_per_s": {k: [round(v, 1) for v in vs] for k, vs in rounds.items()},
+              "rounds_per_s": {k: [round(v, 1) for v in vs] for k, vs in rounds.items() if vs},
               "startup": startup}
+    if backend is not None:
+        server_rate = statistics.median(rounds["server"])
+        report["server"] = {"backends": backend.label, "processes": processes,
+                            "ingest_per_s": round(server_rate, 1),
+                            "ratio_to_sqlite": round(server_rate / signoff_rate, 3)}
     if not as_json:
         print("\n".join(describe(report)))
     return report
@@ -215,4 +248,15 @@ def describe(r):
         f"  {'pass' if r['cli_ingest_ratio'] >= 1.0 else 'MISS'}  cli_ingest_ratio "
         f"{r['cli_ingest_ratio']:>7}  >= 1.0 x plain Huey no-op through processes",
         f"  {'pass' if r['cli_ingest_ratio_fsync'] >= 1.0 else 'MISS'}  cli_ingest_ratio_fsync "
-        f"{r['cli_ingest_ratio_fsync']:>7}  >= 1.0 x plain Huey no-op, fsync=True"]
+        f"{r['cli_ingest_ratio_fsync']:>7}  >= 1.0 x plain Huey no-op, fsync=True",
+        *_describe_server(r.get("server"), r["rounds_per_s"].get("server"))]
+
+
+def _describe_server(server, rounds):
+    if server is None:
+        return []
+    ratio = server["ratio_to_sqlite"]
+    return [f"  {'pass' if ratio >= SERVER_TARGET else 'MISS'}  server_ingest_ratio "
+            f"{ratio:>7}  >= {SERVER_TARGET} x one SQLite worker process: {server['backends']}, "
+            f"{server['processes']} worker processes, {server['ingest_per_s']:,.0f} events/s "
+            f"(rounds {rounds})"]
