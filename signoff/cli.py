@@ -12,7 +12,8 @@ modules of ``commands/``:
   the home needs them, when the command owns its process;
 - ``output``, ``render``, ``watch``: how it prints (tables and JSON, tasks and
   stats for people, the live view);
-- the commands, a module per section of docs/cli.md: ``setup`` (``init``,
+- the commands, a module per section of docs/cli.md, each imported only when one of
+  its commands runs (``_COMMANDS`` below): ``setup`` (``init``,
   ``host``), ``monitors``, ``events`` (``enqueue``, ``worker``, ``events``,
   ``dlq``), ``tasks`` (``tasks``, ``approve``, ``reject``, ``policy``),
   ``watching`` (``stats``, ``healthcheck``, ``watch``, ``gaps``,
