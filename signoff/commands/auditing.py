@@ -68,6 +68,3 @@ def _said(report):
     where = f"line {failure['line']}: " if failure["line"] else ""
     task = f" (task {failure['task']})" if failure["task"] else ""
     return f"{failure['code']}: {where}{safe(failure['message'])}{task}"
-
-
-COMMANDS = [audit]

@@ -201,6 +201,3 @@ def dlq_replay(obj, as_json, letter_id, by):
     """Queue a dead letter again with a fresh budget and the same keys."""
     emit(obj.open().replay(letter_id, by=by), as_json,
          lambda r: f"dead letter {r['id']} ({r['kind']} {r['ref']}) queued again")
-
-
-COMMANDS = [enqueue, worker, events, dlq]

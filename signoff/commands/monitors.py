@@ -153,6 +153,3 @@ def monitor_secret_remove(obj, as_json, monitor_id, secret_id, by):
     """Remove a secret (effective for the next request)."""
     emit(obj.open().remove_secret(monitor_id, secret_id, by=by), as_json,
          lambda r: f"secret {r['secret_id']} of monitor {r['monitor']} removed")
-
-
-COMMANDS = [monitor]

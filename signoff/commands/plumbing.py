@@ -271,7 +271,32 @@ class JsonAwareGroup(EnvGroup):
 
     click raises them while parsing each level (``make_context``) and while
     resolving and running subcommands (``invoke``); both pass through here.
+
+    Its commands are loaded lazily (click's LazyGroup pattern): ``lazy_commands``
+    maps each name to ``(module:attribute, short help)``, and a command's module is
+    imported only when that command is looked up, so a command's process imports
+    none of the others' modules and ``--help`` none at all.
     """
+
+    def __init__(self, *args, lazy_commands=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = dict(lazy_commands or {})
+
+    def list_commands(self, ctx):
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx, cmd_name):
+        if cmd_name not in self.commands and cmd_name in self.lazy_commands:
+            module, _, attribute = self.lazy_commands[cmd_name][0].partition(":")
+            loaded = getattr(importlib.import_module(module), attribute)
+            self.add_command(loaded, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx, formatter):
+        # Listed from the table, with click's own layout, so --help imports no command.
+        listed = click.Group(commands=[click.Command(name, help=short)
+                                       for name, (_, short) in self.lazy_commands.items()])
+        listed.format_commands(ctx, formatter)
 
     def make_context(self, info_name, args, parent=None, **extra):
         self._json_wanted = "--json" in args

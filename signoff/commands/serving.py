@@ -180,6 +180,3 @@ def demo(obj, as_json, keep, over_mcp, pushed, channels):
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False, indent=2))
     sys.exit(0 if report["passed"] else 1)
-
-
-COMMANDS = [serve, reviewer, mcp_agents, demo]

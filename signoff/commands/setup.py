@@ -104,6 +104,3 @@ def host_mcp(obj, as_json, over_http, port, events, loopback_callbacks):
         server.serve_http(reference, reference.path.parent, port, events, loopback_callbacks)
     else:
         server.serve(reference)
-
-
-COMMANDS = [init, host]

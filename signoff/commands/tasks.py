@@ -176,6 +176,3 @@ def policy_revoke(obj, as_json, policy_id, by):
     emit(obj.open().revoke_policy(policy_id, by=by), as_json,
          lambda p: f"policy {p['policy']} ended ({p['end_code']}); "
                    f"{p['tasks_returned']} task(s) back to ready")
-
-
-COMMANDS = [tasks, approve, reject, policy]

@@ -97,6 +97,3 @@ def watch(obj, as_json, interval):
     """A live view that refreshes until Ctrl-C (--json: one JSON snapshot per line)."""
     from .watch import watch as run_watch
     run_watch(obj.open(), interval, as_json)
-
-
-COMMANDS = [stats, healthcheck, watch, gaps, subscriptions, purge]

@@ -8,7 +8,6 @@ from ..state.moves import Fenced
 from ..state.statuses import DeliveryStatus as D, TaskStatus as T
 from ..state.tasks import maybe_written, move_task
 from ..models import DeadLetter, Delivery, Task, db
-from ..chores.notify import replay as replay_notification
 from ..chores.retention import purged_at
 from ..views import dead_letter_row as row, dead_letters_of
 
@@ -30,6 +29,8 @@ def replay(rt, letter_id, by=None, channel="cli", monitors=None):
     if letter.kind == "task" and purged_at(letter.ref) is not None:
         raise Refused("purged", "retention removed this task's result: it cannot be submitted")
     if letter.kind == "notification":
+        # The notify pump (and its mail and Slack clients) loads only for a replay.
+        from ..chores.notify import replay as replay_notification
         replay_notification(rt, letter, who)
         return row(DeadLetter.get_by_id(letter_id))
     # A row that died with its worker stays a suspect (see state/leases.py):

@@ -6,9 +6,6 @@ reviewer (a new nonce each call); ``sign_and_decide`` is ``approve`` / ``reject
 file and decided as that reviewer (the key proves who they are).
 """
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from ..errors import Refused, SignatureRefused
 from ..rules import statements as st
 from ..rules.canonical import digest as digest_of
@@ -48,6 +45,9 @@ def mint(rt, key, reviewer, decision="approve", edit=None, monitors=None):
 
 def read_private_key(data):
     """An unencrypted PKCS#8 PEM Ed25519 private key (``openssl genpkey -algorithm ed25519``)."""
+    # cryptography is imported where a key is used: most commands never touch one.
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError):

@@ -14,9 +14,6 @@ import hashlib
 import json
 
 import rfc8785
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ..errors import Refused, SignatureRefused
 
@@ -89,6 +86,10 @@ def _whole(number):
 def read_public_key(data):
     """An Ed25519 public key from PEM SubjectPublicKeyInfo or an OpenSSH ``ssh-ed25519``
     line; ``invalid_key`` for anything else."""
+    # cryptography is imported where a key is used: most commands never touch one.
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     if not isinstance(data, bytes) or len(data) > MAX_KEY_FILE:
         raise Refused("invalid_key", f"a public key file is at most {MAX_KEY_FILE} bytes")
     text = data.strip()
@@ -108,6 +109,7 @@ def read_public_key(data):
 
 def raw_of(public_key):
     """The 32 raw bytes of an Ed25519 public key."""
+    from cryptography.hazmat.primitives import serialization  # loaded with the key's class
     return public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
@@ -124,6 +126,9 @@ def key_id_of(data):
 def ed25519_holds(raw_public, signature, text):
     """True when base64url ``signature`` is the key's Ed25519 signature of ``text``'s UTF-8."""
     sig = unb64url(signature, "signature")
+    # cryptography is imported where a key is used: most commands never touch one.
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     try:
         Ed25519PublicKey.from_public_bytes(raw_public).verify(sig, text.encode("utf-8"))
     except (InvalidSignature, ValueError):

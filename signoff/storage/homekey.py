@@ -10,10 +10,6 @@ import hashlib
 import os
 from pathlib import Path
 
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from ..config import PRIVATE_FILE, Config, load_config
 from ..errors import ConfigError
 
@@ -35,6 +31,10 @@ def load_home_key(home):
     except OSError as exc:
         raise ConfigError("home_key", f"{path}: cannot be read ({exc.strerror or exc}): "
                           "run `signoff init` to make the home's key") from None
+    # cryptography is imported where a key is used: most commands never touch one.
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError, UnsupportedAlgorithm):
@@ -53,6 +53,9 @@ def create_home_key(home):
     path = key_path(home)
     if path.exists():
         return load_home_key(home)
+    # cryptography is imported where a key is used: most commands never touch one.
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())
@@ -73,6 +76,8 @@ def create_home_key(home):
 
 def public_raw(key):
     """The 32 raw bytes of the public part of ``key`` (a private or a public Ed25519 key)."""
+    from cryptography.hazmat.primitives import serialization  # loaded with the key's class
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     public = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
     return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 

@@ -164,6 +164,19 @@ def signoff_cmd(home, *args):
     return [sys.executable, "-m", "signoff", "--home", str(home), *args]
 
 
+# The ``signoff`` command in a ``python -c`` child, run as its console script runs it;
+# the lines appended after it report on what the process did.
+AS_CONSOLE_SCRIPT = """
+import json, sys
+from signoff.__main__ import main
+sys.argv = ["signoff", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+"""
+
+
 def child_env(**extra):
     """Environment for child processes: the test plug-ins importable."""
     env = dict(os.environ)

@@ -6,18 +6,11 @@ import sys
 
 import pytest
 
-from helpers import child_env, signoff_cmd
+from helpers import AS_CONSOLE_SCRIPT, child_env, signoff_cmd
 
-# Runs the command as its console script does, then names the drivers it imported
-# and whether Peewee and Huey hold them (for a plug-in of the user's).
-COMMAND = """
-import json, sys
-from signoff.__main__ import main
-sys.argv = ["signoff", *sys.argv[1:]]
-try:
-    main()
-except SystemExit as exc:
-    assert not exc.code, exc.code
+# Runs the command, then names the drivers it imported and whether Peewee and Huey
+# hold them (for a plug-in of the user's).
+COMMAND = AS_CONSOLE_SCRIPT + """
 imported = sorted(m for m in ("psycopg", "redis") if m in sys.modules)
 import peewee, huey.storage
 seen = {"imported": imported, "peewee": peewee.psycopg is not None,

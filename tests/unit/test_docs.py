@@ -39,9 +39,15 @@ def test_every_relative_link_points_at_a_file_that_exists(page):
     assert not broken, f"{page.relative_to(ROOT)} links to missing files: {broken}"
 
 
+def subcommand(group, name):
+    """The command ``name`` of ``group``, loaded as a run would load it (lazily at the root)."""
+    return group.get_command(click.Context(group), name)
+
+
 def command_paths(group, prefix=()):
     """Every command and group under ``group``, as tuples of names."""
-    for name, command in sorted(group.commands.items()):
+    for name in group.list_commands(click.Context(group)):
+        command = subcommand(group, name)
         path = (*prefix, name)
         yield path
         if isinstance(command, click.Group):
@@ -63,7 +69,7 @@ def test_every_option_is_named_in_its_commands_row():
     for path in command_paths(main):
         command = main
         for name in path:
-            command = command.commands[name]
+            command = subcommand(command, name)
         if isinstance(command, click.Group):
             continue
         name = " ".join(path)

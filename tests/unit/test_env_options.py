@@ -4,7 +4,7 @@ import click
 import pytest
 from click.core import ParameterSource
 from click.testing import CliRunner
-from test_docs import command_paths
+from test_docs import command_paths, subcommand
 
 from signoff.cli import Seconds, Within, main
 from signoff.config import BACKEND_ENV
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.backend_independent
 def command_at(path):
     command = main
     for name in path:
-        command = command.commands[name]
+        command = subcommand(command, name)
     return command
 
 
@@ -41,7 +41,7 @@ def contexts(path):
     """Real click contexts from the root down to ``path``, as a run would make them."""
     ctx = click.Context(main, info_name="signoff", auto_envvar_prefix="SIGNOFF")
     for name in path:
-        ctx = click.Context(ctx.command.commands[name], info_name=name, parent=ctx)
+        ctx = click.Context(subcommand(ctx.command, name), info_name=name, parent=ctx)
     return ctx
 
 
