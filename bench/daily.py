@@ -36,9 +36,22 @@ TARGET = 2.0
 def build(folder, rows, backend):
     """A home with ``rows`` finished tasks; returns a reviewer's token."""
     rt = _signoff_home(folder, 300, rows, backend, lambda line: print(line, file=sys.stderr))
+    url = rt.config.database_url
     rt.close()
+    if url:
+        _vacuum(url)
     out = _cli(folder, "reviewer", "add", "ada", "--json")
     return json.loads(out)["token"]
+
+
+def _vacuum(url):
+    """VACUUM ANALYZE a PostgreSQL home, as autovacuum does within minutes of a bulk
+    load: measured straight after one, the planner pays for index entries no vacuum
+    has visited yet (planning the status count took 1 ms at a million tasks, and
+    ``GET /api/v1/tasks`` 12-13 ms against 8.5-11.5 after a vacuum)."""
+    import psycopg
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
 
 
 def _cli(home, *args):
