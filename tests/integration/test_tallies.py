@@ -43,9 +43,8 @@ def _views_say(rt):
         events = views.delivery_total()
     assert total == sum(stats["tasks"].values()) and by_status == stats["tasks"]
     assert events == sum(stats["deliveries"].values())
-    stale = stats["outcomes"].get("stale_event", 0)
-    assert rt.gaps()["stale_events"]["total"] == stale
-    assert stats["observation_gaps"]["stale_events"] == stale
+    # gaps counts stale events from the tallies itself; stats from its outcomes.
+    assert rt.gaps()["stale_events"]["total"] == stats["outcomes"].get("stale_event", 0)
     return {"deliveries": stats["deliveries"], "outcomes": stats["outcomes"],
             "tasks": stats["tasks"], "attempts": sorted(attempts), "parked": stats["parked"],
             "lease_expiries": stats["lease_expiries"]}
