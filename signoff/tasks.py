@@ -78,11 +78,23 @@ def needed(rows, per_claim):
     return min(-(-rows // per_claim), CAP)
 
 
-class WakePolicy:
-    """Decides and sends wake-ups for one ``Wakers``; never raises a queue error."""
+def _daemon_timer(delay, run):
+    timer = threading.Timer(delay, run)
+    timer.daemon = True  # close() flushes; the reaper covers the rest
+    timer.start()
+    return timer
 
-    def __init__(self, wakers, claim_limit):
+
+class WakePolicy:
+    """Decides and sends wake-ups for one ``Wakers``; never raises a queue error.
+
+    ``clock`` and ``later(delay, run)`` (which returns something with ``cancel()``)
+    are the monotonic clock and the timer it paces by.
+    """
+
+    def __init__(self, wakers, claim_limit, clock=time.monotonic, later=_daemon_timer):
         self.wakers = wakers
+        self._clock, self._later = clock, later
         # kind -> rows a claim takes: the runtime's config may be replaced, and its
         # claims shrink when rows are slow (steps.claiming.ClaimSizes).
         self.claim_limit = claim_limit
@@ -104,7 +116,7 @@ class WakePolicy:
         if rows <= 0:
             return 0
         with self._lock:
-            now = time.monotonic()
+            now = self._clock()
             end = self._window_end.get(kind, 0.0)
             burst = now - self._last.get(kind, float("-inf")) < BURST_GAP_S
             self._last[kind] = now
@@ -113,9 +125,7 @@ class WakePolicy:
                 # for a while and hands on, so a stream of small commits needs one.
                 self._held[kind] = max(self._held.get(kind, 0), rows)
                 if self._timer is None:
-                    self._timer = threading.Timer(end - now, self.flush)
-                    self._timer.daemon = True  # close() flushes; the reaper covers the rest
-                    self._timer.start()
+                    self._timer = self._later(end - now, self.flush)
                 return 0
             # A timer that has not run yet at the window's end: this top-up covers it.
             rows = max(rows, self._held.pop(kind, 0))
@@ -131,7 +141,7 @@ class WakePolicy:
         with self._lock:
             held, self._held = self._held, {}
             timer, self._timer = self._timer, None
-            end = time.monotonic() + WINDOW_S
+            end = self._clock() + WINDOW_S
             self._window_end.update(dict.fromkeys(held, end))
         if timer is not None:
             timer.cancel()  # a no-op when the timer is what runs this
@@ -141,7 +151,7 @@ class WakePolicy:
         """Top the queue up for ``{kind: claimable rows}`` now; returns how many were sent."""
         wanted = {kind: needed(rows, self.claim_limit(kind)) for kind, rows in backlog.items()}
         wanted = {kind: n for kind, n in wanted.items() if n}
-        if not wanted or time.monotonic() < self._retry_at:
+        if not wanted or self._clock() < self._retry_at:
             return 0
         try:
             waiting = self.wakers.pending_by_kind(LOOK_AHEAD)
@@ -161,7 +171,7 @@ class WakePolicy:
         with self._lock:
             first = self.unreachable is None
             self.unreachable = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-            self._retry_at = time.monotonic() + RETRY_AFTER_S
+            self._retry_at = self._clock() + RETRY_AFTER_S
         if first:  # one line per outage, not one per call
             wake_log.warning("queue_unreachable: no wake-up sent (%s); what was committed "
                              "stands, a worker's reaper sends the wake-ups once the queue is back",
