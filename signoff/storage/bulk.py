@@ -253,7 +253,7 @@ class _InsertPlan:
         self.columnar = None
         if arrays and all(f.field_type in arrays for f in self.fields):
             self.columnar = (into + "SELECT * FROM unnest("
-                             + ", ".join(f"{engine.param}::{arrays[f.field_type]}[]"
+                             + ", ".join(f"{engine.array_param}::{arrays[f.field_type]}[]"
                                          for f in self.fields) + ")" + self.tail)
         self.one = "(" + ", ".join(holders) + ")"
 

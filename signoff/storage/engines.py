@@ -118,6 +118,7 @@ class Engine:
     # Peewee's field type -> the element type of an array holding a column's
     # values, where a bulk insert sends one array per column (see PostgresEngine).
     array_types = None
+    array_param = None  # the placeholder of such an array
 
     def __init__(self, database):
         self.database = database
@@ -405,6 +406,11 @@ class PostgresEngine(Engine):
     array_types = {"BIGAUTO": "bigint", "AUTO": "integer", "BIGINT": "bigint",
                    "INT": "integer", "BOOL": "boolean", "VARCHAR": "text", "TEXT": "text",
                    "DOUBLE": "double precision", "FLOAT": "real", "JSON": "jsonb"}
+    # An array goes in binary (psycopg's %b): in text, psycopg quotes and escapes
+    # each element with a regular expression, which for fifty JSON texts took 1 ms
+    # against 8 µs, a fifth of a PostgreSQL ingest's CPU. The binary elements are
+    # text, integers, floats or booleans, each cast by the statement.
+    array_param = "%b"
 
     @classmethod
     def open(cls, url):
@@ -468,7 +474,7 @@ class PostgresEngine(Engine):
     def key_in(self, column, values):
         # One array parameter, whatever the number of values: psycopg parses an IN
         # list of more than 50 placeholders anew each time (see array_types).
-        return Params(f'"{column}" = ANY({self.param})', [values])
+        return Params(f'"{column}" = ANY({self.array_param})', [values])
 
     def lock_name(self, parts):
         # For rows that do not exist yet (FOR UPDATE locks only rows that do):
