@@ -5,12 +5,14 @@ home whose config sets the retention period.
 """
 
 import json
+import threading
 
 import pytest
 from click.testing import CliRunner
 from peewee import fn
 from helpers import T0, make_event, wait_for, read_here
 
+from signoff import storage
 from signoff.chores import retention, run_shared
 from signoff.app import Signoff
 from signoff.rules.canonical import digest
@@ -153,6 +155,73 @@ def test_purge_works_in_chunks_and_reports_progress(rt, clock, monkeypatch):
     assert retention.purge(rt, progress=seen.append)["purged"] == 5
     assert seen == [2, 4, 5]
     assert PurgedTask.select().count() == 5
+
+
+# Few keys a search (purgeable ones scattered over several), and several chunks in one.
+@pytest.mark.parametrize("scan", [3, 100])
+def test_a_search_reads_a_bounded_span_of_keys_and_finds_every_purgeable_one(
+        rt, clock, monkeypatch, scan):
+    monkeypatch.setattr(retention, "SCAN", scan)
+    monkeypatch.setattr(retention, "CHUNK", 2)
+    old = [ready(rt, n) for n in range(1, 8)]
+    for key in old:
+        rt.reject(key)
+    clock.advance(31 * DAY)
+    recent = [ready(rt, n) for n in range(8, 15)]  # rejected inside the period: kept
+    for key in recent[:4]:
+        rt.reject(key)
+    seen = []
+    assert retention.purge(rt, progress=seen.append)["purged"] == len(old)
+    assert {k for (k,) in PurgedTask.select(PurgedTask.key).tuples()} == set(old)
+    assert seen == sorted(seen) and seen[-1] == len(old)
+    assert Task.get_by_id(recent[0]).result != {}
+
+
+def test_the_search_for_purgeable_tasks_waits_for_no_writer(rt, clock):
+    # The search runs in a read snapshot: a writer holding its transaction open
+    # meanwhile (SQLite's one write lock) neither waits for it nor holds it up.
+    keys = [ready(rt, n) for n in range(1, 4)]
+    for key in keys:
+        rt.reject(key)
+    clock.advance(31 * DAY)
+    writing, release, failures = threading.Event(), threading.Event(), []
+
+    def hold_a_write_open():
+        try:
+            with storage.bind(rt.database), rt.database.atomic():
+                Task.update(updated_at=Task.updated_at).where(Task.key == keys[0]).execute()
+                writing.set()
+                release.wait(60)
+        except Exception as exc:  # noqa: BLE001 - what the writer met is the finding
+            failures.append(exc)
+            writing.set()
+        finally:
+            rt.database.close()  # this thread's connection
+
+    writer = threading.Thread(target=hold_a_write_open)
+    writer.start()
+    try:
+        assert writing.wait(30) and not failures
+        found = []
+        searcher = threading.Thread(target=lambda: found.append(
+            _in(rt, lambda: retention._next_purgeable(rt.clock.now() - 30 * DAY, ""))))
+        searcher.start()
+        searcher.join(timeout=20)
+        assert not searcher.is_alive(), "the search waited for the writer"
+        assert found and sorted(found[0][0]) == sorted(keys) and found[0][1] is None
+    finally:
+        release.set()
+        writer.join(timeout=30)
+    assert not failures
+
+
+def _in(rt, call):
+    """``call()`` with ``rt``'s database bound, on a connection closed after it."""
+    try:
+        with storage.bind(rt.database):
+            return call()
+    finally:
+        rt.database.close()
 
 
 def test_the_hourly_purge_is_claimed_by_one_worker_and_keeps_its_summary(rt, home, clock):
