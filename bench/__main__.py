@@ -54,6 +54,9 @@ class BackendUrl(click.ParamType):
 @click.option("--growth", is_flag=True, help="Also measure ingest with finished tasks present.")
 @click.option("--growth-rows", type=click.IntRange(min=1000), default=100_000, show_default=True,
               help="Finished tasks present for --growth.")
+@click.option("--one-write-host", is_flag=True,
+              help="signoff's homes write each result as a host commit of its own (no batch "
+              "write), as plain Huey's job does.")
 @click.option("--mcp", "over_mcp", is_flag=True,
               help="Instead: the host in-process against the host over MCP (in this process).")
 @click.option("--http", is_flag=True, help="Instead: `signoff serve` webhook ingest against a bare endpoint.")
@@ -75,8 +78,9 @@ class BackendUrl(click.ParamType):
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=None,
               help="With --cli: the signoff home's [worker] batch_size (default: signoff's).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def bench(n_events, workers, processes, database_url, queue_url, growth, growth_rows, over_mcp,
-          http, traced, concurrent, pairs, latency, through_cli, batch_size, as_json):
+def bench(n_events, workers, processes, database_url, queue_url, growth, growth_rows,
+          one_write_host, over_mcp, http, traced, concurrent, pairs, latency, through_cli,
+          batch_size, as_json):
     """Measure signoff against plain Huey on this machine, in one run.
 
     The homes it makes are its own: their backends are the flags' (SQLite by
@@ -124,7 +128,7 @@ def bench(n_events, workers, processes, database_url, queue_url, growth, growth_
     else:
         report = run_bench(n_events=n_events, workers=workers, growth=growth, as_json=as_json,
                            processes=processes, database_url=database_url, queue_url=queue_url,
-                           growth_rows=growth_rows)
+                           growth_rows=growth_rows, one_write_host=one_write_host)
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False, indent=2))
 

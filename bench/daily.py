@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.backends import BenchBackend  # noqa: E402
+from bench.backends import BenchBackend, vacuum  # noqa: E402
 from bench.pipeline import _signoff_home  # noqa: E402
 from signoff.serve.pages import LOGIN_COOKIE  # noqa: E402
 
@@ -39,19 +39,9 @@ def build(folder, rows, backend):
     url = rt.config.database_url
     rt.close()
     if url:
-        _vacuum(url)
+        vacuum(url)
     out = _cli(folder, "reviewer", "add", "ada", "--json")
     return json.loads(out)["token"]
-
-
-def _vacuum(url):
-    """VACUUM ANALYZE a PostgreSQL home, as autovacuum does within minutes of a bulk
-    load: measured straight after one, the planner pays for index entries no vacuum
-    has visited yet (planning the status count took 1 ms at a million tasks, and
-    ``GET /api/v1/tasks`` 12-13 ms against 8.5-11.5 after a vacuum)."""
-    import psycopg
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE")
 
 
 def _cli(home, *args):

@@ -14,7 +14,8 @@ from bench.pipeline import GROWTH_KEYS, KEYS, PER_EVENT_PAIRS
 TARGETS = ("ingest_ratio", "pipeline_ratio", "job_ratio", "commits_per_event", "enqueue_per_s",
            "worker_peak_rss_mb", "per_event_ratio_1p", "per_event_ratio_2p",
            "ingest_growth_ratio", "claim_growth_ratio")
-NOT_RATES = ("events", "workers", "backend", "processes", "commits_breakdown", "by_processes")
+NOT_RATES = ("events", "workers", "backend", "processes", "host", "commits_breakdown",
+             "by_processes")
 # A whole bench run per test: minutes on a busy machine.
 pytestmark = pytest.mark.timeout(900)
 
@@ -65,6 +66,8 @@ def test_bench_json_has_every_key(tmp_path):
         assert figures["batch_after_ingest_s"] > 0 and figures["per_event_after_ingest_s"] > 0
     breakdown = report["commits_breakdown"]
     assert set(breakdown["by_file"]) >= {"signoff.db", "host.db"}
+    # The reference host writes a submit batch's results in one commit.
+    assert report["host"] == "batch write" and breakdown["by_file"]["host.db"] < 0.5
     assert set(breakdown["by_step"]) == {"enqueue", "ingest", "approve", "submit"}
     assert sum(breakdown["by_step"].values()) == pytest.approx(report["commits_per_event"], abs=0.01)
     assert set(report["targets"]) == set(TARGETS)
@@ -73,6 +76,18 @@ def test_bench_json_has_every_key(tmp_path):
         value = (report["by_processes"][key[-2]]["per_event_ratio"]
                  if key.startswith("per_event_ratio") else report[key])
         assert isinstance(target["pass"], bool) and target["value"] == value
+
+
+@pytest.mark.slow
+@pytest.mark.backend_independent
+def test_a_one_write_host_commits_each_result_on_its_own(tmp_path):
+    done = bench(tmp_path, "--events", "40", "--one-write-host")
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    report = json.loads(done.stdout)
+    assert report["host"] == "one write per result"
+    assert report["pipeline_per_s"] > 0 and report["targets"]["pipeline_ratio"]["value"] > 0
+    # A commit for each result written (and none saved by batching them).
+    assert report["commits_breakdown"]["by_file"]["host.db"] >= 1.0
 
 
 @pytest.mark.parametrize("args", [["--processes", "0"], ["--processes", "1,x"],
