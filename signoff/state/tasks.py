@@ -97,6 +97,15 @@ def still_ours(keys, token):
             storage.unindexed(Task.status).in_(list(TASK_ACTIVE)))
 
 
+def still_ours_check(token):
+    """``check(key)``: whether task ``key`` is open and leased under ``token``
+    (``still_ours`` for one key), from a statement built once for ``token``."""
+    placeholder = "key"
+    statement = storage.Reusable(Task.select(Task.key).where(*still_ours([placeholder], token)),
+                                 Task.key, placeholder)
+    return lambda key: bool(statement.rows(key))
+
+
 def mark_write_possible(keys, token, now):
     """Record that a write may now happen on the tasks ``keys`` still leased under
     ``token``; returns the keys marked (a cancel may have taken the others)."""

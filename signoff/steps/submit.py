@@ -26,7 +26,7 @@ from ..state.history import approvals_in_chains, bury
 from ..state.moves import Fenced, RELEASED, run_moves
 from ..state.statuses import TASK_ACTIVE, TaskStatus as T
 from ..state.tasks import (mark_write_possible, maybe_written, move_task, prepare_move_tasks,
-                           still_ours, update_task)
+                           still_ours, still_ours_check, update_task)
 from ..models import Task, db
 from ..storage import select_tuples
 from ..rules.retry import failed_try
@@ -141,9 +141,11 @@ def _write_all(rt, batch, tasks, spans):
     outcomes = {t.key: Outcome("fenced", "fenced") for t in tasks if t.key not in marked}
     going = [t for t in tasks if t.key in marked]
     one_call = supports(batch.host, Capability.SUBMIT_MANY)
+    check = None if one_call else still_ours_check(batch.token)
     landed = []
     for group in [going] if one_call else [[t] for t in going]:
-        ours = _still_ours([t.key for t in group], batch.token)
+        ours = (_still_ours([t.key for t in group], batch.token) if check is None
+                else {t.key for t in group if check(t.key)})
         for task in group:
             if task.key not in ours:  # a cancel ended it after the mark: no write starts
                 outcomes[task.key] = Outcome("withdrawn", "cancelled",

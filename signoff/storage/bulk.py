@@ -55,6 +55,32 @@ def select_instances(query):
     return Fetched.run(query.model, sql, params).instances()
 
 
+class Reusable:
+    """A statement Peewee built once, run again with another value in one parameter's place.
+
+    For a lookup made for each of many rows with everything else the same (a
+    check before each write to a host without a batch write): Peewee takes a
+    third of a millisecond to build a small select, more than the database
+    takes to answer it. ``query`` is built with ``placeholder`` where the value
+    goes (one of an ``IN``'s values: a placeholder of its own, or an array's one
+    element on PostgreSQL); ``field`` stores the values, converted as it does.
+    """
+
+    def __init__(self, query, field, placeholder):
+        self.sql, self.params = query.sql()
+        self.model, self.convert = query.model, to_param(field)
+        marked = self.convert(placeholder)
+        self.at = next(i for i, p in enumerate(self.params) if p == marked or p == [marked])
+        self.listed = isinstance(self.params[self.at], list)
+
+    def rows(self, value):
+        """The statement's rows with ``value`` in the placeholder's place."""
+        params = list(self.params)
+        value = self.convert(value)
+        params[self.at] = [value] if self.listed else value
+        return Fetched.run(self.model, self.sql, params).rows
+
+
 def select_tuples(query):
     """``list(query.tuples())``, with each value already of its column's type kept as read.
 
