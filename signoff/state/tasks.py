@@ -100,7 +100,7 @@ def still_ours(keys, token):
 def still_ours_check(token):
     """``check(key)``: whether task ``key`` is open and leased under ``token``
     (``still_ours`` for one key), from a statement built once for ``token``."""
-    placeholder = "key"
+    placeholder = "(the key a check is for)"  # no key, token or status looks like it
     statement = storage.Reusable(Task.select(Task.key).where(*still_ours([placeholder], token)),
                                  Task.key, placeholder)
     return lambda key: bool(statement.rows(key))
