@@ -32,7 +32,7 @@ from .errors import StorageError
 from .state import heartbeats, tallies
 from .state.statuses import DELIVERY_WAITING, DeliveryStatus as D, TASK_ACTIVE
 from .models import Delivery, Monitor, Task
-from .storage.queue import close_queue, one_line_queue_faults
+from .storage.queue import close_queue, one_line_queue_faults, wake_consumers
 
 REAP_INTERVAL_S = 1.0
 HEALTH_INTERVAL_S = 10.0
@@ -216,10 +216,7 @@ def _loop(rt, workers, drain, drain_wait, dog):
                 consumer.check_worker_health()
                 health_at = time.monotonic() + HEALTH_INTERVAL_S
     finally:
-        # A SQLite queue's consumers wait on a socket (storage.pokes): woken, they see the stop.
-        stop_waiting = getattr(rt.queue.storage, "stop_waiting", None)
-        if stop_waiting is not None:
-            stop_waiting()
+        wake_consumers(rt.queue)
         consumer.stop(graceful=True)
         for helper in (notifier, tender):
             if helper is not None:

@@ -119,7 +119,7 @@ def listing(monitors=None):
     ``monitors``: those monitors' alone (a limited reviewer's), or ``None`` for all.
     """
     stale = Delivery.select().where(Delivery.outcome == STALE, *_of(Delivery.monitor, monitors))
-    latest = [{"kind": "stale_event", "monitor": d.monitor, "event_id": d.event_id,
+    latest = [{"kind": STALE, "monitor": d.monitor, "event_id": d.event_id,
                "record_id": d.record_id, "occurred": d.occurred, "at": d.updated_at,
                "observed": "not observed; the event arrived outside its freshness window"}
               for d in stale.order_by(Delivery.id.desc()).limit(LATEST_STALE)]

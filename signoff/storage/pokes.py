@@ -84,9 +84,7 @@ class Pokes:
             sock.settimeout(seconds)
             sock.recv(16)
             return True
-        except (socket.timeout, BlockingIOError, InterruptedError):
-            return False
-        except OSError:  # closed under us (the queue closed): a wait that ended
+        except OSError:  # the time ran out, or the socket closed under us (the queue closed)
             return False
         finally:
             with self._lock:

@@ -17,7 +17,7 @@ from ..errors import ConfigError, StorageError
 from ..config import kind_of
 from .engines import SCHEMA_LOCK, session_options
 from .net import libpq_params, redis_params
-from .pokes import PokedSqliteHuey
+from .pokes import PokedSqliteHuey, PokedSqliteStorage
 from .urls import postgres_dsn
 
 
@@ -92,7 +92,7 @@ def make_queue(config, create=False):
         path = config.queue_path
         fresh = create or not path.exists() or not _sqlite_queue_ready(path)
         return PokedSqliteHuey(name=name, filename=str(path), fsync=False, results=False,
-                          timeout=30, create_tables=fresh)
+                               timeout=30, create_tables=fresh)
     if kind == "redis":
         # Every wait bounded, as PostgreSQL's are: a server that is down or silent
         # fails a call, never hangs it (see ``net``). Huey's consumer waits in a
@@ -108,6 +108,14 @@ def make_queue(config, create=False):
             _create_postgres_queue(queue)
         return queue
     raise ConfigError("bad_config", f"unsupported queue url {url!r}")
+
+
+def wake_consumers(queue):
+    """Wake this process's consumers of ``queue`` that wait for a wake-up, for them to
+    see their stop: a SQLite queue's wait on a socket (``pokes``); the others' blocking
+    reads end on their own within a second."""
+    if isinstance(queue.storage, PokedSqliteStorage):
+        queue.storage.stop_waiting()
 
 
 def close_queue(queue):

@@ -35,15 +35,20 @@ def bench(tmp_path, *args):
     return done
 
 
+def bench_report(tmp_path, *args):
+    """``(done, report)`` of a bench run that must succeed: its process and its JSON."""
+    done = bench(tmp_path, *args)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return done, json.loads(done.stdout)
+
+
 # A bench's homes are on the backends its flags name, never on the test switch's:
 # the runs without those flags are the same in every stage.
 @pytest.mark.slow
 @pytest.mark.backend_independent
 def test_bench_json_has_every_key(tmp_path):
-    done = bench(tmp_path, "--events", "40", "--processes", "1,2", "--growth",
-                 "--growth-rows", "1000")
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    report = json.loads(done.stdout)
+    _, report = bench_report(tmp_path, "--events", "40", "--processes", "1,2", "--growth",
+                             "--growth-rows", "1000")
     for key in KEYS + GROWTH_KEYS:
         assert key in report, key
     assert (report["events"], report["workers"], report["processes"]) == (40, 2, 1)
@@ -81,9 +86,7 @@ def test_bench_json_has_every_key(tmp_path):
 @pytest.mark.slow
 @pytest.mark.backend_independent
 def test_a_one_write_host_commits_each_result_on_its_own(tmp_path):
-    done = bench(tmp_path, "--events", "40", "--one-write-host")
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    report = json.loads(done.stdout)
+    _, report = bench_report(tmp_path, "--events", "40", "--one-write-host")
     assert report["host"] == "one write per result"
     assert report["pipeline_per_s"] > 0 and report["targets"]["pipeline_ratio"]["value"] > 0
     # A commit for each result written (and none saved by batching them).
@@ -110,9 +113,7 @@ def test_bench_on_the_test_backends_leaves_no_database_behind(tmp_path):
     args = ["--events", "30"]
     args += ["--database-url", DATABASE_URL] if DATABASE_URL else []
     args += ["--queue-url", QUEUE_URL] if QUEUE_URL else []
-    done = bench(tmp_path, *args)
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    report = json.loads(done.stdout)
+    done, report = bench_report(tmp_path, *args)
     assert report["backend"] != "sqlite/sqlite"
     assert report["commits_per_event"] is None  # only SQLite files are traced
     assert report["by_processes"]["1"]["per_event_flow_per_s"] > 0
@@ -127,9 +128,8 @@ def test_concurrent_bench_on_the_test_backends_leaves_nothing_behind(tmp_path):
     args = ["--concurrent", "--events", "30", "--pairs", "1"]
     args += ["--database-url", DATABASE_URL] if DATABASE_URL else []
     args += ["--queue-url", QUEUE_URL] if QUEUE_URL else []
-    done = bench(tmp_path, *args)
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    assert json.loads(done.stdout)["backend"] != "sqlite/sqlite"
+    done, report = bench_report(tmp_path, *args)
+    assert report["backend"] != "sqlite/sqlite"
     assert left_behind(done) == ([], [])
 
 
@@ -154,9 +154,7 @@ def left_behind(done):
 @pytest.mark.slow
 @pytest.mark.backend_independent
 def test_http_bench_reports_every_figure_and_loses_nothing(tmp_path):
-    done = bench(tmp_path, "--http", "--events", "120")
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    report = json.loads(done.stdout)
+    _, report = bench_report(tmp_path, "--http", "--events", "120")
     assert report["backend"] == "sqlite/sqlite"  # the test switch is not the bench's
     assert report["events"] == 120 and report["clients"] == 50
     assert report["signoff"]["statuses"] == {"202": 120}
@@ -184,9 +182,7 @@ def test_http_bench_reports_every_figure_and_loses_nothing(tmp_path):
 @pytest.mark.slow
 @pytest.mark.backend_independent
 def test_tracing_bench_reports_ingest_with_tracing_off_and_on(tmp_path):
-    done = bench(tmp_path, "--tracing", "--events", "30")
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    report = json.loads(done.stdout)
+    _, report = bench_report(tmp_path, "--tracing", "--events", "30")
     assert (report["events"], report["rounds"]) == (30, 3)
     for key in ("ingest_off_per_s", "ingest_on_per_s", "on_over_off", "off_hooks_ns_per_event",
                 "exported_bytes_per_event"):
@@ -201,9 +197,7 @@ def test_tracing_bench_reports_ingest_with_tracing_off_and_on(tmp_path):
 @pytest.mark.skipif(not DATABASE_URL, reason="SIGNOFF_TEST_DATABASE_URL is not set")
 def test_http_bench_runs_on_the_test_backends_and_drops_its_database(tmp_path):
     args = ["--database-url", DATABASE_URL] + (["--queue-url", QUEUE_URL] if QUEUE_URL else [])
-    done = bench(tmp_path, "--http", "--events", "40", *args)
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    report = json.loads(done.stdout)
+    done, report = bench_report(tmp_path, "--http", "--events", "40", *args)
     assert report["backend"].startswith("postgresql/") and report["lost"] == 0
     assert report["signoff"]["statuses"] == {"202": 40}
     assert left_behind(done) == ([], [])  # the served home's wake-ups had no worker
@@ -276,9 +270,7 @@ def test_the_load_client_reads_answers_and_reconnects_after_the_server_closes():
 @pytest.mark.slow
 @pytest.mark.backend_independent
 def test_bench_cli_runs_with_the_batch_size_it_is_given(tmp_path):
-    done = bench(tmp_path, "--cli", "--events", "60", "--batch-size", "7")
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    report = json.loads(done.stdout)
+    _, report = bench_report(tmp_path, "--cli", "--events", "60", "--batch-size", "7")
     assert (report["events"], report["batch_size"]) == (60, 7)
     for key in ("signoff_cli_ingest_per_s", "huey_cli_noop_per_s", "cli_ingest_ratio"):
         assert report[key] > 0, (key, report[key])
