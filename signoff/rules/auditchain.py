@@ -13,6 +13,7 @@ the chains its section advanced and the hashes of its lone entries.
 
 import base64
 import hashlib
+import operator
 
 import rfc8785
 
@@ -25,6 +26,10 @@ STATE_FIELDS = ("key", "status", "approved_digest")  # an export's task-state li
 APPROVING = ("approved", "approval_added", "auto_approved")  # a counted approval
 STATEMENT_VERSION = 1
 _AT, _DATA = ENTRY_FIELDS.index("at"), ENTRY_FIELDS.index("data")  # the columns not text
+# An entry's body in one C call, and SHA-256 without a Python call around it: this
+# runs for every entry written, three an event (a tenth of its hashing's cost).
+_BODY = operator.itemgetter(*ENTRY_FIELDS)
+_SHA256 = hashlib.sha256
 
 _SAFE_INT = 2**53 - 1
 # The stdlib's C encoder, set as RFC 8785 sets its output; where the two agree (see
@@ -81,13 +86,17 @@ def sha256_hex(data):
 def entry_hash(entry):
     """The hash of an audit entry (a dict of its columns; one left out is null):
     SHA-256 of the canonical JSON of the array of its ``ENTRY_FIELDS`` values."""
-    body = [entry.get(name) for name in ENTRY_FIELDS]
-    if _plain(body[_AT]) and (body[_DATA] is None or _plain(body[_DATA])):
+    try:
+        body = _BODY(entry)  # a writer's row holds every column (state/history.py)
+    except KeyError:
+        body = tuple(map(entry.get, ENTRY_FIELDS))
+    data = body[_DATA]
+    if _plain(body[_AT]) and (data is None or _plain(data)):
         try:
-            return sha256_hex(_ENCODE(body).encode("utf-8"))
+            return _SHA256(_ENCODE(body).encode()).hexdigest()
         except UnicodeEncodeError:
             pass
-    return sha256_hex(rfc8785.dumps(body))
+    return sha256_hex(rfc8785.dumps(list(body)))
 
 
 def task_chain(key):

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from webauthn.helpers import encode_cbor
 
-from signoff.rules.auditchain import (b64url, canonical_bytes, checkpoint_statement,
+from signoff.rules.auditchain import (ENTRY_FIELDS, b64url, canonical_bytes, checkpoint_statement,
                                       close_statement, entry_hash, order_hash, statement_bytes,
                                       statement_hash, task_chain, tasks_hash)
 from signoff.rules.auditverify import CODES, read_public_key, verify_lines
@@ -44,6 +44,28 @@ def test_canonical_bytes_are_rfc8785s(value):
             canonical_bytes(value)
         return
     assert canonical_bytes(value) == expected
+
+
+entry_columns = st.fixed_dictionaries(
+    {}, optional={name: st.none() | st.text() for name in ENTRY_FIELDS}).flatmap(
+    lambda columns: st.fixed_dictionaries({
+        **{name: st.just(value) for name, value in columns.items()},
+        "at": st.floats(allow_nan=False, allow_infinity=False) | st.integers(0, 2**53 - 1),
+        "data": st.none() | st.dictionaries(st.text(max_size=8), json_values, max_size=4)}))
+
+
+@given(entry_columns)
+@settings(max_examples=400, deadline=None)
+def test_an_entrys_hash_is_sha256_of_rfc8785s_array_of_its_columns(entry):
+    try:
+        expected = rfc8785.dumps([entry.get(name) for name in ENTRY_FIELDS])
+    except rfc8785.CanonicalizationError:
+        with pytest.raises(rfc8785.CanonicalizationError):
+            entry_hash(entry)
+        return
+    assert entry_hash(entry) == hashlib.sha256(expected).hexdigest()
+    partial = {k: v for k, v in entry.items() if v is not None}  # a column left out is null
+    assert entry_hash(partial) == entry_hash(entry)
 
 
 def build(entries, states=(), key=HOME_KEY, sections=None):
