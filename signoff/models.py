@@ -412,6 +412,13 @@ class Audit(BaseModel):
         indexes = ((("chain", "seq"), False), (("checkpoint", "seq"), False))
 
 
+# A task's entries outside its chain (written without its row held, or before the
+# chain existed), found by the task's timeline without reading the whole audit:
+# few rows, so the index costs the hot path nothing.
+Audit.add_index(Audit.index(Audit.task_key, Audit.seq, name="audit_unchained_task",
+                            where=SQL("chain IS NULL AND task_key IS NOT NULL")))
+
+
 class Checkpoint(BaseModel):
     """A signed commitment to every chain's head: the statement and its signature
     (rules/auditchain.py), made every minute by a worker and at each export."""

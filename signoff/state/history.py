@@ -74,6 +74,15 @@ def _linked(rows):
     return linked
 
 
+def task_entries(key):
+    """Task ``key``'s audit entries, oldest first: its chain's and those written about
+    it outside the chain, each read through its own index (never the whole audit)."""
+    chained = Audit.select().where(Audit.chain == task_chain(key))
+    alone = Audit.select().where(Audit.chain.is_null(), Audit.task_key.is_null(False),
+                                 Audit.task_key == key)
+    return sorted([*chained, *alone], key=lambda entry: entry.seq)
+
+
 def approvals_in_chains(keys):
     """``{key: [(digest, recorded)]}``: each approval on record of the task ``keys``,
     with its digest and whether an entry of the task's chain records it (its

@@ -12,7 +12,7 @@ from .faults import describe
 
 # Bumped whenever a table, column or index changes; `signoff init` records it
 # (and brings an older schema up to date).
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 SCHEMA_TABLE = "signoff_schema"
 # Indexes of older versions that `init` drops. Version 2 made each claim index
 # end in the claim's tie-break, so every engine claims in the same order;
@@ -30,7 +30,8 @@ SCHEMA_TABLE = "signoff_schema"
 # signed approvals, the statements and signatures kept with decisions), reviewers'
 # email addresses, email links, reminders and escalation and an email
 # notification's addressee, and Slack users, messages and channels, delegations,
-# whom a delegate decided for, and decision times.
+# whom a delegate decided for, and decision times; version 8 indexed a task's audit
+# entries outside its chain, so its timeline is read through indexes.
 RETIRED_INDEXES = ("delivery_status_next_at", "task_status_next_at", "delivery_suspect",
                    "task_suspect", "task_monitor")
 # The tallies (state/tallies.py) counted afresh from the rows: what an upgrade to

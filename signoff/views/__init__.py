@@ -21,6 +21,7 @@ from ..models import (Approval, Attempt, Audit, AuditReviewer, DeadLetter, Deliv
 from ..rules.text import hidden_characters
 from ..chores.retention import purged_at
 from ..state import heartbeats, tallies
+from ..state.history import task_entries
 from ..state.statuses import DeliveryStatus as D, NotificationStatus as N, TaskStatus as T
 
 
@@ -316,7 +317,7 @@ def task_detail(key, monitors=None):
     events = [{"at": a.at, "code": a.code, "event_id": a.event_id, "actor": a.actor,
                "channel": a.channel, "note": a.note, "subject": a.subject,
                "for": (a.data or {}).get("for") if isinstance(a.data, dict) else None}
-              for a in Audit.select().where(Audit.task_key == key).order_by(Audit.seq)]
+              for a in task_entries(key)]
     previous = list(t.previous_drafts or [])
     purged = purged_at(key)
     if purged is not None:  # retention removed the snapshot and the result

@@ -135,8 +135,13 @@ def event_outcome(rt, event_id, monitor_id="default", **changes):
     return delivery.outcome, delivery.task_key
 
 
-def audit_codes(key):
-    return [a.code for a in Audit.select().where(Audit.task_key == key).order_by(Audit.seq)]
+def audit_codes(rt, key):
+    """The codes of task ``key``'s timeline as its detail shows it: every audit row about
+    it, its chain's and those written outside the chain, in order."""
+    shown = [entry["code"] for entry in rt.task(key)["audit"]]
+    assert shown == [a.code for a in Audit.select().where(Audit.task_key == key)
+                     .order_by(Audit.seq)]
+    return shown
 
 
 def test_an_event_for_a_done_task_is_a_duplicate_of_it_and_its_timeline_stays_in_order(rt):
@@ -147,7 +152,9 @@ def test_an_event_for_a_done_task_is_a_duplicate_of_it_and_its_timeline_stays_in
     rt.run_until_idle()
     assert rt.task(key)["status"] == "done"
     assert event_outcome(rt, "evt-2") == ("duplicate", key)
-    assert audit_codes(key) == ["ready", "approved", "done", "duplicate"]
+    assert audit_codes(rt, key) == ["ready", "approved", "done", "duplicate"]
+    # Written without the task's row held: outside its chain, and still in its timeline.
+    assert Audit.get(Audit.task_key == key, Audit.code == "duplicate").chain is None
     inbox = Inbox.get(Inbox.monitor == "default", Inbox.event_id == "evt-2")
     assert (inbox.outcome, inbox.task_key) == ("duplicate", key)
     assert event_outcome(rt, "evt-2") == ("duplicate", key)  # its redelivery too
@@ -159,7 +166,7 @@ def test_an_event_for_an_approved_task_is_a_duplicate_and_one_for_a_ready_task_i
     Task.update(parked=True).where(Task.key == key).execute()  # approved, not submitted yet
     rt.approve(key, rt.task(key)["digest"])
     assert event_outcome(rt, "evt-3") == ("duplicate", key)
-    assert audit_codes(key) == ["ready", "ready", "approved", "duplicate"]
+    assert audit_codes(rt, key) == ["ready", "ready", "approved", "duplicate"]
 
 
 def test_two_events_of_one_batch_for_a_done_task_are_both_duplicates(rt):
@@ -170,7 +177,7 @@ def test_two_events_of_one_batch_for_a_done_task_are_both_duplicates(rt):
     rt.run_until_idle()
     assert [(d.outcome, d.task_key) for d in (Delivery.get_by_id(line.delivery)
                                               for line in lines)] == [("duplicate", key)] * 2
-    assert "ready" not in audit_codes(key)[1:]
+    assert "ready" not in audit_codes(rt, key)[1:]
 
 
 def test_an_event_for_a_record_of_a_closed_batch_is_a_duplicate_of_its_task(rt, host, clock):
@@ -183,7 +190,7 @@ def test_an_event_for_a_record_of_a_closed_batch_is_a_duplicate_of_its_task(rt, 
     rt.run_until_idle()
     assert Task.get_by_id(task.key).status == "done"
     assert event_outcome(rt, "b-2", "b", occurred=int(clock.now())) == ("duplicate", task.key)
-    assert audit_codes(task.key) == ["ready", "approved", "done", "duplicate"]
+    assert audit_codes(rt, task.key) == ["ready", "approved", "done", "duplicate"]
 
 
 # -- a PostgreSQL database that does not exist -----------------------------------------------
