@@ -26,10 +26,14 @@ SIGNING_SECRET = "stand-in-signing-secret"
 
 class SlackServer:
     """The stand-in; ``calls`` is a list of ``(method, body)``, ``failures`` a list of
-    Slack error names the next Web API calls answer (one each)."""
+    Slack error names the next Web API calls answer (one each); ``fail`` queues them for
+    the calls about one channel alone."""
 
     def __init__(self):
         self.calls, self.failures = [], []
+        self.failing = {}  # channel -> the errors its next calls answer
+        self.replies = {}  # path of a response_url -> the bodies posted to it
+        self.posted = {}  # ts -> the body of the message posted as it
         self.lock = threading.Lock()
         self.ts = itertools.count(1)
         slack = self
@@ -61,17 +65,22 @@ class SlackServer:
         if path.startswith("/response/"):
             with self.lock:
                 self.calls.append(("response_url", body))
+                self.replies.setdefault(path, []).append(body)
             return 200, "ok"
         method = path.removeprefix("/api/")
         with self.lock:
             self.calls.append((method, body))
-            failure = self.failures.pop(0) if self.failures else None
+            queued = self.failing.get(body.get("channel")) or self.failures
+            failure = queued.pop(0) if queued else None
         if headers.get("Authorization", headers.get("authorization")) != f"Bearer {TOKEN}":
             return 200, _failed("invalid_auth")
         if failure:
             return 200, _failed(failure)
         if method == "chat.postMessage":
-            return 200, {"ok": True, "channel": body["channel"], "ts": f"1700000000.{next(self.ts):06d}"}
+            ts = f"1700000000.{next(self.ts):06d}"
+            with self.lock:
+                self.posted[ts] = body
+            return 200, {"ok": True, "channel": body["channel"], "ts": ts}
         if method == "chat.update":
             return 200, {"ok": True, "channel": body["channel"], "ts": body["ts"]}
         if method == "views.open":
@@ -83,9 +92,19 @@ class SlackServer:
         with self.lock:
             return [body for name, body in self.calls if name == method]
 
+    def fail(self, channel, *errors):
+        """Answer the next Web API calls about ``channel`` with these Slack errors, one each."""
+        with self.lock:
+            self.failing.setdefault(channel, []).extend(errors)
+
     def response_url(self):
         """A new ``response_url`` for one action."""
         return f"{self.base}/response/{time.monotonic_ns()}"
+
+    def replies_to(self, response_url):
+        """The bodies posted to ``response_url`` so far."""
+        with self.lock:
+            return list(self.replies.get(urllib.parse.urlsplit(response_url).path, ()))
 
     def close(self):
         self.server.shutdown()
