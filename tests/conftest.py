@@ -78,6 +78,43 @@ def backend(monkeypatch, request):
         BACKENDS.release(settings)
 
 
+@pytest.fixture(scope="module")
+def room_backend(request):
+    """The backends of a module's room (``None`` when nothing is set).
+
+    A room is one home, its worker and its server, started once for the tests of a
+    module that only read and post; it gets a database and a queue of its own, as a
+    test does, allocated before the module's first test and released after its last.
+    Each test in a room looks only at what its own ids name (its monitor, task,
+    event), so the tests stay independent of their order.
+    """
+    if not BACKENDS.active:
+        yield None
+        return
+    settings = BACKENDS.allocate(request.module.__name__)
+    try:
+        yield settings
+    finally:
+        BACKENDS.release(settings)
+
+
+@pytest.fixture(scope="module")
+def room_home(tmp_path_factory, room_backend):
+    """Where the module's room lives; on a server backend its signoff.toml names the room's."""
+    path = tmp_path_factory.mktemp("room") / "home"
+    if room_backend is not None:
+        room_backend.write_config(path)
+    return path
+
+
+@pytest.fixture
+def in_room(room_backend, monkeypatch):
+    """This test's homes and children on the room's backends rather than its own."""
+    for name, value in (room_backend.env() if room_backend else {}).items():
+        monkeypatch.setenv(name, value)
+    return room_backend
+
+
 @contextlib.contextmanager
 def example_backends():
     """Fresh backends for one hypothesis example that makes its own home.
