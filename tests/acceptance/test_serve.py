@@ -3,11 +3,18 @@
 Each request kind is sent to a real ``signoff serve`` on a free port; the test
 then reads the home to see what was stored: a delivery and a webhook-id
 answer for an accepted event, one audit row and nothing else for a refusal.
+
+The tests that only post and read share one room, a home and its server started
+once for the module; each posts to a monitor of its own there (``desk``), and
+counts what its requests added. Those that stop the server, or purge the home,
+have one of their own (``served``).
 """
 
 import concurrent.futures
 import datetime
+import itertools
 import json
+import re
 import socket
 import threading
 
@@ -15,8 +22,9 @@ import httpx
 import pytest
 from peewee import fn
 
-from helpers import LOCAL_TLS, child_env, make_event, signoff_cmd, state_tables, wait_for
-from servekit import SECRET_TEXT, Server, event, make_home, signed
+from helpers import (LOCAL_TLS, child_env, make_event, read_here, signoff_cmd, state_tables,
+                     wait_for)
+from servekit import SECRET_TEXT, Server, event, init_home, make_home, signed
 from signoff.chores import retention
 from signoff.errors import Refused
 from signoff.rules.events import parse_line
@@ -29,14 +37,60 @@ from signoff.serve.site import Site
 import subprocess
 
 
+class Desk:
+    """A monitor with a secret, a server that ingests its webhooks and a client of it."""
+
+    def __init__(self, rt, server, monitor):
+        self.rt, self.server, self.monitor = rt, server, monitor
+        self.secret = rt.add_secret(monitor)["secret"]
+        self.client = httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30)
+
+    def post(self, ev, msg_id, secret=None, monitor=None, at=None):
+        """POST ``ev`` signed under ``secret`` (the desk's) to ``monitor`` (the desk's)."""
+        return post(self.client, secret or self.secret, ev, msg_id, monitor or self.monitor, at)
+
+    def events(self):
+        return [e for e in self.rt.events() if e["monitor"] == self.monitor]
+
+    def refusals(self, code):
+        """``signoff_webhook_refusals_total`` of ``code`` on the server's /metrics."""
+        found = re.search(rf'^signoff_webhook_refusals_total{{code="{code}"}} (\S+)$',
+                          self.client.get("/metrics").text, re.M)
+        return float(found.group(1)) if found else 0.0
+
+
+@pytest.fixture(scope="module")
+def room(room_home, room_backend):
+    """The module's home (monitor ``default``) and its server."""
+    rt = init_home(room_home)
+    server = Server(room_home, env=child_env(**(room_backend.env() if room_backend else {})))
+    yield rt, server
+    assert server.stop() == 0, server.stderr()
+    rt.close()
+
+
+MONITORS = itertools.count(1)
+
+
+@pytest.fixture
+def desk(room, in_room):
+    """A monitor of this test's own in the room."""
+    rt, server = room
+    read_here(rt)
+    made = Desk(rt, server, rt.bind("doc-demo", f"hooks-{next(MONITORS)}", window_s=3600)["id"])
+    yield made
+    made.client.close()
+    assert server.proc.poll() is None, server.stderr()
+
+
 @pytest.fixture
 def served(home):
+    """A home and a server of this test's own."""
     rt = make_home(home)
-    secret = rt.add_secret("default")["secret"]
     server = Server(home)
-    client = httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30)
-    yield rt, secret, server, client
-    client.close()
+    made = Desk(rt, server, "default")
+    yield made
+    made.client.close()
     assert server.stop() == 0, server.stderr()
     rt.close()
 
@@ -88,49 +142,49 @@ def assert_refused_once(before, code):
     assert (row.code, row.event_id, row.task_key) == (code, None, None)
 
 
-def test_good_request_is_stored_durably_and_text_is_not(served):
-    rt, secret, server, client = served
+def test_good_request_is_stored_durably_and_text_is_not(desk):
+    rt = desk.rt
     before = counts()
-    r = post(client, secret, event(), "msg-good")
+    r = desk.post(event(), "msg-good")
     assert r.status_code == 202, r.text
     answer = r.json()
     assert answer == {"delivery": answer["delivery"], "event_id": "evt-1", "accepted": True}
     assert counts() == dict(before, deliveries=before["deliveries"] + 1,
                             answers=before["answers"] + 1)
-    [row] = rt.events()
+    [row] = desk.events()
     assert (row["delivery"], row["event_id"], row["status"]) == (answer["delivery"], "evt-1", "queued")
     rt.run_until_idle()
-    [task] = rt.tasks()
+    [task] = rt.monitor_tasks(desk.monitor)
     assert task["status"] == "ready"
     # Every table on any backend: the event's text is nowhere in them.
     assert SECRET_TEXT not in repr(state_tables(rt))
 
 
-def reuses():
+def reuses(monitor):
     return (WebhookRefusal.select(fn.SUM(WebhookRefusal.count))
-            .where(WebhookRefusal.code == "webhook_id_reused").scalar() or 0)
+            .where(WebhookRefusal.code == "webhook_id_reused", WebhookRefusal.monitor == monitor)
+            .scalar() or 0)
 
 
-def test_replayed_webhook_id_answers_the_first_answer_whatever_the_body(served):
-    rt, secret, server, client = served
+def test_replayed_webhook_id_answers_the_first_answer_whatever_the_body(desk):
     # One event, sent twice: event() reads the clock, and a second between the
     # two calls would make the retry another body.
     sent = event()
-    first = post(client, secret, sent, "msg-1")
+    reused = desk.refusals("webhook_id_reused")
+    first = desk.post(sent, "msg-1")
     assert first.status_code == 202
     before = counts()
-    again = post(client, secret, sent, "msg-1")
+    again = desk.post(sent, "msg-1")
     assert (again.status_code, again.json()) == (200, dict(first.json(), duplicate=True))
-    assert counts() == before and reuses() == 0  # the same body again: a retry, not a reuse
+    assert counts() == before and reuses(desk.monitor) == 0  # the same body: a retry, not a reuse
     for n, other in enumerate([event(event_id="evt-other"), event(text="another text"),
                                {"not": "an event"}], 1):
-        r = post(client, secret, other, "msg-1")
+        r = desk.post(other, "msg-1")
         assert (r.status_code, r.json()) == (200, dict(first.json(), duplicate=True)), other
         assert_refused_once(dict(before, audit=before["audit"] + n - 1), "webhook_id_reused")
-        assert reuses() == n
-    assert [e["event_id"] for e in rt.events()] == ["evt-1"]
-    text = client.get("/metrics").text
-    assert 'signoff_webhook_refusals_total{code="webhook_id_reused"} 3.0' in text
+        assert reuses(desk.monitor) == n
+    assert [e["event_id"] for e in desk.events()] == ["evt-1"]
+    assert desk.refusals("webhook_id_reused") == reused + 3
 
 
 def test_a_reused_webhook_id_in_one_batch_is_counted_too(site):
@@ -140,10 +194,10 @@ def test_a_reused_webhook_id_in_one_batch_is_counted_too(site):
             for raw in (body, body, other)]
     answers = site.write_webhooks(jobs)
     assert [status for status, _ in answers] == [202, 200, 200]
-    assert reuses() == 1 and last_audit() == ("webhook_id_reused", "default")
+    assert reuses("default") == 1 and last_audit() == ("webhook_id_reused", "default")
     again = site.write_webhooks([webhooks.Accept("default", "msg-b", parse_line(other, "body"),
                                                   webhooks.body_digest(other))])
-    assert again[0][0] == 200 and reuses() == 2
+    assert again[0][0] == 200 and reuses("default") == 2
     assert Delivery.select().count() == 1
 
 
@@ -161,13 +215,13 @@ def test_secret_ids_are_never_given_again(rt):
 
 
 def test_a_webhook_id_retried_after_retention_dropped_its_answer_is_still_a_duplicate(served):
-    rt, secret, server, client = served
-    first = post(client, secret, event(), "msg-1")
+    rt = served.rt  # the purge is the whole home's
+    first = served.post(event(), "msg-1")
     assert first.status_code == 202
     rt.run_until_idle()
     assert wait_for(lambda: retention.purge(rt, older_than_days=0)["webhook_answers"],
                     what="the answer to age past a period of 0 days") == 1
-    again = post(client, secret, event(), "msg-1")
+    again = served.post(event(), "msg-1")
     assert again.status_code == 202, again.text  # no answer left: a new delivery
     assert again.json()["delivery"] != first.json()["delivery"]
     rt.run_until_idle()
@@ -176,15 +230,14 @@ def test_a_webhook_id_retried_after_retention_dropped_its_answer_is_still_a_dupl
     assert outcomes == {first.json()["delivery"]: "ready", again.json()["delivery"]: "duplicate"}
 
 
-def test_concurrent_copies_of_one_webhook_id_store_one_delivery(served):
-    rt, secret, server, client = served
+def test_concurrent_copies_of_one_webhook_id_store_one_delivery(desk):
     body = json.dumps(event())
-    headers = signed(secret, body, "msg-race")
+    headers = signed(desk.secret, body, "msg-race")
     answers = []
 
     def send():
-        with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
-            answers.append(c.post("/hooks/default", content=body, headers=headers))
+        with httpx.Client(verify=LOCAL_TLS, base_url=desk.server.url, timeout=30) as c:
+            answers.append(c.post(f"/hooks/{desk.monitor}", content=body, headers=headers))
     threads = [threading.Thread(target=send) for _ in range(6)]
     for t in threads:
         t.start()
@@ -192,14 +245,15 @@ def test_concurrent_copies_of_one_webhook_id_store_one_delivery(served):
         t.join()
     codes = sorted(r.status_code for r in answers)
     assert codes == [200] * 5 + [202], [r.text for r in answers]
-    assert {r.json()["delivery"] for r in answers} == {rt.events()[0]["delivery"]}
-    assert Delivery.select().count() == 1
+    [stored] = desk.events()
+    assert {r.json()["delivery"] for r in answers} == {stored["delivery"]}
+    assert Delivery.select().where(Delivery.monitor == desk.monitor).count() == 1
 
 
 @pytest.mark.parametrize("case", ["unsigned", "bad_signature", "wrong_secret", "stale",
                                   "future", "garbled_signature"])
-def test_unverified_requests_answer_401_and_store_only_an_audit_row(served, case):
-    rt, secret, server, client = served
+def test_unverified_requests_answer_401_and_store_only_an_audit_row(desk, case):
+    secret = desk.secret
     body = json.dumps(event())
     now = datetime.datetime.now(datetime.timezone.utc)
     headers = {
@@ -211,53 +265,54 @@ def test_unverified_requests_answer_401_and_store_only_an_audit_row(served, case
         "garbled_signature": dict(signed(secret, body, "m"), **{"webhook-signature": "nonsense"}),
     }[case]
     before = counts()
-    r = client.post("/hooks/default", content=body, headers=headers)
+    r = desk.client.post(f"/hooks/{desk.monitor}", content=body, headers=headers)
     assert (r.status_code, r.json()) == (401, {"error": "bad_signature"})
     assert_refused_once(before, "bad_signature")
 
 
-def test_a_body_signed_for_another_id_is_refused(served):
-    rt, secret, server, client = served
+def test_a_body_signed_for_another_id_is_refused(desk):
     body = json.dumps(event())
-    headers = dict(signed(secret, body, "msg-a"), **{"webhook-id": "msg-b"})
-    assert client.post("/hooks/default", content=body, headers=headers).status_code == 401
+    headers = dict(signed(desk.secret, body, "msg-a"), **{"webhook-id": "msg-b"})
+    assert desk.client.post(f"/hooks/{desk.monitor}", content=body,
+                            headers=headers).status_code == 401
 
 
-def test_rotation_every_current_secret_verifies_and_a_removed_one_stops(served):
-    rt, secret, server, client = served
-    added = rt.add_secret("default")
-    assert post(client, added["secret"], event(1), "rot-1").status_code == 202
-    assert post(client, secret, event(1, event_id="evt-2"), "rot-2").status_code == 202
+def test_rotation_every_current_secret_verifies_and_a_removed_one_stops(desk):
+    rt, secret, monitor = desk.rt, desk.secret, desk.monitor
+    added = rt.add_secret(monitor)
+    assert desk.post(event(1), "rot-1", secret=added["secret"]).status_code == 202
+    assert desk.post(event(1, event_id="evt-2"), "rot-2").status_code == 202
     # a sender mid-rotation signs with both: either signature is enough
     body = json.dumps(event(1, event_id="evt-3"))
     both = signed(secret, body, "rot-3")
     both["webhook-signature"] += " " + signed(added["secret"], body, "rot-3")["webhook-signature"]
-    assert client.post("/hooks/default", content=body, headers=both).status_code == 202
-    first_id = secrets.listing("default")[0]["secret_id"]
-    secrets.remove(rt, "default", first_id)
+    assert desk.client.post(f"/hooks/{monitor}", content=body, headers=both).status_code == 202
+    first_id = secrets.listing(monitor)[0]["secret_id"]
+    secrets.remove(rt, monitor, first_id)
     before = counts()
-    assert post(client, secret, event(1, event_id="evt-4"), "rot-4").status_code == 401
+    assert desk.post(event(1, event_id="evt-4"), "rot-4").status_code == 401
     assert_refused_once(before, "bad_signature")
-    assert post(client, added["secret"], event(1, event_id="evt-5"), "rot-5").status_code == 202
+    assert desk.post(event(1, event_id="evt-5"), "rot-5", secret=added["secret"]).status_code == 202
 
 
-def test_concurrent_requests_for_two_monitors_are_each_checked_against_their_own(served):
+def test_concurrent_requests_for_two_monitors_are_each_checked_against_their_own(desk):
     # Requests waiting for secrets share one read: a batch that mixes monitors
     # must still give each request its own monitor's secrets, and a monitor
     # bound after the server started is seen by the next request.
-    rt, secret, server, client = served
-    rt.bind("doc-demo", "second", window_s=3600)
-    second = rt.add_secret("second")["secret"]
+    rt, secret, first = desk.rt, desk.secret, desk.monitor
+    second = f"{first}-second"
+    rt.bind("doc-demo", second, window_s=3600)
+    other_secret = rt.add_secret(second)["secret"]
     with Site(rt.home) as site:  # what the server reads, a monitor named twice read once
-        assert site.webhook_secrets(["second", "nobody", "default", "second"]) == [
-            (True, [second]), (False, []), (True, [secret]), (True, [second])]
-    own = {"default": secret, "second": second}
-    other = {"default": second, "second": secret}
+        assert site.webhook_secrets([second, "nobody", first, second]) == [
+            (True, [other_secret]), (False, []), (True, [secret]), (True, [other_secret])]
+    own = {first: secret, second: other_secret}
+    other = {first: other_secret, second: secret}
 
     def send(n, keys):
-        monitor = ("default", "second")[n % 2]
+        monitor = (first, second)[n % 2]
         ev = event(1, event_id=f"two-{n}-{keys is own}")
-        return post(client, keys[monitor], ev, f"two-{n}-{keys is own}", monitor=monitor)
+        return desk.post(ev, f"two-{n}-{keys is own}", secret=keys[monitor], monitor=monitor)
     with concurrent.futures.ThreadPoolExecutor(10) as pool:
         right = list(pool.map(lambda n: send(n, own), range(30)))
         wrong = list(pool.map(lambda n: send(n, other), range(30)))
@@ -287,14 +342,15 @@ def last_audit():
     return row.code, row.monitor
 
 
-def test_an_unknown_monitor_answers_as_a_wrong_signature_does(served):
-    rt, secret, server, client = served
-    wrong = post(client, signatures.generate(), event(), "m-wrong")
+def test_an_unknown_monitor_answers_as_a_wrong_signature_does(desk):
+    client, secret = desk.client, desk.secret
+    unknown = desk.refusals("unknown_monitor")
+    wrong = desk.post(event(), "m-wrong", secret=signatures.generate())
     assert (wrong.status_code, wrong.json()) == (401, {"error": "bad_signature"})
     for case in ("signed", "unsigned"):
         before = counts()
         if case == "signed":  # even under a secret the server knows
-            r = post(client, secret, event(), "m", monitor="nobody")
+            r = desk.post(event(), "m", monitor="nobody")
         else:
             r = client.post("/hooks/nobody", content=json.dumps(event()))
         assert (r.status_code, r.json()) == (wrong.status_code, wrong.json()), case
@@ -304,24 +360,23 @@ def test_an_unknown_monitor_answers_as_a_wrong_signature_does(served):
     # the checks before the signature say nothing of the monitor and store no name either
     r = client.post("/hooks/nobody", content=b"\xff", headers=signed(secret, "x", "m"))
     assert r.status_code == 400 and last_audit() == ("invalid_event", None)
-    text = client.get("/metrics").text
-    assert 'signoff_webhook_refusals_total{code="unknown_monitor"} 2.0' in text
+    assert desk.refusals("unknown_monitor") == unknown + 2
 
 
-def test_a_content_type_other_than_json_answers_415_once_signed(served):
-    rt, secret, server, client = served
+def test_a_content_type_other_than_json_answers_415_once_signed(desk):
+    client, secret, hook = desk.client, desk.secret, f"/hooks/{desk.monitor}"
+    unsupported = desk.refusals("unsupported_media_type")
     body = json.dumps(event())
     for n, ctype in enumerate(["text/plain", "application/x-www-form-urlencoded",
                                "application/jsonx", ""]):
         before = counts()
-        r = client.post("/hooks/default", content=body,
+        r = client.post(hook, content=body,
                         headers=dict(signed(secret, body, f"ct-{n}"), **{"content-type": ctype}))
         assert (r.status_code, r.json()) == (415, {"error": "unsupported_media_type"}), ctype
         assert_refused_once(before, "unsupported_media_type")
-    unsigned = client.post("/hooks/default", content=body, headers={"content-type": "text/plain"})
+    unsigned = client.post(hook, content=body, headers={"content-type": "text/plain"})
     assert unsigned.status_code == 401  # the signature first: nothing said to a stranger
-    text = client.get("/metrics").text
-    assert 'signoff_webhook_refusals_total{code="unsupported_media_type"} 4.0' in text
+    assert desk.refusals("unsupported_media_type") == unsupported + 4
     for n, ctype in enumerate(["application/json; charset=utf-8", "Application/JSON", None]):
         ev = event(1, event_id=f"evt-ct-{n}")
         headers = signed(secret, json.dumps(ev), f"ok-{n}")
@@ -329,15 +384,15 @@ def test_a_content_type_other_than_json_answers_415_once_signed(served):
             del headers["content-type"]
         else:
             headers["content-type"] = ctype
-        r = client.post("/hooks/default", content=json.dumps(ev), headers=headers)
+        r = client.post(hook, content=json.dumps(ev), headers=headers)
         assert r.status_code == 202, (ctype, r.text)
 
 
-def test_oversized_bodies_are_refused_before_being_read_whole(served):
-    rt, secret, server, client = served
+def test_oversized_bodies_are_refused_before_being_read_whole(desk):
     big = json.dumps(event(text="x" * 70_000))
     before = counts()
-    r = client.post("/hooks/default", content=big, headers=signed(secret, big, "big"))
+    r = desk.client.post(f"/hooks/{desk.monitor}", content=big,
+                         headers=signed(desk.secret, big, "big"))
     assert (r.status_code, r.json()) == (413, {"error": "too_large"})
     assert_refused_once(before, "too_large")
 
@@ -345,16 +400,17 @@ def test_oversized_bodies_are_refused_before_being_read_whole(served):
         for _ in range(100):
             yield b"x" * 1024
     before = counts()
-    r = client.post("/hooks/default", content=chunks(), headers=signed(secret, "", "big2"))
+    r = desk.client.post(f"/hooks/{desk.monitor}", content=chunks(),
+                         headers=signed(desk.secret, "", "big2"))
     assert (r.status_code, r.json()) == (413, {"error": "too_large"})
     assert_refused_once(before, "too_large")
 
 
-def test_a_lying_content_length_is_refused_without_waiting_for_the_body(served):
-    rt, secret, server, client = served
-    host, port = server.url.removeprefix("http://").split(":")
+def test_a_lying_content_length_is_refused_without_waiting_for_the_body(desk):
+    host, port = desk.server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:
-        sock.sendall(b"POST /hooks/default HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n")
+        sock.sendall(f"POST /hooks/{desk.monitor} HTTP/1.1\r\nHost: x\r\n"
+                     "Content-Length: 10000000\r\n\r\n".encode())
         answer = sock.recv(4096)
     assert answer.startswith(b"HTTP/1.1 413"), answer
 
@@ -370,39 +426,37 @@ def test_a_lying_content_length_is_refused_without_waiting_for_the_body(served):
     (json.dumps({k: v for k, v in event().items() if k != "record_id"}).encode(), "record_id: missing"),
     (json.dumps(event(occurred=1.5)).encode(), "occurred: must be an integer"),
 ], ids=["utf8", "broken", "twice", "twice-nested", "array", "no-record", "float-time"])
-def test_invalid_bodies_answer_400_with_a_reason(served, body, reason):
-    rt, secret, server, client = served
+def test_invalid_bodies_answer_400_with_a_reason(desk, body, reason):
     text = body.decode("utf-8", "replace")
-    headers = signed(secret, text, "bad-body")
+    headers = signed(desk.secret, text, "bad-body")
     before = counts()
-    r = client.post("/hooks/default", content=body, headers=headers)
+    r = desk.client.post(f"/hooks/{desk.monitor}", content=body, headers=headers)
     assert r.status_code == 400, r.text
     assert r.json()["error"] == "invalid_event" and r.json()["reason"].startswith(reason)
     assert_refused_once(before, "invalid_event")
 
 
-def test_refusals_past_60_a_minute_are_only_counted(served):
-    rt, secret, server, client = served
+def test_refusals_past_60_a_minute_are_only_counted(desk):
+    bad_signatures = desk.refusals("bad_signature")
     body = json.dumps(event())
     for _ in range(70):
-        assert client.post("/hooks/default", content=body).status_code == 401
-    buckets = list(WebhookRefusal.select().where(WebhookRefusal.monitor == "default"))
+        assert desk.client.post(f"/hooks/{desk.monitor}", content=body).status_code == 401
+    buckets = list(WebhookRefusal.select().where(WebhookRefusal.monitor == desk.monitor))
     assert sum(b.count for b in buckets) == 70
     for b in buckets:  # the counter may straddle a minute; each minute holds at most 60
-        audited = Audit.select().where(Audit.code == "bad_signature", Audit.at >= b.minute * 60,
+        audited = Audit.select().where(Audit.code == "bad_signature", Audit.monitor == desk.monitor,
+                                       Audit.at >= b.minute * 60,
                                        Audit.at < (b.minute + 1) * 60).count()
         assert audited == min(60, b.count)
-    text = client.get("/metrics").text
-    assert 'signoff_webhook_refusals_total{code="bad_signature"} 70.0' in text
+    assert desk.refusals("bad_signature") == bad_signatures + 70
 
 
-def test_healthz_reports_what_failed(home, served):
-    rt, secret, server, client = served
-    r = client.get("/healthz")
+def test_healthz_reports_what_failed(desk):
+    r = desk.client.get("/healthz")
     assert (r.status_code, r.json()) == (200, {"database": "ok", "queue": "ok", "ok": True})
     # A second server whose queue cannot be reached: 503 naming the queue. The
     # environment overrides signoff.toml on every backend.
-    broken = Server(home, env=child_env(SIGNOFF_QUEUE_URL="redis://127.0.0.1:1/0"))
+    broken = Server(desk.rt.home, env=child_env(SIGNOFF_QUEUE_URL="redis://127.0.0.1:1/0"))
     try:
         r = httpx.get(broken.url + "/healthz", verify=LOCAL_TLS, timeout=30)
         assert r.status_code == 503
@@ -412,9 +466,9 @@ def test_healthz_reports_what_failed(home, served):
 
 
 def test_sigterm_answers_the_request_in_flight(served):
-    rt, secret, server, client = served
+    server = served.server  # this test's own: it stops it
     body = json.dumps(event()).encode()
-    headers = signed(secret, body.decode(), "in-flight")
+    headers = signed(served.secret, body.decode(), "in-flight")
     host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
@@ -423,13 +477,13 @@ def test_sigterm_answers_the_request_in_flight(served):
         # A request on a second connection, answered: the server's loop has by then
         # accepted the first one (connections are accepted in order) and read what
         # arrived on it before, the headers of a request now in flight.
-        assert client.get("/healthz").status_code == 200
+        assert served.client.get("/healthz").status_code == 200
         server.proc.send_signal(15)
         sock.sendall(body[10:])
         answer = sock.recv(4096)
     assert answer.startswith(b"HTTP/1.1 202"), answer
     assert server.proc.wait(30) == 0
-    assert [e["event_id"] for e in rt.events()] == ["evt-1"]
+    assert [e["event_id"] for e in served.rt.events()] == ["evt-1"]
 
 
 @pytest.mark.slow  # chaos: serve SIGKILLed under load; CI runs the slow tests
