@@ -2,8 +2,16 @@
 
 Sessions, CSRF, read-only reviewers, approve/reject/bulk/retry/replay forms,
 stale digests and changed records, and that GET changes nothing.
+
+Most tests share one room: a home and its server, started once for the module, with
+reviewers alice and rita. Each such test has a desk there (``desk``): a monitor of its
+own with three ready tasks, of records of its own; a test that changes a reviewer or
+a document's material changes one of its own. The tests that change the host's grant
+or faults, move a clock, or count the whole home have a home and server of their own
+(``site``).
 """
 
+import itertools
 import json
 import re
 import time
@@ -13,7 +21,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import LOCAL_TLS, child_env, signoff_cmd, read_here
-from servekit import Server, csrf, event, logged_in, make_home, post_login, ready_home
+from servekit import (Server, csrf, event, init_home, logged_in, make_home, post_login,
+                      ready_home)
 from signoff.app import Signoff
 from signoff.clock import FakeClock
 from signoff.models import MODELS, Task
@@ -21,39 +30,106 @@ from signoff.models import MODELS, Task
 import subprocess
 
 
-@pytest.fixture
-def site(home):
-    rt = ready_home(home)
-    alice = rt.add_reviewer("alice")["token"]
-    reader = rt.add_reviewer("rita", read_only=True)["token"]
-    server = Server(home)
-    tokens = {"alice": alice, "rita": reader}
-    clients = []
+class Desk:
+    """A server, a monitor with ready tasks, and its reviewers' tokens and clients."""
 
-    def login(name):
-        client = httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30)
-        clients.append(client)
-        r = post_login(client, name, tokens[name])
+    def __init__(self, rt, server, tokens, monitor, document="doc-demo",
+                 records=("comment-1", "comment-2", "comment-3")):
+        self.rt, self.server, self.tokens = rt, server, dict(tokens)
+        self.monitor, self.document, self.records = monitor, document, records
+        self.clients = []
+
+    def login(self, name):
+        """A client logged in as ``name``."""
+        client = httpx.Client(verify=LOCAL_TLS, base_url=self.server.url, timeout=30)
+        self.clients.append(client)
+        r = post_login(client, name, self.tokens[name])
         assert r.status_code == 303, r.text
         return client
-    yield rt, server, tokens, login
-    for client in clients:
-        client.close()
+
+    def person(self, name, **options):
+        """A reviewer of this test's own (``add_reviewer`` options), whom it may change."""
+        name = f"{name}-{next(PEOPLE)}"
+        self.tokens[name] = self.rt.add_reviewer(name, **options)["token"]
+        return name
+
+    def keys(self):
+        """The keys of the monitor's ready tasks, oldest first."""
+        return [t["key"] for t in self.rt.monitor_tasks(self.monitor, "ready")]
+
+    def close(self):
+        for client in self.clients:
+            client.close()
+
+
+@pytest.fixture
+def site(home):
+    """A home with three ready tasks of monitor ``default``, and its server, of the test's own."""
+    rt = ready_home(home)
+    tokens = {"alice": rt.add_reviewer("alice")["token"],
+              "rita": rt.add_reviewer("rita", read_only=True)["token"]}
+    server = Server(home)
+    made = Desk(rt, server, tokens, "default")
+    yield made
+    made.close()
     assert server.stop() == 0, server.stderr()
     rt.close()
 
 
-def ready_keys(rt):
-    return [t["key"] for t in rt.tasks("ready")]
+@pytest.fixture(scope="module")
+def room(room_home, room_backend):
+    """The module's home, its reviewers and its server: ``(rt, server, tokens)``."""
+    rt = init_home(room_home)
+    rt.host().put_grant(docs=["doc-demo", "doc-redraft"])  # doc-redraft: the redraft test's
+    rt.host().put_material("doc-redraft", "2026-11-01")
+    tokens = {"alice": rt.add_reviewer("alice")["token"],
+              "rita": rt.add_reviewer("rita", read_only=True)["token"]}
+    server = Server(room_home, env=child_env(**(room_backend.env() if room_backend else {})))
+    yield rt, server, tokens
+    assert server.stop() == 0, server.stderr()
+    rt.close()
+
+
+DESKS, PEOPLE = itertools.count(1), itertools.count(1)
+
+
+def _desk(room, document="doc-demo"):
+    rt, server, tokens = room
+    read_here(rt)
+    n = next(DESKS)
+    made = Desk(rt, server, tokens, f"pages-{n}", document,
+                [f"comment-{n}-{k}" for k in (1, 2, 3)])
+    rt.bind(document, made.monitor, window_s=3600)
+    for k, record in enumerate(made.records, 1):
+        rt.host().put_record(record, document=document, text=f"comment {k}")
+    rt.enqueue_events([event(k, event_id=f"evt-{n}-{k}", record_id=record, document=document)
+                       for k, record in enumerate(made.records, 1)], monitor_id=made.monitor)
+    rt.run_until_idle()
+    assert len(made.keys()) == 3
+    yield made
+    made.close()
+    assert server.proc.poll() is None, server.stderr()
+
+
+@pytest.fixture
+def desk(room, in_room):
+    """A monitor of this test's own in the room, with three ready tasks."""
+    yield from _desk(room)
+
+
+@pytest.fixture
+def redraft_desk(room, in_room):
+    """A ``desk`` on the document whose material its test changes."""
+    yield from _desk(room, "doc-redraft")
 
 
 def snapshot():
     return {m.__name__: m.select().count() for m in MODELS}
 
 
-def test_without_a_session_pages_redirect_and_posts_answer_401(site):
-    rt, server, tokens, login = site
-    key = ready_keys(rt)[0]
+def test_without_a_session_pages_redirect_and_posts_answer_401(desk):
+    rt, server, tokens, login = desk.rt, desk.server, desk.tokens, desk.login
+    key = desk.keys()[0]
     with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
         for path, back in (("/", ""), (f"/tasks/{key}", f"?next=%2Ftasks%2F{key}"),
                            ("/dead-letters", "?next=%2Fdead-letters")):
@@ -70,8 +146,8 @@ def test_without_a_session_pages_redirect_and_posts_answer_401(site):
     assert rt.task(key)["status"] == "ready"
 
 
-def test_login_sets_a_strict_httponly_cookie_and_logout_ends_it(site):
-    rt, server, tokens, login = site
+def test_login_sets_a_strict_httponly_cookie_and_logout_ends_it(desk):
+    rt, server, tokens, login = desk.rt, desk.server, desk.tokens, desk.login
     with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
         r = post_login(c, "alice", tokens["alice"])
         cookie = r.headers["set-cookie"].lower()
@@ -81,9 +157,9 @@ def test_login_sets_a_strict_httponly_cookie_and_logout_ends_it(site):
         assert c.get("/").status_code == 303
 
 
-def test_approve_needs_the_csrf_token_and_binds_the_reviewer(site):
-    rt, server, tokens, login = site
-    key = ready_keys(rt)[0]
+def test_approve_needs_the_csrf_token_and_binds_the_reviewer(desk):
+    rt, server, tokens, login = desk.rt, desk.server, desk.tokens, desk.login
+    key = desk.keys()[0]
     c = login("alice")
     page = c.get(f"/tasks/{key}").text
     digest = rt.task(key)["digest"]
@@ -98,9 +174,9 @@ def test_approve_needs_the_csrf_token_and_binds_the_reviewer(site):
     assert (t["status"], t["approved_by"], t["approved_digest"]) == ("approved", "alice", digest)
 
 
-def test_a_stale_digest_is_409_digest_mismatch_and_approves_nothing(site):
-    rt, server, tokens, login = site
-    key = ready_keys(rt)[0]
+def test_a_stale_digest_is_409_digest_mismatch_and_approves_nothing(desk):
+    rt, server, tokens, login = desk.rt, desk.server, desk.tokens, desk.login
+    key = desk.keys()[0]
     c = login("alice")
     token = csrf(c.get(f"/tasks/{key}").text)
     r = c.post(f"/tasks/{key}/approve", data={"digest": "f" * 64, "csrf_token": token})
@@ -108,9 +184,9 @@ def test_a_stale_digest_is_409_digest_mismatch_and_approves_nothing(site):
     assert rt.task(key)["status"] == "ready"
 
 
-def test_a_changed_record_is_flagged_on_the_page_and_refused(site):
-    rt, server, tokens, login = site
-    key = ready_keys(rt)[0]
+def test_a_changed_record_is_flagged_on_the_page_and_refused(desk):
+    rt, server, tokens, login = desk.rt, desk.server, desk.tokens, desk.login
+    key = desk.keys()[0]
     record_id = rt.task(key)["record_id"]
     c = login("alice")
     assert 'id="record-changed"' not in c.get(f"/tasks/{key}").text
@@ -123,11 +199,11 @@ def test_a_changed_record_is_flagged_on_the_page_and_refused(site):
     assert rt.task(key)["status"] == "blocked"
 
 
-def test_read_only_reviewers_see_no_actions_and_forged_posts_are_403(site):
-    rt, server, tokens, login = site
-    key = ready_keys(rt)[0]
+def test_read_only_reviewers_see_no_actions_and_forged_posts_are_403(desk):
+    rt, server, tokens, login = desk.rt, desk.server, desk.tokens, desk.login
+    key = desk.keys()[0]
     c = login("rita")
-    index, page = c.get("/").text, c.get(f"/tasks/{key}").text
+    index, page = c.get(f"/?monitor={desk.monitor}").text, c.get(f"/tasks/{key}").text
     assert key[:12] in index and 'type="checkbox" name="task"' not in index
     assert 'id="approve"' not in page and "read-only" in page
     digest = rt.task(key)["digest"]
@@ -139,11 +215,11 @@ def test_read_only_reviewers_see_no_actions_and_forged_posts_are_403(site):
     assert rt.task(key)["status"] == "ready"
 
 
-def test_bulk_approve_binds_each_task_to_its_own_digest(site):
-    rt, server, tokens, login = site
-    k1, k2, k3 = ready_keys(rt)
+def test_bulk_approve_binds_each_task_to_its_own_digest(desk):
+    rt, server, tokens, login = desk.rt, desk.server, desk.tokens, desk.login
+    k1, k2, k3 = desk.keys()
     c = login("alice")
-    index = c.get("/?status=ready").text
+    index = c.get(f"/?status=ready&monitor={desk.monitor}").text
     assert all(f'value="{k}:{rt.task(k)["digest"]}"' in index for k in (k1, k2, k3))
     form = {"csrf_token": csrf(index),
             "task": [f"{k1}:{rt.task(k1)['digest']}", f"{k2}:{rt.task(k1)['digest']}"]}
@@ -153,9 +229,9 @@ def test_bulk_approve_binds_each_task_to_its_own_digest(site):
     assert rt.task(k1)["approved_by"] == "alice"
 
 
-def test_reject_carries_the_digest(site):
-    rt, server, tokens, login = site
-    key = ready_keys(rt)[0]
+def test_reject_carries_the_digest(desk):
+    rt, server, tokens, login = desk.rt, desk.server, desk.tokens, desk.login
+    key = desk.keys()[0]
     c = login("alice")
     token = csrf(c.get(f"/tasks/{key}").text)
     assert c.post(f"/tasks/{key}/reject", data={"digest": "0" * 64, "csrf_token": token}).status_code == 409
@@ -165,8 +241,8 @@ def test_reject_carries_the_digest(site):
 
 
 def test_parked_uncertain_and_dead_letters_are_shown_with_their_actions(site, home):
-    rt, server, tokens, login = site
-    k1, k2, k3 = ready_keys(rt)
+    rt, server, tokens, login = site.rt, site.server, site.tokens, site.login
+    k1, k2, k3 = site.keys()
     clock = FakeClock(time.time())
     fake = Signoff(home, clock=clock)
     read_here(fake)
@@ -205,21 +281,22 @@ def test_parked_uncertain_and_dead_letters_are_shown_with_their_actions(site, ho
     fake.close()
 
 
-def test_get_requests_change_nothing(site):
-    rt, server, tokens, login = site
+def test_get_requests_change_nothing(desk):
+    rt, server, tokens, login = desk.rt, desk.server, desk.tokens, desk.login
     c = login("alice")
     before = snapshot()
     for path in ["/", "/?status=all", "/dead-letters", "/metrics", "/healthz", "/login",
-                 *[f"/tasks/{k}" for k in ready_keys(rt)], "/tasks/nope"]:
+                 *[f"/tasks/{k}" for k in desk.keys()], "/tasks/nope"]:
         assert c.get(path).status_code in (200, 404)
     assert snapshot() == before
 
 
-def test_removing_a_reviewer_ends_their_sessions(site):
-    rt, server, tokens, login = site
-    c = login("alice")
+def test_removing_a_reviewer_ends_their_sessions(desk):
+    rt, server, tokens, login = desk.rt, desk.server, desk.tokens, desk.login
+    alice = desk.person("alice")  # whom this test removes
+    c = login(alice)
     assert c.get("/").status_code == 200
-    out = subprocess.run(signoff_cmd(rt.home, "reviewer", "remove", "alice", "--json"),
+    out = subprocess.run(signoff_cmd(rt.home, "reviewer", "remove", alice, "--json"),
                          env=child_env(), capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and json.loads(out.stdout)["sessions_ended"] == 1
     assert c.get("/").status_code == 303
@@ -256,8 +333,8 @@ def test_reviewer_cli_shapes_and_refusals(home):
 
 
 def test_metrics_match_stats(site, home):
-    rt, server, tokens, login = site
-    k1 = ready_keys(rt)[0]
+    rt, server, tokens, login = site.rt, site.server, site.tokens, site.login
+    k1 = site.keys()[0]
     rt.approve(k1, rt.task(k1)["digest"])
     rt.run_until_idle()
     stats = json.loads(subprocess.run(signoff_cmd(home, "stats", "--json"), env=child_env(),
@@ -306,7 +383,7 @@ def test_record_and_draft_text_cannot_script_or_forge_a_form(home):
 
 
 def test_what_was_not_observed_is_on_the_review_page(site):
-    rt, server, tokens, login = site
+    rt, server, tokens, login = site.rt, site.server, site.tokens, site.login
     client = login("rita")  # read-only reviewers see it too
     assert 'id="unobserved"' not in client.get("/").text
     assert client.get("/gaps").text.count("None.") == 3  # resume gaps, lapses, stale events
@@ -322,9 +399,9 @@ def test_what_was_not_observed_is_on_the_review_page(site):
     assert "evt-7" in page.text and "comment-7" in page.text
 
 
-def test_login_returns_to_the_page_asked_for_and_only_on_this_site(site):
-    rt, server, tokens, login = site
-    key = ready_keys(rt)[0]
+def test_login_returns_to_the_page_asked_for_and_only_on_this_site(desk):
+    rt, server, tokens, login = desk.rt, desk.server, desk.tokens, desk.login
+    key = desk.keys()[0]
     with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as c:
         # A notification's link, opened without a session.
         r = c.get(f"/tasks/{key}?from=notification")
@@ -347,9 +424,9 @@ def top_of(page):
     return re.sub(r"<[^>]+>", " ", page[page.index("<main>"):page.index("<section")])
 
 
-def test_the_task_page_says_its_state_once_and_in_the_past_after_a_decision(site):
-    rt, server, tokens, login = site
-    k1, k2 = ready_keys(rt)[:2]
+def test_the_task_page_says_its_state_once_and_in_the_past_after_a_decision(desk):
+    rt, server, tokens, login = desk.rt, desk.server, desk.tokens, desk.login
+    k1, k2 = desk.keys()[:2]
     c = login("alice")
     page = c.get(f"/tasks/{k1}").text
     assert re.search(r"<h1[^>]*>\s*Waiting for approval", page)
@@ -453,42 +530,44 @@ def test_a_limited_reviewer_sees_and_replays_its_monitors_dead_letters_alone(hom
         rt.close()
 
 
-def test_a_reviewer_pauses_and_unpauses_a_monitor_from_the_monitors_page(site):
-    rt, server, tokens, login = site
-    rt.bind("doc-demo", "other", window_s=3600)
-    lee = rt.add_reviewer("lee", monitors=["other"])["token"]
+def test_a_reviewer_pauses_and_unpauses_a_monitor_from_the_monitors_page(desk):
+    rt, server, tokens, login = desk.rt, desk.server, desk.tokens, desk.login
+    mine, other, missing = desk.monitor, f"{desk.monitor}-other", f"{desk.monitor}x"
+    rt.bind("doc-demo", other, window_s=3600)
+    lee = desk.person("lee", monitors=[other])
     c = login("alice")
     page = c.get("/monitors").text
-    assert 'id="pause-default"' in page and 'id="unpause-default"' not in page
-    r = c.post("/monitors/default/pause", data={"csrf_token": csrf(page)})
+    assert f'id="pause-{mine}"' in page and f'id="unpause-{mine}"' not in page
+    r = c.post(f"/monitors/{mine}/pause", data={"csrf_token": csrf(page)})
     assert r.status_code == 303 and r.headers["location"] == "/monitors"
-    paused = {m["id"]: m["paused"] for m in rt.monitors()}
-    assert paused == {"default": True, "other": False}
+    paused = {m["id"]: m["paused"] for m in rt.monitors() if m["id"] in (mine, other)}
+    assert paused == {mine: True, other: False}
     page = c.get("/monitors").text
-    assert 'id="unpause-default"' in page and 'id="pause-other"' in page
-    assert c.post("/monitors/default/unpause", data={"csrf_token": csrf(page)}).status_code == 303
+    assert f'id="unpause-{mine}"' in page and f'id="pause-{other}"' in page
+    assert c.post(f"/monitors/{mine}/unpause", data={"csrf_token": csrf(page)}).status_code == 303
     assert [(a["code"], a["actor"], a["channel"]) for a in rt.audit()
-            if a["code"] in ("paused", "unpaused")] == [("paused", "alice", "page"),
-                                                         ("unpaused", "alice", "page")]
+            if a["code"] in ("paused", "unpaused") and a["monitor"] == mine] == [
+        ("paused", "alice", "page"), ("unpaused", "alice", "page")]
     # Refused, changing nothing: a read-only reviewer, another monitor's reviewer, no monitor.
     rita = login("rita")
     assert 'id="pause-' not in rita.get("/monitors").text
     token = csrf(rita.get("/monitors").text)
-    assert rita.post("/monitors/default/pause", data={"csrf_token": token}).status_code == 403
-    with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as other:
-        assert post_login(other, "lee", lee).status_code == 303
-        token = csrf(other.get("/monitors").text)
-        r = other.post("/monitors/default/pause", data={"csrf_token": token})
-        none = other.post("/monitors/defaulx/pause", data={"csrf_token": token})
+    assert rita.post(f"/monitors/{mine}/pause", data={"csrf_token": token}).status_code == 403
+    with httpx.Client(verify=LOCAL_TLS, base_url=server.url, timeout=30) as theirs:
+        assert post_login(theirs, lee, tokens[lee]).status_code == 303
+        token = csrf(theirs.get("/monitors").text)
+        r = theirs.post(f"/monitors/{mine}/pause", data={"csrf_token": token})
+        none = theirs.post(f"/monitors/{missing}/pause", data={"csrf_token": token})
         assert (r.status_code, none.status_code) == (404, 404) and "unknown_monitor" in r.text
-        assert r.text.replace("default", "M") == none.text.replace("defaulx", "M")
+        assert r.text.replace(mine, "M") == none.text.replace(missing, "M")
     assert c.post("/monitors/nothing/pause", data={"csrf_token": csrf(page)}).status_code == 404
-    assert not any(m["paused"] for m in rt.monitors())
+    assert not any(m["paused"] for m in rt.monitors() if m["id"] in (mine, other))
 
 
-def test_cancel_and_redraft_from_the_task_page_by_the_reviewer(site):
-    rt, server, tokens, login = site
-    first, second = ready_keys(rt)[:2]
+def test_cancel_and_redraft_from_the_task_page_by_the_reviewer(redraft_desk):
+    desk = redraft_desk  # its document's material changes
+    rt, server, tokens, login = desk.rt, desk.server, desk.tokens, desk.login
+    first, second = desk.keys()[:2]
     alice, rita = login("alice"), login("rita")
     page = alice.get(f"/tasks/{first}").text
     assert 'id="redraft"' in page and 'id="cancel"' in page
@@ -501,7 +580,7 @@ def test_cancel_and_redraft_from_the_task_page_by_the_reviewer(site):
         assert alice.post(f"/tasks/{first}/{action}", data={}).status_code == 403  # no CSRF
     assert snapshot() == before
     drafted = rt.task(first)["digest"]
-    rt.host().put_material("doc-demo", "2026-12-24")
+    rt.host().put_material(desk.document, "2026-12-24")
     r = alice.post(f"/tasks/{first[:12]}/redraft", data={"csrf_token": csrf(page)})
     assert r.status_code == 303 and r.headers["location"] == f"/tasks/{first}"
     redrafted = rt.task(first)
@@ -518,25 +597,32 @@ def test_cancel_and_redraft_from_the_task_page_by_the_reviewer(site):
     again = alice.post(f"/tasks/{second}/cancel", data={"csrf_token": csrf(page)})
     assert again.status_code == 409 and "not_cancellable" in again.text
     # A newer record version: the redraft makes a new task, and the page goes there.
-    third = next(t for t in rt.tasks("ready") if t["record_id"] == "comment-3")["key"]
-    rt.host().put_record("comment-3", version=2, text="comment 3, edited")
+    record = desk.records[2]
+    third = next(t for t in rt.monitor_tasks(desk.monitor, "ready")
+                 if t["record_id"] == record)["key"]
+    rt.host().put_record(record, version=2, text="comment 3, edited")
     r = alice.post(f"/tasks/{third}/redraft", data={"csrf_token": csrf(page)})
     successor = rt.task(third)["superseded_by"]
     assert successor and r.status_code == 303 and r.headers["location"] == f"/tasks/{successor}"
 
 
-def test_the_task_list_shows_how_far_each_quorum_has_come(site):
-    rt, server, tokens, login = site
-    rt.bind("doc-demo", "pair", window_s=3600, approvals=2)
-    rt.enqueue_events([event(1, event_id="evt-pair")], monitor_id="pair")
+def test_the_task_list_shows_how_far_each_quorum_has_come(desk):
+    rt, server, tokens, login = desk.rt, desk.server, desk.tokens, desk.login
+    pair = f"{desk.monitor}-pair"
+    rt.bind(desk.document, pair, window_s=3600, approvals=2)
+    rt.enqueue_events([event(1, event_id=f"evt-{pair}", record_id=desk.records[0],
+                             document=desk.document)], monitor_id=pair)
     rt.run_until_idle()
-    pair = next(t for t in rt.tasks() if t["monitor"] == "pair")
-    single = next(t for t in rt.tasks() if t["monitor"] == "default")
+    [paired] = rt.monitor_tasks(pair)
+    single = rt.monitor_tasks(desk.monitor)[0]
     alice = login("alice")
-    listed = alice.get("/").text
-    assert f'id="quorum-{pair["key"][:12]}">0 of 2 approvals<' in listed
-    assert f'id="quorum-{single["key"][:12]}"' not in listed  # one approval: nothing to count
-    r = alice.post(f"/tasks/{pair['key']}/approve",
-                   data={"digest": pair["digest"], "csrf_token": csrf(listed)})
-    assert r.status_code == 303 and rt.task(pair["key"])["status"] == "ready"
-    assert f'id="quorum-{pair["key"][:12]}">1 of 2 approvals<' in alice.get("/").text
+    listed = alice.get(f"/?monitor={pair}").text
+    assert f'id="quorum-{paired["key"][:12]}">0 of 2 approvals<' in listed
+    shown = alice.get(f"/?monitor={desk.monitor}").text
+    assert single["key"][:12] in shown
+    assert f'id="quorum-{single["key"][:12]}"' not in shown  # one approval: nothing to count
+    r = alice.post(f"/tasks/{paired['key']}/approve",
+                   data={"digest": paired["digest"], "csrf_token": csrf(listed)})
+    assert r.status_code == 303 and rt.task(paired["key"])["status"] == "ready"
+    assert f'id="quorum-{paired["key"][:12]}">1 of 2 approvals<' in alice.get(
+        f"/?monitor={pair}").text
