@@ -24,7 +24,8 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from helpers import LOCAL_TLS, ROOT, child_env, signoff_cmd, state_tables, wait_for, read_here
+from helpers import (LOCAL_TLS, ROOT, child_env, invoke, signoff_cmd, state_tables, wait_for,
+                     read_here)
 from servekit import Server
 from signoff.app import Signoff
 from signoff.clock import Clock
@@ -141,8 +142,7 @@ def test_bind_subscribes_and_a_published_comment_becomes_a_ready_task(served):
     metrics = httpx.get(f"{serve.url}/metrics", verify=LOCAL_TLS, timeout=30).text
     assert 'signoff_subscriptions{state="active"} 1.0' in metrics
     assert 'signoff_event_deliveries_total{code="accepted"} 1.0' in metrics
-    listed = subprocess.run(signoff_cmd(rt.home, "subscriptions", "--json"), env=child_env(),
-                            capture_output=True, text=True, timeout=60)
+    listed = invoke(rt.home, "subscriptions", "--json")
     [row] = json.loads(listed.stdout)
     assert {k: row[k] for k in ("monitor", "event", "subscription_id", "state")} == {
         "monitor": MONITOR, "event": EVENT, "subscription_id": sub["subscription_id"],

@@ -22,8 +22,8 @@ import httpx
 import pytest
 from peewee import fn
 
-from helpers import (LOCAL_TLS, child_env, make_event, read_here, signoff_cmd, state_tables,
-                     wait_for)
+from helpers import (LOCAL_TLS, child_env, invoke, make_event, read_here, signoff_cmd,
+                     state_tables, wait_for)
 from servekit import SECRET_TEXT, Server, event, init_home, make_home, signed
 from signoff.chores import retention
 from signoff.errors import Refused
@@ -535,9 +535,8 @@ def test_secret_cli_shows_a_secret_once_and_never_again(home):
     rt = make_home(home)
 
     def cli(*args):
-        out = subprocess.run(signoff_cmd(home, *args, "--json"), env=child_env(),
-                             capture_output=True, text=True, timeout=60)
-        return out.returncode, out.stdout
+        out = invoke(home, *args, "--json")
+        return out.exit_code, out.stdout
     code, out = cli("monitor", "secret", "add", "default")
     added = json.loads(out)
     assert code == 0 and set(added) == {"monitor", "secret_id", "secret"}
@@ -547,9 +546,7 @@ def test_secret_cli_shows_a_secret_once_and_never_again(home):
     assert code == 0 and json.loads(out)["secret"] == given
     code, out = cli("monitor", "secret", "list", "default")
     assert code == 0 and [set(r) for r in json.loads(out)] == [{"secret_id", "created_at"}] * 2
-    for shown in (out, json.dumps(rt.audit()), subprocess.run(
-            signoff_cmd(home, "stats", "--json"), env=child_env(), capture_output=True,
-            text=True, timeout=60).stdout):
+    for shown in (out, json.dumps(rt.audit()), invoke(home, "stats", "--json").stdout):
         assert added["secret"] not in shown and given not in shown
     code, out = cli("monitor", "secret", "add", "default", "--secret", "whsec_c2hvcnQ=")
     assert (code, json.loads(out)["error"]) == (1, "invalid_secret")

@@ -20,14 +20,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers import LOCAL_TLS, child_env, signoff_cmd, read_here
+from helpers import LOCAL_TLS, child_env, invoke, read_here
 from servekit import (Server, csrf, event, init_home, logged_in, make_home, post_login,
                       ready_home)
 from signoff.app import Signoff
 from signoff.clock import FakeClock
 from signoff.models import MODELS, Task
-
-import subprocess
 
 
 class Desk:
@@ -296,9 +294,8 @@ def test_removing_a_reviewer_ends_their_sessions(desk):
     alice = desk.person("alice")  # whom this test removes
     c = login(alice)
     assert c.get("/").status_code == 200
-    out = subprocess.run(signoff_cmd(rt.home, "reviewer", "remove", alice, "--json"),
-                         env=child_env(), capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and json.loads(out.stdout)["sessions_ended"] == 1
+    out = invoke(rt.home, "reviewer", "remove", alice, "--json")
+    assert out.exit_code == 0 and json.loads(out.stdout)["sessions_ended"] == 1
     assert c.get("/").status_code == 303
 
 
@@ -306,9 +303,8 @@ def test_reviewer_cli_shapes_and_refusals(home):
     rt = make_home(home)
 
     def cli(*args):
-        out = subprocess.run(signoff_cmd(home, "reviewer", *args, "--json"), env=child_env(),
-                             capture_output=True, text=True, timeout=60)
-        return out.returncode, json.loads(out.stdout)
+        out = invoke(home, "reviewer", *args, "--json")
+        return out.exit_code, json.loads(out.stdout)
     code, added = cli("add", "sam", "--read-only")
     assert code == 0 and set(added) == {"name", "token", "read_only", "monitors", "email",
                                         "slack_user"}
@@ -337,8 +333,7 @@ def test_metrics_match_stats(site, home):
     k1 = site.keys()[0]
     rt.approve(k1, rt.task(k1)["digest"])
     rt.run_until_idle()
-    stats = json.loads(subprocess.run(signoff_cmd(home, "stats", "--json"), env=child_env(),
-                                      capture_output=True, text=True, timeout=60).stdout)
+    stats = json.loads(invoke(home, "stats", "--json").stdout)
     text = httpx.get(server.url + "/metrics", verify=LOCAL_TLS, timeout=30).text
     samples = {}
     for family in text_string_to_metric_families(text):

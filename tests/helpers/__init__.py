@@ -164,6 +164,19 @@ def signoff_cmd(home, *args):
     return [sys.executable, "-m", "signoff", "--home", str(home), *args]
 
 
+def invoke(home, *args, input=None):
+    """Run ``signoff --home HOME ARGS`` in this process (click's CliRunner), where what a
+    command answers is the point rather than its process; no command may end in a
+    traceback."""
+    from click.testing import CliRunner
+    from signoff.cli import main
+    result = CliRunner().invoke(main, ["--home", str(home), *args], input=input)
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        f"signoff {' '.join(args)} raised {result.exception!r}")
+    assert "Traceback" not in result.output
+    return result
+
+
 # The ``signoff`` command in a ``python -c`` child, run as its console script runs it;
 # the lines appended after it report on what the process did.
 AS_CONSOLE_SCRIPT = """

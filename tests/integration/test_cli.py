@@ -12,12 +12,11 @@ import sys
 import time
 
 import pytest
-from click.testing import CliRunner
 
 from signoff.app import Signoff
-from signoff.cli import AUDIT_COLUMNS, main
+from signoff.cli import AUDIT_COLUMNS
 
-from helpers import OPERATOR, ROOT, child_env
+from helpers import OPERATOR, ROOT, child_env, invoke
 
 SECRET_TEXT = "event text that must never be stored"
 MONITOR_KEYS = {"id", "document", "event_names", "active", "expires_at", "window_s",
@@ -38,15 +37,6 @@ STATS_KEYS = {"at", "deliveries", "outcomes", "tasks", "in_flight", "retries_wai
 
 
 # -- helpers ---------------------------------------------------------------
-
-def invoke(home, *args, input=None):
-    """Run ``signoff --home HOME ARGS``; no command may end in a traceback."""
-    result = CliRunner().invoke(main, ["--home", str(home), *args], input=input)
-    assert result.exception is None or isinstance(result.exception, SystemExit), (
-        f"signoff {' '.join(args)} raised {result.exception!r}")
-    assert "Traceback" not in result.output
-    return result
-
 
 def ok(home, *args, input=None):
     """A command that must succeed with ``--json``: its parsed document."""
