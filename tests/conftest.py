@@ -107,6 +107,12 @@ def room_home(tmp_path_factory, room_backend):
     return path
 
 
+@pytest.fixture(scope="module")
+def room_env(room_backend):
+    """The environment of a room's children (its worker, its server): on its backends."""
+    return child_env(**(room_backend.env() if room_backend else {}))
+
+
 @pytest.fixture
 def in_room(room_backend, monkeypatch):
     """This test's homes and children on the room's backends rather than its own."""

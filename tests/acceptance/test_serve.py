@@ -60,10 +60,10 @@ class Desk:
 
 
 @pytest.fixture(scope="module")
-def room(room_home, room_backend):
+def room(room_home, room_env):
     """The module's home (monitor ``default``) and its server."""
     rt = init_home(room_home)
-    server = Server(room_home, env=child_env(**(room_backend.env() if room_backend else {})))
+    server = Server(room_home, env=room_env)
     yield rt, server
     assert server.stop() == 0, server.stderr()
     rt.close()

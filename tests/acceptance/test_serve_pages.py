@@ -20,7 +20,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers import LOCAL_TLS, child_env, invoke, read_here
+from helpers import LOCAL_TLS, invoke, read_here
 from servekit import (Server, csrf, event, init_home, logged_in, make_home, post_login,
                       ready_home)
 from signoff.app import Signoff
@@ -75,14 +75,14 @@ def site(home):
 
 
 @pytest.fixture(scope="module")
-def room(room_home, room_backend):
+def room(room_home, room_env):
     """The module's home, its reviewers and its server: ``(rt, server, tokens)``."""
     rt = init_home(room_home)
     rt.host().put_grant(docs=["doc-demo", "doc-redraft"])  # doc-redraft: the redraft test's
     rt.host().put_material("doc-redraft", "2026-11-01")
     tokens = {"alice": rt.add_reviewer("alice")["token"],
               "rita": rt.add_reviewer("rita", read_only=True)["token"]}
-    server = Server(room_home, env=child_env(**(room_backend.env() if room_backend else {})))
+    server = Server(room_home, env=room_env)
     yield rt, server, tokens
     assert server.stop() == 0, server.stderr()
     rt.close()

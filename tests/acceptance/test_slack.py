@@ -45,7 +45,7 @@ def slack():
 class Room:
     """A home whose monitors post to Slack, its worker, its server, its people."""
 
-    def __init__(self, home, backend):
+    def __init__(self, home, env):
         self.slack = SlackServer()
         self.rt = Signoff.init(home)
         with open(home / "signoff.toml", "a", encoding="utf-8") as f:  # for its worker and server
@@ -58,8 +58,7 @@ class Room:
         self.tokens = {name: self.rt.add_reviewer(name, slack_user=uid, **options)["token"]
                        for name, uid, options in PEOPLE}
         self.desks = itertools.count(1)
-        env = child_env(TEST_SLACK_TOKEN=TOKEN, TEST_SLACK_SECRET=SIGNING_SECRET,
-                        **(backend.env() if backend else {}))
+        env = dict(env, TEST_SLACK_TOKEN=TOKEN, TEST_SLACK_SECRET=SIGNING_SECRET)
         self.worker = start_worker(home, env=env)
         self.server = Server(home, env=env)
 
@@ -144,8 +143,8 @@ class Desk:
 
 
 @pytest.fixture(scope="module")
-def room(room_home, room_backend):
-    made = Room(room_home, room_backend)
+def room(room_home, room_env):
+    made = Room(room_home, room_env)
     yield made
     made.close()
 
