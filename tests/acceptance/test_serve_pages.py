@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import LOCAL_TLS, invoke, read_here
 from servekit import (Server, csrf, event, init_home, logged_in, make_home, post_login,
-                      ready_home)
+                      ready_home, ready_monitor)
 from signoff.app import Signoff
 from signoff.clock import FakeClock
 from signoff.models import MODELS, Task
@@ -97,12 +97,7 @@ def _desk(room, document="doc-demo"):
     n = next(DESKS)
     made = Desk(rt, server, tokens, f"pages-{n}", document,
                 [f"comment-{n}-{k}" for k in (1, 2, 3)])
-    rt.bind(document, made.monitor, window_s=3600)
-    for k, record in enumerate(made.records, 1):
-        rt.host().put_record(record, document=document, text=f"comment {k}")
-    rt.enqueue_events([event(k, event_id=f"evt-{n}-{k}", record_id=record, document=document)
-                       for k, record in enumerate(made.records, 1)], monitor_id=made.monitor)
-    rt.run_until_idle()
+    ready_monitor(rt, made.monitor, made.records, document)
     assert len(made.keys()) == 3
     yield made
     made.close()
@@ -110,15 +105,11 @@ def _desk(room, document="doc-demo"):
 
 
 @pytest.fixture
-def desk(room, in_room):
-    """A monitor of this test's own in the room, with three ready tasks."""
-    yield from _desk(room)
-
-
-@pytest.fixture
-def redraft_desk(room, in_room):
-    """A ``desk`` on the document whose material its test changes."""
-    yield from _desk(room, "doc-redraft")
+def desk(room, in_room, request):
+    """A monitor of this test's own in the room, with three ready tasks, on doc-demo or on
+    the document a test that changes one's material names
+    (``parametrize("desk", [document], indirect=True)``)."""
+    yield from _desk(room, getattr(request, "param", "doc-demo"))
 
 
 def snapshot():
@@ -559,8 +550,8 @@ def test_a_reviewer_pauses_and_unpauses_a_monitor_from_the_monitors_page(desk):
     assert not any(m["paused"] for m in rt.monitors() if m["id"] in (mine, other))
 
 
-def test_cancel_and_redraft_from_the_task_page_by_the_reviewer(redraft_desk):
-    desk = redraft_desk  # its document's material changes
+@pytest.mark.parametrize("desk", ["doc-redraft"], indirect=True)  # its material changes
+def test_cancel_and_redraft_from_the_task_page_by_the_reviewer(desk):
     rt, server, tokens, login = desk.rt, desk.server, desk.tokens, desk.login
     first, second = desk.keys()[:2]
     alice, rita = login("alice"), login("rita")

@@ -47,6 +47,17 @@ def ready_home(home):
     return rt
 
 
+def ready_monitor(rt, monitor, records, document="doc-demo"):
+    """Bind ``monitor`` on ``document`` and make a ready task of each of ``records`` (new
+    records of that document, each sent as its own event)."""
+    rt.bind(document, monitor, window_s=3600)
+    for k, record in enumerate(records, 1):
+        rt.host().put_record(record, document=document, text=f"comment {k}")
+    rt.enqueue_events([event(k, event_id=f"evt-{record}", record_id=record, document=document)
+                       for k, record in enumerate(records, 1)], monitor_id=monitor)
+    rt.run_until_idle()
+
+
 def event(n=1, **changes):
     """A matching event for record ``comment-<n>``, occurring now."""
     ev = {"event_id": f"evt-{n}", "name": "comment.created", "document": "doc-demo",
