@@ -2,9 +2,12 @@
 
 ``tests/plugins/events_server.py`` is a review tool's MCP server built on the
 official SDK and ``mcp_webhook_events``, with its own names (event
-``review.comment_added``, tools ``whoami``, ``fetch_comment`` ...). Each test
-runs one, a ``signoff serve`` process as the callback, and a home whose host
-is ``McpHost`` on that server with ``[host.options.events]``. The worker's
+``review.comment_added``, tools ``whoami``, ``fetch_comment`` ...). The module
+starts one, and each test finds it as new (its admin ``reset``: every
+subscription, delivery, comment and clock shift of the test before forgotten);
+a test that stops the server has one of its own. Each test runs a ``signoff serve``
+process as the callback, and a home whose host is ``McpHost`` on that server with
+``[host.options.events]``. The worker's
 steps and chore run in the test (``run_until_idle``, ``tend_subscriptions``) on
 a clock that is the real one shifted forward when the test says: the serve
 process and the events server keep real time, so event freshness still holds.
@@ -75,15 +78,36 @@ def host_toml(server_url, public_url, ttl_s=3600):
     return "\n".join(lines) + f'\n[serve]\npublic_url = "{public_url}"\n'
 
 
-@pytest.fixture
-def vendor(tmp_path):
+def start_vendor(folder):
     """The third-party events server, on a port it keeps across a restart."""
     port = free_port()
-    server = EventsServer(tmp_path / "vendor.db", port)
-    server.port, server.db = port, tmp_path / "vendor.db"
-    server.admin("calendar", {"doc": "doc-demo", "demo_date": "2026-11-01"})
+    server = EventsServer(folder / "vendor.db", port)
+    server.port, server.db = port, folder / "vendor.db"
+    return server
+
+
+@pytest.fixture(scope="module")
+def shared_vendor(tmp_path_factory):
+    server = start_vendor(tmp_path_factory.mktemp("vendor"))
     yield server
     server.kill()
+
+
+@pytest.fixture
+def vendor(request, tmp_path):
+    """The events server, holding the calendar of doc-demo and nothing else: the module's,
+    reset, or one of the test's own where it stops it
+    (``parametrize("vendor", ["own"], indirect=True)``)."""
+    if getattr(request, "param", None) == "own":
+        server = start_vendor(tmp_path)
+    else:
+        server = request.getfixturevalue("shared_vendor")
+        assert server.proc.poll() is None, "the module's events server stopped"
+        server.admin("reset", {})
+    server.admin("calendar", {"doc": "doc-demo", "demo_date": "2026-11-01"})
+    yield server
+    if getattr(request, "param", None) == "own":
+        server.kill()
 
 
 @pytest.fixture
@@ -357,6 +381,7 @@ def test_cancel_answers_the_next_delivery_410_and_the_server_drops_it(served):
     assert rt.engine.tend_subscriptions() == {}  # nothing left to do
 
 
+@pytest.mark.parametrize("vendor", ["own"], indirect=True)  # it stops it
 def test_cancel_while_the_server_is_down_unsubscribes_once_it_is_back(served, tmp_path):
     rt, serve, vendor, clock = served
     bind(rt)
@@ -444,6 +469,7 @@ def test_one_worker_claims_a_due_subscription(served):
     assert Subscription.get().next_at > now
 
 
+@pytest.mark.parametrize("vendor", ["own"], indirect=True)  # it stops it
 def test_a_server_down_at_refresh_time_lapses_records_a_gap_and_resubscribes(served):
     rt, serve, vendor, clock = served
     bind(rt)

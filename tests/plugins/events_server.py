@@ -22,8 +22,9 @@ The test-only admin surface under ``/_admin`` drives it from outside:
 ``POST comment`` (``{doc, author?, text?, comment_id?}``: adds a comment and
 publishes the event), ``POST calendar`` (``{doc, demo_date}``), ``POST deliver``
 (one ``deliver_pending()`` pass), ``GET subscriptions``, ``POST clock``
-(``{advance_s}``: moves the events clock) and ``POST silence`` (``{on}``: MCP
-requests wait, unanswered, until it is turned off).
+(``{advance_s}``: moves the events clock), ``POST silence`` (``{on}``: MCP
+requests wait, unanswered, until it is turned off) and ``POST reset`` (everything
+forgotten, as a server started on an empty file: the tests that share one server).
 """
 
 import argparse
@@ -261,6 +262,19 @@ async def move_clock(request):
 async def silence(request):
     silent[0] = bool((await body_of(request)).get("on", True))
     return JSONResponse({"silent": silent[0]})
+
+
+@server.custom_route("/_admin/reset", methods=["POST"])
+async def reset(request):
+    def wipe():  # every row of the file, the events' own tables too, and the grant as new
+        with store.tx() as db:
+            for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"
+                                       " AND name NOT LIKE 'sqlite%'").fetchall():
+                db.execute(f'DELETE FROM "{table}"')
+            db.execute("INSERT INTO grant_context VALUES (1, ?)", (json.dumps(GRANT),))
+    await anyio.to_thread.run_sync(wipe)
+    clock_offset[0], silent[0] = 0.0, False
+    return JSONResponse({"reset": True})
 
 
 def holding_mcp_while_silent(app):
