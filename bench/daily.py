@@ -29,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.backends import BenchBackend, vacuum  # noqa: E402
 from bench.pipeline import _signoff_home  # noqa: E402
+from signoff import storage  # noqa: E402
+from signoff.models import Task  # noqa: E402
 from signoff.serve.pages import LOGIN_COOKIE  # noqa: E402
 
 TARGET = 2.0
@@ -37,8 +39,6 @@ TARGET = 2.0
 def build(folder, rows, backend):
     """A home with ``rows`` finished tasks; returns a reviewer's token and the key of
     one of those tasks (whose page is opened)."""
-    from signoff import storage
-    from signoff.models import Task
     rt = _signoff_home(folder, 300, rows, backend, lambda line: print(line, file=sys.stderr))
     url = rt.config.database_url
     with storage.bind(rt.database):
