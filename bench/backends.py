@@ -11,11 +11,10 @@ a run: only the bench's flags choose its backends.
 
 import contextlib
 import os
-import re
 import uuid
 from urllib.parse import urlsplit, urlunsplit
 
-from signoff.config import BACKEND_ENV, write_default
+from signoff.config import BACKEND_ENV, Config, write_default
 
 POSTGRES = ("postgres://", "postgresql://")
 REDIS = ("redis://", "rediss://", "unix://")
@@ -86,12 +85,12 @@ class BenchBackend:
         write_default(folder)
         if self.host_factory is not None:
             path = folder / "signoff.toml"
+            default = f'factory = "{Config.host_factory}"'
             text = path.read_text(encoding="utf-8")
-            factory = f'factory = "{self.host_factory}"'
-            changed = re.sub(r'(?m)^factory = ".*"$', factory, text, count=1)
-            if factory not in changed:
-                raise RuntimeError(f"bench: {path} has no [host] factory line to replace")
-            path.write_text(changed, encoding="utf-8")
+            if default not in text:
+                raise RuntimeError(f"bench: {path} has no default [host] factory to replace")
+            path.write_text(text.replace(default, f'factory = "{self.host_factory}"', 1),
+                            encoding="utf-8")
         extra = ""
         if self.state == "postgresql":
             url = self._create(self.database_url, f"signoff_bench_{self.run_id}_{home}")
