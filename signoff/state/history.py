@@ -14,7 +14,7 @@ from peewee import SQL, Value, fn
 
 from ..models import Approval, Attempt, Audit, DeadLetter, DecisionTime
 from ..rules.auditchain import APPROVING, ENTRY_FIELDS, TASK_CHAIN, entry_hash, task_chain
-from ..storage import insert_rows, key_in, select_tuples
+from ..storage import KeyedSelect, insert_rows
 from .tallies import count_attempts
 
 LONE = "lone"  # a row's key: True when its writer does not hold the task's row
@@ -83,19 +83,33 @@ def task_entries(key):
     return sorted([*chained, *alone], key=lambda entry: entry.seq)
 
 
+def _approvals_recorded(keys):
+    """The approvals of the tasks ``keys`` (an SQL node), each with whether its chain records it."""
+    recorded = fn.EXISTS(Audit.select(SQL("1")).where(
+        Audit.chain == Value(TASK_CHAIN).concat(Approval.task_key),
+        Audit.actor == Approval.by, Audit.code.in_(list(APPROVING))))
+    return Approval.select(Approval.task_key, Approval.digest, recorded).where(keys)
+
+
+def _heads(chains):
+    """The last entry's chain and hash of each of ``chains`` (an SQL node)."""
+    last = Audit.select(fn.MAX(Audit.seq)).where(chains).group_by(Audit.chain)
+    return Audit.select(Audit.chain, Audit.hash).where(Audit.seq.in_(last))
+
+
+# Both run every batch (every approval, every submit): built once.
+_APPROVALS_RECORDED = KeyedSelect(_approvals_recorded, Approval.task_key)
+_HEADS = KeyedSelect(_heads, Audit.chain)
+
+
 def approvals_in_chains(keys):
     """``{key: [(digest, recorded)]}``: each approval on record of the task ``keys``,
     with its digest and whether an entry of the task's chain records it (its
     identity approving); one not recorded was written around signoff, not by it."""
     if not keys:
         return {}
-    recorded = fn.EXISTS(Audit.select(SQL("1")).where(
-        Audit.chain == Value(TASK_CHAIN).concat(Approval.task_key),
-        Audit.actor == Approval.by, Audit.code.in_(list(APPROVING))))
     found = {}
-    for key, digest, inside in select_tuples(Approval.select(
-            Approval.task_key, Approval.digest, recorded).where(
-                key_in(Approval.task_key, sorted(keys)))):
+    for key, digest, inside in _APPROVALS_RECORDED.rows(sorted(keys)):
         found.setdefault(key, []).append((digest, bool(inside)))
     return found
 
@@ -104,9 +118,7 @@ def chain_heads(chains):
     """``{chain: hash of its last entry}`` for those of ``chains`` that have entries."""
     if not chains:
         return {}
-    last = (Audit.select(fn.MAX(Audit.seq)).where(key_in(Audit.chain, sorted(chains)))
-            .group_by(Audit.chain))
-    return dict(select_tuples(Audit.select(Audit.chain, Audit.hash).where(Audit.seq.in_(last))))
+    return dict(_HEADS.rows(sorted(chains)))
 
 
 def record_decision_times(decided, channel, now):

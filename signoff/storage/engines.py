@@ -22,6 +22,7 @@ from . import claims
 from .bulk import Fetched
 from .database import resolve
 from ..config import kind_of
+from ..rules import jsontext
 from .net import libpq_params, postgres_server_settings
 from .urls import postgres_dsn
 
@@ -148,6 +149,11 @@ class Engine:
         """``column IN (values)`` as one SQL node, a placeholder per value."""
         return Params(f'"{column}" IN (' + ", ".join([self.param] * len(values)) + ")", values)
 
+    def key_set(self, column, values):
+        """``column IN (values)`` with all of ``values`` in one parameter, so that the
+        statement's text is the same however many there are (``storage.KeyedSelect``)."""
+        raise NotImplementedError
+
     def key_case(self, column, pairs):
         """``CASE column WHEN key THEN value … END`` for ``(key, value)`` parameters, as one
         SQL node."""
@@ -256,6 +262,11 @@ class SqliteEngine(Engine):
     kind = "sqlite"
     param = "?"
     json_holder = "json(?)"  # as a JSONField stores on SQLite: JSON-typed text
+
+    def key_set(self, column, values):
+        # A JSON array the statement reads back: the text of an IN list changes
+        # with its length, and each new text is parsed again.
+        return Params(f'"{column}" IN (SELECT value FROM json_each(?))', [jsontext.dumps(values)])
 
     @classmethod
     def open(cls, path, create):
@@ -475,6 +486,8 @@ class PostgresEngine(Engine):
         # One array parameter, whatever the number of values: psycopg parses an IN
         # list of more than 50 placeholders anew each time (see array_types).
         return Params(f'"{column}" = ANY({self.array_param})', [values])
+
+    key_set = key_in  # already one parameter
 
     def lock_name(self, parts):
         # For rows that do not exist yet (FOR UPDATE locks only rows that do):

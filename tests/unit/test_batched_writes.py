@@ -19,7 +19,7 @@ from peewee import IntegerField, TextField, fn
 
 from signoff.models import (Approval, Attempt, Audit, BaseModel, Delivery, Inbox, Task, db,
                             insert_rows)
-from signoff.storage import select_instances, select_tuples
+from signoff.storage import KeyedSelect, key_in, select_instances, select_tuples
 
 TTL = 30.0
 
@@ -177,6 +177,20 @@ def test_rows_read_in_bulk_are_the_tuples_a_query_gives(rt, clock):
         got = select_tuples(query)
         assert got == read and len(got) == len(list(query))
         assert [[type(v) for v in row] for row in got] == [[type(v) for v in row] for row in read]
+
+
+def test_a_keyed_select_built_once_finds_what_a_fresh_query_finds_for_any_keys(rt, clock):
+    base = {"monitor": "default", "status": "ready", "digest": "d" * 64,
+            "approval_deadline": None, "created_at": 1.5, "updated_at": 2.0}
+    insert_rows(Task, [dict(base, key=f"k{i:02}", record_id=s, version=i, record={}, result={})
+                       for i, s in enumerate(AWKWARD)])
+    keyed = KeyedSelect(lambda keys: Task.select(Task.key, Task.version).where(keys),
+                        Task.record_id)
+    for keys in (AWKWARD[:1], AWKWARD, AWKWARD[3:7] + ["absent"], ["absent"], AWKWARD[::-2]):
+        fresh = Task.select(Task.key, Task.version).where(key_in(Task.record_id, keys))
+        assert sorted(keyed.rows(keys)) == sorted(fresh.tuples())
+    # One statement for every length of key list: its text does not grow with them.
+    assert len(keyed.plans) == 1
 
 
 def test_a_fenced_row_in_an_ingest_batch_leaves_the_others_written(rt, clock):
