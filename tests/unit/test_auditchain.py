@@ -10,7 +10,7 @@ import pytest
 import rfc8785
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from webauthn.helpers import encode_cbor
 
@@ -46,15 +46,23 @@ def test_canonical_bytes_are_rfc8785s(value):
     assert canonical_bytes(value) == expected
 
 
+# Integers of any size, and numbers where text belongs: each must come out as
+# rfc8785 writes it, or be refused as it refuses it.
+any_number = st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+flat_data = st.dictionaries(st.text(max_size=8), st.none() | st.booleans() | st.text()
+                            | st.integers(), max_size=4)
 entry_columns = st.fixed_dictionaries(
-    {}, optional={name: st.none() | st.text() for name in ENTRY_FIELDS}).flatmap(
+    {}, optional={name: st.none() | st.text() | any_number for name in ENTRY_FIELDS}).flatmap(
     lambda columns: st.fixed_dictionaries({
         **{name: st.just(value) for name, value in columns.items()},
         "at": st.floats(allow_nan=False, allow_infinity=False) | st.integers(0, 2**53 - 1),
-        "data": st.none() | st.dictionaries(st.text(max_size=8), json_values, max_size=4)}))
+        "data": st.none() | flat_data
+        | st.dictionaries(st.text(max_size=8), json_values, max_size=4)}))
 
 
 @given(entry_columns)
+@example({"at": 1.5, "data": {"n": 2**53}})  # past a double's integers: rfc8785 refuses it
+@example({"at": 1.5, "event_id": 1e20, "data": None})  # a number where text belongs
 @settings(max_examples=150, deadline=None)
 def test_an_entrys_hash_is_sha256_of_rfc8785s_array_of_its_columns(entry):
     try:
