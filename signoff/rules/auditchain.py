@@ -34,9 +34,9 @@ _SHA256 = hashlib.sha256
 _SAFE_INT = 2**53 - 1
 # orjson writes what RFC 8785 writes for the values ``_plain`` lets through (a
 # property test holds the two together) for a sixth of the stdlib encoder's
-# instructions. Keys sorted: only ASCII keys reach it,
-# whose byte order is RFC 8785's UTF-16 order. Integers past 2**53, where RFC 8785
-# writes a double's digits, are refused, and go to rfc8785.
+# instructions. Keys sorted: only ASCII keys reach it, whose byte order is RFC
+# 8785's UTF-16 order. Integers past 2**53, where RFC 8785 writes a double's
+# digits, are refused, and go to rfc8785.
 _ENCODE = orjson.dumps
 _OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 _TEXT_TYPES = frozenset((str, type(None)))
