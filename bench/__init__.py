@@ -33,3 +33,22 @@ def cpu_s(pid=None):
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_ticks():
+    """``(all, idle)`` clock ticks of every core so far (Linux's ``/proc/stat``), or
+    ``None`` if unreadable: what share of the machine a stretch of time kept busy."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            ticks = [int(t) for t in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return sum(ticks), ticks[3] + ticks[4]  # idle and waiting for the disk
+
+
+def busy_share(before, after):
+    """The share of every core's time between two ``machine_ticks`` readings spent
+    busy; ``None`` if either is missing."""
+    if before is None or after is None or after[0] == before[0]:
+        return None
+    return 1 - (after[1] - before[1]) / (after[0] - before[0])

@@ -98,7 +98,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import cpu_s, hosts, reads
+from . import busy_share, cpu_s, hosts, machine_ticks, reads
 from .backends import BenchBackend, backend_env_set_aside, kind_of, vacuum
 
 DOC = "doc-demo"
@@ -1072,8 +1072,12 @@ def _await_ingest(rt, group, n, first_id, out):
     from signoff.state.statuses import DELIVERY_PENDING
     from signoff.models import Delivery
     mine = Delivery.id >= first_id
+    ticks = machine_ticks()
     _wait(lambda: not Delivery.select().where(mine, Delivery.status.in_(list(DELIVERY_PENDING))).exists(),
           _budget(n), "ingest", group.children)
+    # How busy the machine's cores were: where the workers and their servers share
+    # the cores, a second process can add at most what the first left idle.
+    out["ingest_busy"] = busy_share(ticks, machine_ticks())
     w1 = _snapshot_covering(group, "ingest", n)
     rows = list(Delivery.select(Delivery.accepted_at, Delivery.updated_at,
                                 Delivery.outcome).where(mine).tuples())
@@ -1220,6 +1224,15 @@ def _counted_run(tmp, backend, n, workers, say):
     return {"signoff": counted, "noop": noop, "chain": chain}
 
 
+def _per_busy_share(figures, one):
+    """Ingest per busy share of the machine, against one process's: near 1 when the
+    processes add what the cores allow (no lock between them), lower when they wait."""
+    if not figures["ingest_busy"] or not one["ingest_busy"]:
+        return None
+    return round(figures["ingest_per_s"] / figures["ingest_busy"]
+                 / (one["ingest_per_s"] / one["ingest_busy"]), 3)
+
+
 def _figures(run):
     """The figures of one process count, rounded."""
     main, noop, chain, single = run["main"], run["noop"], run["chain"], run["per_event"]
@@ -1233,6 +1246,7 @@ def _figures(run):
         "ingest_per_s": round(main["ingest_per_s"], 1),
         "ingest_p50_ms": round(main["ingest_p50_ms"], 1),
         "ingest_p99_ms": round(main["ingest_p99_ms"], 1),
+        "ingest_busy": None if main["ingest_busy"] is None else round(main["ingest_busy"], 3),
         "approve_per_s": round(main["approve_per_s"], 1),
         "submit_per_s": round(main["submit_per_s"], 1),
         "pipeline_per_s": round(main["pipeline_per_s"], 1),
@@ -1280,6 +1294,7 @@ def _report(n, workers, backend, runs, counted):
                                               / report["by_processes"]["1"]["ingest_per_s"], 3)
             figures["pipeline_scaling"] = round(figures["pipeline_per_s"]
                                                 / report["by_processes"]["1"]["pipeline_per_s"], 3)
+            figures["ingest_per_busy_share"] = _per_busy_share(figures, report["by_processes"]["1"])
     report["commits_per_event"] = report["commits_breakdown"] = None
     if counted is not None:
         _add_commits(report, counted, n)
@@ -1402,14 +1417,20 @@ def _rows(r):
 
 
 def _process_table(r):
-    lines = ["", "processes  huey no-op  signoff ingest  ratio  huey chain  signoff pipeline"
-                 "  ratio  enqueue→done batch / per event (ceiling)"]
+    lines = ["", "processes  huey no-op  signoff ingest (cores busy)  ratio  huey chain  "
+                 "signoff pipeline  ratio  enqueue→done batch / per event (ceiling)"]
     for p, f in r["by_processes"].items():
-        lines.append(f"{p:>9}  {f['huey_noop_per_s']:>10,.0f}  {f['ingest_per_s']:>14,.0f}  "
+        busy = "" if f["ingest_busy"] is None else f"{f['ingest_busy']:.0%}"
+        lines.append(f"{p:>9}  {f['huey_noop_per_s']:>10,.0f}  {f['ingest_per_s']:>14,.0f}"
+                     f" {busy:>13}  "
                      f"{f['ingest_ratio']:>5.2f}  {f['huey_chain_per_s']:>10,.0f}  "
                      f"{f['pipeline_per_s']:>16,.0f}  {f['pipeline_ratio']:>5.2f}  "
                      f"{f['batch_flow_per_s']:,.0f} / {f['per_event_flow_per_s']:,.0f}"
                      f" ({f['per_event_ratio']:.2f}; {f['per_event_ratio_ceiling']:.2f})")
+    for p, f in r["by_processes"].items():
+        if f.get("ingest_per_busy_share") is not None and p != "1":
+            lines.append(f"  ingest per busy share of the cores, {p} processes against 1: "
+                         f"{f['ingest_per_busy_share']:.2f}")
     return lines
 
 

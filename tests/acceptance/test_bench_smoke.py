@@ -62,6 +62,14 @@ def test_bench_json_has_every_key(tmp_path):
                     "huey_job_per_s", "job_ratio", "per_event_ratio", "ingest_scaling"):
             assert figures[key] > 0, (key, figures)
     assert report["by_processes"]["1"]["ingest_scaling"] == 1.0
+    # How busy the cores were while the events were ingested, and the second
+    # process's ingest per busy share against the first's.
+    assert all(0 < figures["ingest_busy"] <= 1 for figures in report["by_processes"].values())
+    two = report["by_processes"]["2"]
+    assert two["ingest_per_busy_share"] == pytest.approx(
+        two["ingest_per_s"] / two["ingest_busy"]
+        / (report["by_processes"]["1"]["ingest_per_s"] / report["by_processes"]["1"]["ingest_busy"]),
+        abs=0.001)
     for figures in report["by_processes"].values():
         # Batch and one-call-per-event runs in turn: the median pair gives the ratio.
         ratios = figures["per_event_ratios"]
