@@ -78,6 +78,8 @@ def task_entries(key):
     """Task ``key``'s audit entries, oldest first: its chain's and those written about
     it outside the chain, each read through its own index (never the whole audit)."""
     chained = Audit.select().where(Audit.chain == task_chain(key))
+    # Both terms of the partial index's condition, written out: from them each engine's
+    # planner proves the index (models.py, ``audit_unchained_task``) may serve the read.
     alone = Audit.select().where(Audit.chain.is_null(), Audit.task_key.is_null(False),
                                  Audit.task_key == key)
     return sorted([*chained, *alone], key=lambda entry: entry.seq)

@@ -93,17 +93,25 @@ def new_tasks(rows):
 def still_ours(keys, token):
     """The conditions picking the tasks of ``keys`` still open and leased under ``token``
     (looked up by key: see ``storage.unindexed``)."""
-    return (key_in(Task.key, keys), Task.lease_token == token,
+    return _ours(key_in(Task.key, keys), token)
+
+
+def _ours(keys, token):
+    """``still_ours`` for ``keys`` given as an SQL node."""
+    return (keys, Task.lease_token == token,
             storage.unindexed(Task.status).in_(list(TASK_ACTIVE)))
 
 
-def still_ours_check(token):
-    """``check(key)``: whether task ``key`` is open and leased under ``token``
-    (``still_ours`` for one key), from a statement built once for ``token``."""
-    placeholder = "(the key a check is for)"  # no key, token or status looks like it
-    statement = storage.Reusable(Task.select(Task.key).where(*still_ours([placeholder], token)),
-                                 Task.key, placeholder)
-    return lambda key: bool(statement.rows(key))
+def ours_under(token):
+    """``ours(keys)``: the keys of ``keys`` whose tasks are still open and leased under
+    ``token`` (``still_ours``), from a statement built once for ``token``: submit to a
+    host without a batch write asks before each task's write."""
+    statement = storage.KeyedSelect(
+        lambda keys: Task.select(Task.key).where(*_ours(keys, token)), Task.key)
+
+    def ours(keys):
+        return {key for (key,) in statement.rows(keys)} if keys else set()
+    return ours
 
 
 def mark_write_possible(keys, token, now):

@@ -25,10 +25,9 @@ from ..state.approvals import quorum_of
 from ..state.history import approvals_in_chains, bury
 from ..state.moves import Fenced, RELEASED, run_moves
 from ..state.statuses import TASK_ACTIVE, TaskStatus as T
-from ..state.tasks import (mark_write_possible, maybe_written, move_task, prepare_move_tasks,
-                           still_ours, still_ours_check, update_task)
+from ..state.tasks import (mark_write_possible, maybe_written, move_task, ours_under,
+                           prepare_move_tasks, update_task)
 from ..models import Task, db
-from ..storage import select_tuples
 from ..rules.retry import failed_try
 
 log = logging.getLogger(__name__)
@@ -141,11 +140,10 @@ def _write_all(rt, batch, tasks, spans):
     outcomes = {t.key: Outcome("fenced", "fenced") for t in tasks if t.key not in marked}
     going = [t for t in tasks if t.key in marked]
     one_call = supports(batch.host, Capability.SUBMIT_MANY)
-    check = None if one_call else still_ours_check(batch.token)
+    ours_of = ours_under(batch.token)
     landed = []
     for group in [going] if one_call else [[t] for t in going]:
-        ours = (_still_ours([t.key for t in group], batch.token) if check is None
-                else {t.key for t in group if check(t.key)})
+        ours = ours_of([t.key for t in group])
         for task in group:
             if task.key not in ours:  # a cancel ended it after the mark: no write starts
                 outcomes[task.key] = Outcome("withdrawn", "cancelled",
@@ -197,13 +195,6 @@ def _mark_write_possible(rt, token, tasks):
     """Record that a write may now happen; the keys still ours (and open) that got the mark."""
     with db.atomic():
         return mark_write_possible([t.key for t in tasks], token, rt.clock.now())
-
-
-def _still_ours(keys, token):
-    """The keys of ``keys`` still open and leased under ``token``."""
-    if not keys:
-        return set()
-    return {k for (k,) in select_tuples(Task.select(Task.key).where(*still_ours(keys, token)))}
 
 
 def write_outcomes(rt, token, owner, tasks, outcomes):

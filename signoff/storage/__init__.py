@@ -22,8 +22,8 @@ against the database the calling ``Signoff`` bound (``db``) or the one given.
 from peewee import DatabaseError
 
 from ..errors import StorageError
-from .bulk import (Fetched, KeyedSelect, PreparedInsert, Reusable, insert_rows,
-                   select_instances, select_tuples, to_param)
+from .bulk import (Fetched, KeyedSelect, PreparedInsert, insert_rows, select_instances,
+                   select_tuples, to_param)
 from .database import Unbound, bind, db, engine_of, resolve  # noqa: F401 (the package face)
 from .engines import open_database, label
 from .faults import (describe, describe_server, drop_connection, log_failed_pass, retried,
@@ -32,7 +32,7 @@ from .fields import JSON, Text, escape_text, lossless_dumps, unescape_text
 from .schema import SCHEMA_TABLE, SCHEMA_VERSION, check_schema, create_schema, recount_tallies
 
 __all__ = [
-    "Fetched", "KeyedSelect", "PreparedInsert", "Reusable", "insert_rows", "select_instances", "select_tuples", "to_param", "bind", "db", "engine_of", "open_database",
+    "Fetched", "KeyedSelect", "PreparedInsert", "insert_rows", "select_instances", "select_tuples", "to_param", "bind", "db", "engine_of", "open_database",
     "label", "describe", "describe_server", "unstorable", "drop_connection", "log_failed_pass", "retried", "retrying", "session",
     "own_database",
     "transient", "wait_until_reachable", "JSON", "Text", "escape_text", "lossless_dumps",

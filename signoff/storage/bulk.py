@@ -55,39 +55,14 @@ def select_instances(query):
     return Fetched.run(query.model, sql, params).instances()
 
 
-class Reusable:
-    """A statement Peewee built once, run again with another value in one parameter's place.
-
-    For a lookup made for each of many rows with everything else the same (a
-    check before each write to a host without a batch write): Peewee takes a
-    third of a millisecond to build a small select, more than the database
-    takes to answer it. ``query`` is built with ``placeholder`` where the value
-    goes (one of an ``IN``'s values: a placeholder of its own, or an array's one
-    element on PostgreSQL); ``field`` stores the values, converted as it does.
-    """
-
-    def __init__(self, query, field, placeholder):
-        self.sql, self.params = query.sql()
-        self.model, self.convert = query.model, to_param(field)
-        marked = self.convert(placeholder)
-        self.at = next(i for i, p in enumerate(self.params) if p == marked or p == [marked])
-        self.listed = isinstance(self.params[self.at], list)
-
-    def rows(self, value):
-        """The statement's rows with ``value`` in the placeholder's place."""
-        params = list(self.params)
-        value = self.convert(value)
-        params[self.at] = [value] if self.listed else value
-        return Fetched.run(self.model, self.sql, params).rows
-
-
 class KeyedSelect:
     """A select over a list of keys, built by Peewee once for each engine and run again
     with other keys.
 
     For the reads a hot path makes every batch with a key list and nothing else
-    changing (a chain's heads, submit's look at the chain): building such a
-    select costs as much as the database's answer. ``build(keys)`` makes the
+    changing (a chain's heads, submit's look at the chain, the check before each
+    write to a host without a batch write): building such a select costs as much
+    as the database's answer. ``build(keys)`` makes the
     query with the SQL node ``keys`` as its condition on ``field`` (``column IN
     the keys``, all of them one parameter: ``Engine.key_set``). Rows come back
     as the driver returns them: for columns whose values are kept as read
