@@ -920,7 +920,10 @@ def test_a_batch_looks_its_rows_up_by_key_whatever_their_status(rt, host):
     checked = [sql for sql in picked if "status" in sql.split("WHERE", 1)[-1]]
     assert len(checked) >= 3, picked  # the delivery moves, the lease check, the task moves
     for sql in checked:
-        plan = " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql))
+        # A key list given as one JSON parameter (storage.KeyedSelect) is read by
+        # json_each: a scan of the list, not of a table.
+        plan = " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql)
+                        if not row[3].startswith("SCAN json_each"))
         assert "status" not in plan and "SCAN" not in plan, (sql[:200], plan)
 
 
