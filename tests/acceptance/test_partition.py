@@ -393,7 +393,10 @@ def assert_agrees_with_host(site, paused):
     outcomes = [call["outcome"] for call in site.host.submit_log()]
     assert outcomes.count("idempotent") == 0, outcomes  # no submit of a key already written
     assert tasks[paused].status == "done" and writes[paused] == 1
-    codes = [a.code for a in Attempt.select().where(Attempt.kind == "task", Attempt.ref == paused)]
+    # In the order they were written: PostgreSQL returns rows inserted by several
+    # processes in the order of its pages, not of their inserts.
+    codes = [a.code for a in Attempt.select().where(Attempt.kind == "task", Attempt.ref == paused)
+             .order_by(Attempt.id)]
     assert codes[-1] == "done" and len(codes) > 1, codes  # its answer lost: done by the receipt
     return {"tasks": len(tasks), "done": len(results), "submits": len(outcomes),
             "cancelled": sum(t.status == "cancelled" for t in tasks.values()),
